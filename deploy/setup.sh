@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what kbroker needs on a fresh machine and builds it into ./.venv.
+# Safe to run again: every step checks before it acts.
+#   deploy/setup.sh           runtime only
+#   deploy/setup.sh test      also the test tools and real Kafka clients
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-}"
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+
+# System packages: kcat (a real librdkafka client used by the tests).
+need_apt=()
+if [ "$extras" = "test" ]; then
+    command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
+fi
+if [ ${#need_apt[@]} -gt 0 ]; then
+    say "installing system packages: ${need_apt[*]}"
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+fi
+command -v cargo >/dev/null 2>&1 || { echo "setup: a Rust toolchain (cargo >= 1.85) is required" >&2; exit 1; }
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    say "creating .venv"
+    "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
+spec="."
+[ "$extras" = "test" ] && spec=".[test]"
+say "building and installing kbroker ($spec)"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e "$spec"

@@ -1,0 +1,322 @@
+"""Broker and topic settings: the one table of names, types, defaults and checks.
+
+Every setting kbroker understands is declared once here with its standard
+Kafka name. A topic-level setting (``retention.ms``) names the broker setting
+that supplies its default (``log.retention.ms``), as in Kafka; DescribeConfigs,
+the CLI and the log layer all read this table.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+class ConfigType(enum.IntEnum):
+    """Kafka's config types, as DescribeConfigs v3+ reports them."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class ConfigError(ValueError):
+    """A setting with an unknown name or a value it cannot take."""
+
+
+Value = int | float | bool | str | list[str] | None
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    type: ConfigType
+    default: Value
+    doc: str
+    # Inclusive bounds for numbers; allowed values for strings and lists.
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] | None = None
+    nullable: bool = False
+    # Settings a running broker cannot change.
+    read_only: bool = False
+    # Broker settings whose value, when given, is used for this one, with a
+    # factor (log.retention.hours * 3600000 -> log.retention.ms).
+    fallbacks: tuple[tuple[str, int], ...] = ()
+
+    def parse(self, raw: Any) -> Value:
+        """Turns a string (from a properties file or the wire) into a checked value."""
+        if raw is None:
+            if self.nullable:
+                return None
+            raise ConfigError(f"{self.name}: a value is required")
+        try:
+            value = self._convert(raw)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"{self.name}: {raw!r} is not a valid {self.type.name.lower()}"
+            ) from exc
+        self.check(value)
+        return value
+
+    def _convert(self, raw: Any) -> Value:
+        t = self.type
+        if t is ConfigType.BOOLEAN:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text not in ("true", "false"):
+                raise ValueError(text)
+            return text == "true"
+        if t in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
+            if isinstance(raw, bool):
+                raise TypeError("bool")
+            return int(str(raw).strip()) if not isinstance(raw, int) else raw
+        if t is ConfigType.DOUBLE:
+            return float(str(raw).strip())
+        if t is ConfigType.LIST:
+            if isinstance(raw, list):
+                return [str(x) for x in raw]
+            return [part.strip() for part in str(raw).split(",") if part.strip()]
+        return str(raw).strip()
+
+    def check(self, value: Value) -> None:
+        if value is None:
+            return
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            lo, hi = self.min, self.max
+            if self.type is ConfigType.INT:
+                lo = -(2**31) if lo is None else lo
+                hi = INT_MAX if hi is None else hi
+            elif self.type is ConfigType.LONG:
+                lo = -(2**63) if lo is None else lo
+                hi = LONG_MAX if hi is None else hi
+            if lo is not None and value < lo:
+                raise ConfigError(f"{self.name}: {value} is below the minimum {lo:g}")
+            if hi is not None and value > hi:
+                raise ConfigError(f"{self.name}: {value} is above the maximum {hi:g}")
+        if self.choices is not None:
+            items = value if isinstance(value, list) else [str(value)]
+            for item in items:
+                if item not in self.choices:
+                    raise ConfigError(
+                        f"{self.name}: {item!r} is not one of {', '.join(self.choices)}"
+                    )
+
+    def render(self, value: Value) -> str | None:
+        """The string form DescribeConfigs and properties files use."""
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, list):
+            return ",".join(value)
+        return str(value)
+
+
+@dataclass(frozen=True)
+class TopicSetting:
+    """A topic-level setting and the broker setting that supplies its default."""
+
+    name: str
+    broker_setting: str
+
+
+_S = ConfigType
+_DAY_MS = 24 * 3600 * 1000
+
+BROKER_SETTINGS: tuple[Setting, ...] = (
+    Setting("broker.id", _S.INT, 0, "This broker's id.", min=0, read_only=True),
+    Setting("cluster.id", _S.STRING, None, "Cluster id (made at first start when absent).", nullable=True, read_only=True),
+    Setting("log.dirs", _S.STRING, "./data", "The data directory.", read_only=True),
+    Setting("listeners", _S.STRING, "PLAINTEXT://127.0.0.1:9092", "Where the broker listens.", read_only=True),
+    Setting("advertised.listeners", _S.STRING, None, "Where clients are told to connect.", nullable=True, read_only=True),
+    Setting("zookeeper.connect", _S.STRING, None, "ZooKeeper ensemble; none runs a single node with embedded metadata.", nullable=True, read_only=True),
+    Setting("num.partitions", _S.INT, 1, "Partitions of an auto-created topic.", min=1),
+    Setting("default.replication.factor", _S.INT, 1, "Replicas of an auto-created topic.", min=1),
+    Setting("auto.create.topics.enable", _S.BOOLEAN, True, "Create topics on first Metadata or Produce."),
+    Setting("delete.topic.enable", _S.BOOLEAN, True, "Allow topic deletion."),
+    Setting("message.max.bytes", _S.INT, 1048588, "Largest record batch the broker accepts.", min=0),
+    Setting("log.segment.bytes", _S.INT, 1073741824, "Size of a log segment file.", min=14),
+    Setting("log.roll.ms", _S.LONG, 7 * _DAY_MS, "Longest time before a new segment is rolled.", min=1, fallbacks=(("log.roll.hours", 3600_000),)),
+    Setting("log.roll.hours", _S.INT, 168, "log.roll.ms in hours.", min=1),
+    Setting("log.retention.ms", _S.LONG, 7 * _DAY_MS, "How long to keep data; -1 keeps it forever.", min=-1, fallbacks=(("log.retention.minutes", 60_000), ("log.retention.hours", 3600_000))),
+    Setting("log.retention.minutes", _S.INT, None, "log.retention.ms in minutes.", nullable=True),
+    Setting("log.retention.hours", _S.INT, 168, "log.retention.ms in hours."),
+    Setting("log.retention.bytes", _S.LONG, -1, "Largest size of a partition before old segments go; -1 no limit.", min=-1),
+    Setting("log.retention.check.interval.ms", _S.LONG, 300_000, "How often retention is applied.", min=1),
+    Setting("log.flush.interval.messages", _S.LONG, LONG_MAX, "Messages written before a forced flush (M).", min=1),
+    Setting("log.flush.interval.ms", _S.LONG, None, "Longest time data sits unflushed (S); unset: log.flush.scheduler.interval.ms.", nullable=True, min=0),
+    Setting("log.flush.scheduler.interval.ms", _S.LONG, LONG_MAX, "How often logs are checked for a time-based flush.", min=0),
+    Setting("log.index.interval.bytes", _S.INT, 4096, "Bytes of log between offset-index entries.", min=0),
+    Setting("log.index.size.max.bytes", _S.INT, 10485760, "Largest offset-index file.", min=4),
+    Setting("log.cleanup.policy", _S.LIST, ["delete"], "delete, compact, or both.", choices=("delete", "compact")),
+    Setting("log.cleaner.delete.retention.ms", _S.LONG, _DAY_MS, "How long tombstones are kept on compacted topics.", min=0),
+    Setting("log.cleaner.min.cleanable.ratio", _S.DOUBLE, 0.5, "Dirty ratio that makes a log eligible for cleaning.", min=0, max=1),
+    Setting("log.cleaner.min.compaction.lag.ms", _S.LONG, 0, "Youngest age a record must reach before it is compacted.", min=0),
+    Setting("log.cleaner.max.compaction.lag.ms", _S.LONG, LONG_MAX, "Oldest age an uncompacted record may reach.", min=1),
+    Setting("log.message.timestamp.type", _S.STRING, "CreateTime", "CreateTime or LogAppendTime.", choices=("CreateTime", "LogAppendTime")),
+    Setting("log.segment.delete.delay.ms", _S.LONG, 60_000, "Wait before a deleted segment's files are removed.", min=0),
+    Setting("log.preallocate", _S.BOOLEAN, False, "Preallocate segment files."),
+    Setting("compression.type", _S.STRING, "producer", "Compression of stored batches; producer keeps what came.", choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
+    Setting("min.insync.replicas", _S.INT, 1, "Replicas that must acknowledge an acks=all write.", min=1),
+    Setting("unclean.leader.election.enable", _S.BOOLEAN, False, "Allow a replica outside the ISR to become leader."),
+    Setting("socket.request.max.bytes", _S.INT, 104857600, "Largest request the broker reads.", min=1),
+    Setting("connections.max.idle.ms", _S.LONG, 600_000, "Idle connections are closed after this.", min=1),
+    Setting("replica.lag.time.max.ms", _S.LONG, 30_000, "A follower this far behind leaves the ISR.", min=1),
+    Setting("offsets.topic.num.partitions", _S.INT, 50, "Partitions of __consumer_offsets.", min=1, read_only=True),
+    Setting("offsets.topic.replication.factor", _S.SHORT, 3, "Replicas of __consumer_offsets.", min=1, read_only=True),
+    Setting("offsets.retention.minutes", _S.INT, 10080, "How long an empty group's offsets are kept.", min=1),
+    Setting("group.initial.rebalance.delay.ms", _S.INT, 3000, "Wait for more members before the first rebalance.", min=0),
+    Setting("group.min.session.timeout.ms", _S.INT, 6000, "Smallest session timeout a member may ask for.", min=0),
+    Setting("group.max.session.timeout.ms", _S.INT, 1800000, "Largest session timeout a member may ask for.", min=0),
+    Setting("transactional.id.expiration.ms", _S.INT, 604800000, "Idle producer ids expire after this.", min=1),
+    Setting("producer.id.expiration.ms", _S.INT, 86400000, "Idle idempotent producer state expires after this.", min=1),
+)
+
+TOPIC_SETTINGS: tuple[TopicSetting, ...] = (
+    TopicSetting("cleanup.policy", "log.cleanup.policy"),
+    TopicSetting("compression.type", "compression.type"),
+    TopicSetting("delete.retention.ms", "log.cleaner.delete.retention.ms"),
+    TopicSetting("file.delete.delay.ms", "log.segment.delete.delay.ms"),
+    TopicSetting("flush.messages", "log.flush.interval.messages"),
+    TopicSetting("flush.ms", "log.flush.interval.ms"),
+    TopicSetting("index.interval.bytes", "log.index.interval.bytes"),
+    TopicSetting("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
+    TopicSetting("max.message.bytes", "message.max.bytes"),
+    TopicSetting("message.timestamp.type", "log.message.timestamp.type"),
+    TopicSetting("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio"),
+    TopicSetting("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms"),
+    TopicSetting("min.insync.replicas", "min.insync.replicas"),
+    TopicSetting("preallocate", "log.preallocate"),
+    TopicSetting("retention.bytes", "log.retention.bytes"),
+    TopicSetting("retention.ms", "log.retention.ms"),
+    TopicSetting("segment.bytes", "log.segment.bytes"),
+    TopicSetting("segment.index.bytes", "log.index.size.max.bytes"),
+    TopicSetting("segment.ms", "log.roll.ms"),
+    TopicSetting("unclean.leader.election.enable", "unclean.leader.election.enable"),
+)
+
+BROKER: Mapping[str, Setting] = {s.name: s for s in BROKER_SETTINGS}
+TOPIC: Mapping[str, TopicSetting] = {t.name: t for t in TOPIC_SETTINGS}
+
+# Topic-level checks stricter than the broker setting's own.
+_TOPIC_CHECKS: Mapping[str, Callable[[Value], str | None]] = {
+    "flush.ms": lambda v: "must be >= 0" if v is None or (isinstance(v, int) and v < 0) else None,
+}
+
+
+def topic_setting(name: str) -> Setting:
+    """The Setting that parses and checks the topic-level ``name``."""
+    try:
+        ts = TOPIC[name]
+    except KeyError:
+        raise ConfigError(f"unknown topic setting {name!r}") from None
+    base = BROKER[ts.broker_setting]
+    return Setting(
+        ts.name, base.type, base.default, base.doc, base.min, base.max, base.choices,
+        nullable=False,
+    )
+
+
+def parse_topic_configs(raw: Mapping[str, str | None]) -> dict[str, Value]:
+    """Checks a set of topic-level overrides, as CreateTopics/AlterConfigs give them."""
+    out: dict[str, Value] = {}
+    for name, text in raw.items():
+        setting = topic_setting(name)
+        value = setting.parse(text)
+        check = _TOPIC_CHECKS.get(name)
+        problem = check(value) if check else None
+        if problem:
+            raise ConfigError(f"{name}: {problem}")
+        out[name] = value
+    return out
+
+
+def load_properties(path: Path) -> dict[str, str]:
+    """Reads a Kafka-style ``key=value`` properties file (``#``/``!`` comments)."""
+    out: dict[str, str] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    for lineno, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        match = re.match(r"([^=:\s]+)\s*[=:]\s*(.*)$", stripped)
+        if not match:
+            raise ConfigError(f"{path}:{lineno}: expected key=value, got {stripped!r}")
+        out[match.group(1)] = match.group(2).strip()
+    return out
+
+
+@dataclass
+class BrokerConfig:
+    """The broker's effective settings: defaults overlaid with what was given."""
+
+    given: dict[str, Value] = field(default_factory=dict)
+
+    @classmethod
+    def from_strings(cls, pairs: Iterable[tuple[str, str]]) -> BrokerConfig:
+        given: dict[str, Value] = {}
+        for name, text in pairs:
+            setting = BROKER.get(name)
+            if setting is None:
+                raise ConfigError(f"unknown setting {name!r}")
+            given[name] = setting.parse(text)
+        return cls(given)
+
+    def __getitem__(self, name: str) -> Any:
+        setting = BROKER[name]
+        if name in self.given:
+            return self.given[name]
+        for other, factor in setting.fallbacks:
+            value = self.given.get(other)
+            if value is not None:
+                assert isinstance(value, int)
+                return value * factor
+        return setting.default
+
+    def is_default(self, name: str) -> bool:
+        setting = BROKER[name]
+        return name not in self.given and not any(o in self.given for o, _ in setting.fallbacks)
+
+    def set(self, name: str, text: str | None) -> None:
+        """Sets (or with None, resets) a dynamic broker setting."""
+        setting = BROKER.get(name)
+        if setting is None:
+            raise ConfigError(f"unknown setting {name!r}")
+        if setting.read_only:
+            raise ConfigError(f"{name} cannot be changed while the broker runs")
+        if text is None:
+            self.given.pop(name, None)
+        else:
+            self.given[name] = setting.parse(text)
+
+    def topic_default(self, topic_name: str) -> Value:
+        """The value a topic without an override gets for ``topic_name``."""
+        return self[TOPIC[topic_name].broker_setting]  # type: ignore[no-any-return]
+
+    def effective_topic_config(self, overrides: Mapping[str, Value]) -> dict[str, Value]:
+        """Every topic-level setting for a topic with these overrides."""
+        out: dict[str, Value] = {}
+        for ts in TOPIC_SETTINGS:
+            out[ts.name] = overrides[ts.name] if ts.name in overrides else self[ts.broker_setting]
+        # Unset flush.ms means: flush on the scheduler's interval.
+        if out["flush.ms"] is None:
+            out["flush.ms"] = self["log.flush.scheduler.interval.ms"]
+        return out

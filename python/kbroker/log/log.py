@@ -1,0 +1,163 @@
+"""One partition's log: the Rust segment log, named by topic and partition.
+
+The Rust core owns the files (segments, indexes, checkpoints, recovery); this
+module only translates Kafka's topic-level setting names into its config and
+gives it an identity.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbroker import _kbroker
+from kbroker._kbroker import AppendInfo, LogConfig, LogSlice
+from kbroker.config import LONG_MAX, Value
+
+# Kafka's legal topic names; they double as directory names.
+TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_DIR_NAME = re.compile(r"^([a-zA-Z0-9._-]{1,249})-(\d{1,10})$")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    @property
+    def dirname(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @classmethod
+    def from_dirname(cls, name: str) -> TopicPartition | None:
+        match = _DIR_NAME.match(name)
+        if not match or match.group(1) in (".", ".."):
+            return None
+        return cls(match.group(1), int(match.group(2)))
+
+    def __str__(self) -> str:
+        return self.dirname
+
+
+def log_config_from_topic(config: Mapping[str, Value]) -> LogConfig:
+    """Builds the storage config from effective topic-level settings."""
+
+    def num(name: str) -> int:
+        value = config[name]
+        assert isinstance(value, int) and not isinstance(value, bool), name
+        return value
+
+    flush_messages = num("flush.messages")
+    return LogConfig(
+        segment_bytes=num("segment.bytes"),
+        segment_ms=num("segment.ms"),
+        segment_index_bytes=num("segment.index.bytes"),
+        index_interval_bytes=num("index.interval.bytes"),
+        retention_ms=num("retention.ms"),
+        retention_bytes=num("retention.bytes"),
+        flush_messages=min(flush_messages, LONG_MAX),
+        flush_ms=num("flush.ms"),
+        file_delete_delay_ms=num("file.delete.delay.ms"),
+    )
+
+
+class Log:
+    """The log of one topic-partition."""
+
+    __slots__ = ("_log", "tp")
+
+    def __init__(self, tp: TopicPartition, raw: _kbroker.Log) -> None:
+        self.tp = tp
+        self._log = raw
+
+    @classmethod
+    def open(cls, data_dir: Path, tp: TopicPartition, config: LogConfig) -> Log:
+        """Opens (creating or recovering) the log of ``tp`` under ``data_dir``."""
+        raw = _kbroker.Log(str(data_dir / tp.dirname), config, now_ms())
+        return cls(tp, raw)
+
+    def append(
+        self, batches: bytes, leader_epoch: int = 0, log_append_time: bool = False
+    ) -> AppendInfo:
+        """Appends validated batches, assigning offsets from the log end."""
+        now = now_ms()
+        return self._log.append(batches, leader_epoch, now if log_append_time else None, now)
+
+    def append_as_follower(self, batches: bytes) -> AppendInfo:
+        return self._log.append_as_follower(batches, now_ms())
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> LogSlice | None:
+        return self._log.read(offset, max_bytes, max_offset, min_one_batch)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        return self._log.offset_for_timestamp(timestamp)
+
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        return self._log.max_timestamp_and_offset()
+
+    def truncate_to(self, offset: int) -> None:
+        self._log.truncate_to(offset)
+
+    def delete_records_before(self, offset: int) -> int:
+        return self._log.delete_records_before(offset)
+
+    def apply_retention(self) -> int:
+        return self._log.apply_retention(now_ms())
+
+    def maybe_roll(self) -> None:
+        self._log.maybe_roll(now_ms())
+
+    def maybe_flush(self) -> bool:
+        return self._log.maybe_flush(now_ms())
+
+    def flush(self) -> None:
+        self._log.flush()
+
+    def close(self) -> None:
+        self._log.close()
+
+    def delete(self) -> None:
+        self._log.delete()
+
+    def set_config(self, config: LogConfig) -> None:
+        self._log.set_config(config)
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log.log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._log.recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        return self._log.size_bytes
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        return self._log.segment_base_offsets
+
+    @property
+    def dir(self) -> Path:
+        return Path(self._log.dir)
+
+    def __repr__(self) -> str:
+        return f"Log({self.tp}, start={self.log_start_offset}, end={self.log_end_offset})"

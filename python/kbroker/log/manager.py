@@ -1,0 +1,183 @@
+"""All partition logs of one data directory.
+
+Owns the directory (an exclusive lock so two brokers never share it), opens
+and recovers every partition found at start, creates and deletes logs, and
+runs the background work: time-based flush (flush.ms), time-based roll
+(segment.ms) and retention (retention.ms / retention.bytes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kbroker.log.log import Log, LogConfig, TopicPartition, now_ms
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = ".lock"
+# Directories of deleted topics are renamed with this suffix, then removed, so
+# a crash half way through a delete never brings a partition back.
+DELETED_SUFFIX = ".deleted"
+
+ConfigFor = Callable[[str], LogConfig]
+
+
+class DataDirLocked(RuntimeError):
+    """Another process holds the data directory."""
+
+
+class LogManager:
+    def __init__(self, data_dir: Path, config_for: ConfigFor, recovery_threads: int = 2) -> None:
+        """``config_for(topic)`` gives the storage config a topic's logs use."""
+        self.data_dir = data_dir
+        self._config_for = config_for
+        self._recovery_threads = max(1, recovery_threads)
+        self._logs: dict[TopicPartition, Log] = {}
+        self._lock = threading.Lock()
+        self._lock_fd: int | None = None
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def open(self) -> None:
+        """Locks the directory and opens (recovering as needed) every partition in it."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._take_dir_lock()
+        for leftover in self.data_dir.glob(f"*{DELETED_SUFFIX}"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        found = [
+            (tp, entry)
+            for entry in sorted(self.data_dir.iterdir())
+            if entry.is_dir() and (tp := TopicPartition.from_dirname(entry.name)) is not None
+        ]
+        # Recovery of each log runs in Rust with the GIL released, so threads help.
+        with ThreadPoolExecutor(self._recovery_threads, thread_name_prefix="recover") as pool:
+            opened = pool.map(
+                lambda item: Log.open(self.data_dir, item[0], self._config_for(item[0].topic)),
+                found,
+            )
+            for log_ in opened:
+                self._logs[log_.tp] = log_
+        log.info("opened %d partition logs in %s", len(self._logs), self.data_dir)
+
+    def close(self) -> None:
+        """Flushes and closes every log (writing clean-shutdown markers) and unlocks."""
+        with self._lock:
+            logs = list(self._logs.values())
+            self._logs.clear()
+        for log_ in logs:
+            try:
+                log_.close()
+            except OSError as exc:
+                log.error("closing %s failed: %s", log_.tp, exc)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _take_dir_lock(self) -> None:
+        fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DataDirLocked(f"{self.data_dir} is in use by another kbroker process") from None
+        self._lock_fd = fd
+
+    # -- partitions --------------------------------------------------------
+
+    def get(self, tp: TopicPartition) -> Log | None:
+        return self._logs.get(tp)
+
+    def get_or_create(self, tp: TopicPartition) -> Log:
+        with self._lock:
+            existing = self._logs.get(tp)
+            if existing is not None:
+                return existing
+            created = Log.open(self.data_dir, tp, self._config_for(tp.topic))
+            self._logs[tp] = created
+            return created
+
+    def delete(self, tp: TopicPartition) -> None:
+        """Removes a partition's log and its files."""
+        with self._lock:
+            victim = self._logs.pop(tp, None)
+        if victim is None:
+            return
+        victim.close()
+        doomed = victim.dir.with_name(victim.dir.name + DELETED_SUFFIX)
+        os.replace(victim.dir, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def update_config(self, topic: str) -> None:
+        """Re-reads the storage config of every partition of ``topic``."""
+        config = self._config_for(topic)
+        for log_ in self.logs():
+            if log_.tp.topic == topic:
+                log_.set_config(config)
+
+    def logs(self) -> list[Log]:
+        with self._lock:
+            return list(self._logs.values())
+
+    def partitions(self) -> Mapping[TopicPartition, Log]:
+        with self._lock:
+            return dict(self._logs)
+
+    def __iter__(self) -> Iterator[Log]:
+        return iter(self.logs())
+
+    def __len__(self) -> int:
+        return len(self._logs)
+
+    # -- background work ---------------------------------------------------
+
+    def flush_and_roll(self) -> None:
+        """One pass of time-based flush and roll over every log."""
+        for log_ in self.logs():
+            try:
+                log_.maybe_flush()
+                log_.maybe_roll()
+            except OSError as exc:
+                log.error("flush/roll of %s failed: %s", log_.tp, exc)
+
+    def apply_retention(self) -> int:
+        """One retention pass; returns the number of segments deleted."""
+        deleted = 0
+        for log_ in self.logs():
+            try:
+                deleted += log_.apply_retention()
+            except OSError as exc:
+                log.error("retention of %s failed: %s", log_.tp, exc)
+        return deleted
+
+    async def run_background(
+        self, retention_check_interval_ms: Callable[[], int], tick_ms: int = 500
+    ) -> None:
+        """Runs flush/roll every tick and retention on its interval, until cancelled.
+
+        The work runs in a thread (Rust releases the GIL during fsyncs) so the
+        event loop never stalls on a disk.
+        """
+        last_retention = now_ms()
+        while True:
+            await asyncio.sleep(tick_ms / 1000)
+            await asyncio.to_thread(self.flush_and_roll)
+            if now_ms() - last_retention >= retention_check_interval_ms():
+                last_retention = now_ms()
+                deleted = await asyncio.to_thread(self.apply_retention)
+                if deleted:
+                    log.info("retention deleted %d segments", deleted)
+
+    def __enter__(self) -> LogManager:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

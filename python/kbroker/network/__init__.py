@@ -1,0 +1,1 @@
+"""Networking: the asyncio TCP server and per-connection flow control."""

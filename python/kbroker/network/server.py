@@ -1,0 +1,439 @@
+"""The TCP server: size-delimited frames in, responses out in request order.
+
+Each connection is an ``asyncio.Protocol`` (callbacks, not streams, on the hot
+path). Frames are cut from the byte stream as they arrive and handed to the
+dispatcher; a response may be ready at once or later (a long-poll fetch, an
+acks=all produce) and responses are written strictly in request order.
+
+Flow control: reading pauses while a connection's pending requests hold more
+than ``max_pending_bytes`` or while the transport's write buffer is above its
+high-water mark, so a client that does not read its responses cannot make the
+broker buffer without bound.
+
+Record bytes of fetch responses go out with ``sendfile(2)`` from the segment
+file straight to the socket once the transport's own buffer is empty (uvloop
+has no ``loop.sendfile``); on would-block the connection waits for
+writability on a duplicate of the socket's descriptor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import logging
+import os
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+
+# Below this size, record bytes are copied into the response instead of sent
+# with sendfile: one write syscall beats write + sendfile for small payloads.
+SENDFILE_MIN_BYTES = 64 * 1024
+
+
+class FileSource(Protocol):
+    """A region of a file that can be sent zero-copy (a kbroker LogSlice)."""
+
+    def __len__(self) -> int: ...
+    def read_bytes(self) -> bytes: ...
+    def sendfile(self, out_fd: int, offset: int, count: int) -> int | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FileRegion:
+    """``length`` bytes of ``source`` from ``offset``, to be sent as they are."""
+
+    source: FileSource
+    offset: int
+    length: int
+
+
+ResponsePart = bytes | bytearray | memoryview | FileRegion
+# A response is the frame body (without the 4-byte size): a list of parts.
+# None means "no response" (Produce with acks=0).
+Response = list[ResponsePart] | None
+
+
+class CloseConnection(Exception):
+    """Raised by a handler to drop the connection (after logging why)."""
+
+
+class ConnectionContext:
+    """What a handler may know about the connection a request came on."""
+
+    __slots__ = ("client_id", "conn_id", "peer")
+
+    def __init__(self, conn_id: int, peer: str) -> None:
+        self.conn_id = conn_id
+        self.peer = peer
+        self.client_id: str | None = None
+
+
+Dispatch = Callable[[memoryview, ConnectionContext], "Response | Awaitable[Response]"]
+
+
+@dataclass
+class ServerLimits:
+    max_request_bytes: int = 104_857_600  # socket.request.max.bytes
+    max_pending_bytes: int = 64 * 1024 * 1024  # per connection, before reading pauses
+    idle_timeout_ms: int = 600_000  # connections.max.idle.ms
+    write_high_water: int = 4 * 1024 * 1024
+
+
+_conn_ids = itertools.count(1)
+
+
+class KafkaConnection(asyncio.Protocol):
+    # -- config and shared state
+    _server: Server
+    # -- per connection
+    transport: asyncio.Transport | None
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+        self.transport = None
+        self.ctx = ConnectionContext(next(_conn_ids), "?")
+        self._buf = bytearray()
+        self._pending: collections.deque[asyncio.Future[Response] | Response] = collections.deque()
+        self._pending_bytes = 0
+        self._writer_task: asyncio.Task[None] | None = None
+        self._read_paused = False
+        self._write_paused = False
+        self._write_resumed: asyncio.Event | None = None
+        self._closed = False
+        self._wfd: int | None = None
+        self.last_active = time.monotonic()
+
+    # -- asyncio.Protocol callbacks ----------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.ctx.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        transport.set_write_buffer_limits(high=self._server.limits.write_high_water)
+        self._server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._server.connections.discard(self)
+        for item in self._pending:
+            if isinstance(item, asyncio.Future) and not item.done():
+                item.cancel()
+        self._pending.clear()
+        if self._writer_task is not None:
+            self._writer_task.cancel()
+        if self._write_resumed is not None:
+            self._write_resumed.set()
+        if self._wfd is not None:
+            os.close(self._wfd)
+            self._wfd = None
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._write_resumed is not None:
+            self._write_resumed.set()
+        self._update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
+        buf = self._buf
+        buf += data
+        limit = self._server.limits.max_request_bytes
+        start = 0
+        end = len(buf)
+        view = memoryview(buf)
+        try:
+            while end - start >= 4:
+                (size,) = _SIZE.unpack_from(buf, start)
+                if size < 0 or size > limit:
+                    log.warning(
+                        "closing %s: request frame of %d bytes (limit %d)", self.ctx.peer, size, limit
+                    )
+                    self.close()
+                    return
+                if end - start - 4 < size:
+                    break
+                # The handler gets its own copy: buf is reused for later frames.
+                frame = memoryview(bytes(view[start + 4 : start + 4 + size]))
+                start += 4 + size
+                self._submit(frame, size)
+                if self._closed:
+                    return
+        finally:
+            view.release()
+        if start:
+            del buf[:start]
+        self._update_reading()
+
+    # -- requests and responses --------------------------------------------
+
+    def _submit(self, frame: memoryview, size: int) -> None:
+        try:
+            result = self._server.dispatch(frame, self.ctx)
+        except CloseConnection as exc:
+            log.warning("closing %s: %s", self.ctx.peer, exc)
+            self.close()
+            return
+        except Exception:
+            log.exception("closing %s: request handler failed", self.ctx.peer)
+            self.close()
+            return
+        if isinstance(result, Awaitable):
+            fut = asyncio.ensure_future(result)
+            self._pending_bytes += size
+            fut.add_done_callback(lambda _f, size=size: self._release(size))
+            self._pending.append(fut)
+            self._ensure_writer()
+        elif self._pending or self._writer_task is not None:
+            self._pending.append(result)
+            self._ensure_writer()
+        elif result is not None and not self._needs_sendfile(result):
+            self._write_now(result)
+        elif result is not None:
+            self._pending.append(result)
+            self._ensure_writer()
+
+    def _release(self, size: int) -> None:
+        self._pending_bytes -= size
+        self._update_reading()
+
+    @staticmethod
+    def _needs_sendfile(parts: list[ResponsePart]) -> bool:
+        return any(isinstance(p, FileRegion) and p.length >= SENDFILE_MIN_BYTES for p in parts)
+
+    def _write_now(self, parts: list[ResponsePart]) -> None:
+        """Writes a response with no zero-copy parts in one transport write."""
+        assert self.transport is not None
+        out = bytearray(4)
+        for part in parts:
+            if isinstance(part, FileRegion):
+                out += _read_region(part)
+            else:
+                out += part
+        _SIZE.pack_into(out, 0, len(out) - 4)
+        self.transport.write(out)
+
+    def _ensure_writer(self) -> None:
+        if self._writer_task is None and not self._closed:
+            self._writer_task = asyncio.ensure_future(self._write_responses())
+
+    async def _write_responses(self) -> None:
+        try:
+            while self._pending and not self._closed:
+                head = self._pending[0]
+                if isinstance(head, asyncio.Future):
+                    try:
+                        response = await head
+                    except CloseConnection as exc:
+                        log.warning("closing %s: %s", self.ctx.peer, exc)
+                        self.close()
+                        return
+                    except asyncio.CancelledError:
+                        if self._closed:
+                            return
+                        raise
+                    except Exception:
+                        log.exception("closing %s: request handler failed", self.ctx.peer)
+                        self.close()
+                        return
+                else:
+                    response = head
+                self._pending.popleft()
+                if response is None or self._closed:
+                    continue
+                if self._needs_sendfile(response):
+                    await self._write_zero_copy(response)
+                else:
+                    self._write_now(response)
+                if self._write_paused and not self._closed:
+                    await self._wait_write_resumed()
+        except OSError as exc:
+            log.info("closing %s: %s", self.ctx.peer, exc)
+            self.close()
+        finally:
+            self._writer_task = None
+        if self._pending and not self._closed:
+            self._ensure_writer()
+
+    async def _wait_write_resumed(self) -> None:
+        if self._write_resumed is None:
+            self._write_resumed = asyncio.Event()
+        self._write_resumed.clear()
+        while self._write_paused and not self._closed:
+            await self._write_resumed.wait()
+            self._write_resumed.clear()
+
+    async def _write_zero_copy(self, parts: list[ResponsePart]) -> None:
+        assert self.transport is not None
+        total = sum(p.length if isinstance(p, FileRegion) else len(p) for p in parts)
+        pending = bytearray(_SIZE.pack(total))
+        for part in parts:
+            if not isinstance(part, FileRegion):
+                pending += part
+                continue
+            if part.length < SENDFILE_MIN_BYTES:
+                pending += _read_region(part)
+                continue
+            if pending:
+                self.transport.write(pending)
+                pending = bytearray()
+            await self._send_region(part)
+            if self._closed:
+                return
+        if pending:
+            self.transport.write(pending)
+
+    async def _send_region(self, region: FileRegion) -> None:
+        """sendfile ``region`` to the socket once the transport has flushed."""
+        assert self.transport is not None
+        fd = self._writable_fd()
+        sent = 0
+        while sent < region.length:
+            if self._closed:
+                return
+            if self.transport.get_write_buffer_size():
+                await self._wait_writable(fd)
+                continue
+            n = region.source.sendfile(
+                self._sock_fd(), region.offset + sent, region.length - sent
+            )
+            if n is None:
+                await self._wait_writable(fd)
+            elif n == 0:
+                # The file ended early (truncated under us): the response
+                # length is already promised, so the connection cannot go on.
+                raise OSError("segment shorter than the fetch response promised")
+            else:
+                sent += n
+                self.last_active = time.monotonic()
+
+    def _sock_fd(self) -> int:
+        assert self.transport is not None
+        sock = self.transport.get_extra_info("socket")
+        return int(sock.fileno())
+
+    def _writable_fd(self) -> int:
+        # The socket's own fd belongs to the transport and cannot be watched
+        # twice; a duplicate of it can.
+        if self._wfd is None:
+            self._wfd = os.dup(self._sock_fd())
+        return self._wfd
+
+    async def _wait_writable(self, fd: int) -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        loop.add_writer(fd, _set_done, fut)
+        try:
+            await fut
+        finally:
+            loop.remove_writer(fd)
+        # Let the transport flush its own buffer on the same readiness.
+        await asyncio.sleep(0)
+
+    # -- flow control and closing ------------------------------------------
+
+    def _update_reading(self) -> None:
+        if self.transport is None or self._closed:
+            return
+        should_pause = (
+            self._pending_bytes > self._server.limits.max_pending_bytes or self._write_paused
+        )
+        if should_pause and not self._read_paused:
+            self.transport.pause_reading()
+            self._read_paused = True
+        elif not should_pause and self._read_paused:
+            self.transport.resume_reading()
+            self._read_paused = False
+
+    def close(self) -> None:
+        if self.transport is not None and not self._closed:
+            self._closed = True
+            self.transport.close()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._pending) or self._writer_task is not None
+
+    async def drain(self) -> None:
+        """Waits until every accepted request has been answered."""
+        while self.busy and not self._closed:
+            await asyncio.sleep(0.01)
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _read_region(region: FileRegion) -> bytes:
+    data = region.source.read_bytes()
+    if region.offset == 0 and region.length == len(data):
+        return data
+    return data[region.offset : region.offset + region.length]
+
+
+class Server:
+    """Listens on one address and owns its connections."""
+
+    def __init__(self, dispatch: Dispatch, limits: ServerLimits) -> None:
+        self.dispatch = dispatch
+        self.limits = limits
+        self.connections: set[KafkaConnection] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._idle_task: asyncio.Task[None] | None = None
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: KafkaConnection(self), host, port, reuse_address=True, backlog=1024
+        )
+        self._idle_task = asyncio.ensure_future(self._close_idle())
+        sockname = self._server.sockets[0].getsockname()
+        return str(sockname[0]), int(sockname[1])
+
+    async def _close_idle(self) -> None:
+        while True:
+            timeout = self.limits.idle_timeout_ms / 1000
+            await asyncio.sleep(min(max(timeout / 4, 0.05), 5.0))
+            cutoff = time.monotonic() - timeout
+            for conn in list(self.connections):
+                if conn.last_active < cutoff and not conn.busy:
+                    log.info("closing idle connection %s", conn.ctx.peer)
+                    conn.close()
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Stops accepting, lets in-flight requests finish, then closes everything."""
+        if self._server is not None:
+            self._server.close()
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+        conns = list(self.connections)
+        for conn in conns:
+            if conn.transport is not None:
+                conn.transport.pause_reading()
+        if conns:
+            await asyncio.wait(
+                [asyncio.ensure_future(c.drain()) for c in conns], timeout=grace_s
+            )
+        for conn in conns:
+            conn.close()
+        if self._server is not None:
+            await self._server.wait_closed()

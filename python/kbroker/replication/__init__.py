@@ -1,0 +1,1 @@
+"""Partitions, their leadership, high watermarks and (later) followers."""

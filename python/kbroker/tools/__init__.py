@@ -1,0 +1,1 @@
+"""Offline tools over kbroker data files."""

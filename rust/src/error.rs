@@ -1,0 +1,65 @@
+//! The one error type of the core. The binding layer maps it to Python
+//! exceptions in one place (`py.rs`).
+
+use std::fmt;
+use std::io;
+
+#[derive(Debug)]
+pub enum Error {
+    /// An operating-system error (kept whole so the errno survives).
+    Io(io::Error),
+    /// Bytes that are not a valid record batch: bad CRC, sizes, magic...
+    CorruptRecord(String),
+    /// A well-formed batch whose content breaks a rule (e.g. offsets,
+    /// attribute bits, keyless record on a compacted log).
+    InvalidRecord(String),
+    /// A batch larger than the configured limit.
+    RecordTooLarge { size: usize, max: usize },
+    /// A requested offset outside [log start, log end].
+    OffsetOutOfRange { offset: i64, start: i64, end: i64 },
+    /// A varint/varlong longer than its type allows or cut short.
+    Varint(&'static str),
+    /// A caller passed an argument the operation cannot accept.
+    InvalidArgument(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io(e) => write!(f, "{e}"),
+            Error::CorruptRecord(m) => write!(f, "corrupt record: {m}"),
+            Error::InvalidRecord(m) => write!(f, "invalid record: {m}"),
+            Error::RecordTooLarge { size, max } => {
+                write!(f, "record batch of {size} bytes exceeds the limit of {max}")
+            }
+            Error::OffsetOutOfRange { offset, start, end } => {
+                write!(f, "offset {offset} is out of range [{start}, {end}]")
+            }
+            Error::Varint(m) => write!(f, "bad varint: {m}"),
+            Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Error::Io(e)
+    }
+}
+
+/// Shorthand for `Err(Error::CorruptRecord(..))` with a formatted message.
+#[macro_export]
+macro_rules! corrupt {
+    ($($arg:tt)*) => { Err($crate::error::Error::CorruptRecord(format!($($arg)*))) };
+}

@@ -1,0 +1,19 @@
+//! kbroker's storage hot path.
+//!
+//! The core modules are plain Rust with no knowledge of Python; `py` is the
+//! thin pyo3 layer, compiled only with the `python` feature (maturin).
+
+pub mod compression;
+pub mod crc32c;
+pub mod error;
+pub mod index;
+pub mod log;
+pub mod records;
+pub mod segment;
+pub mod sendfile;
+pub mod varint;
+
+#[cfg(feature = "python")]
+mod py;
+
+pub use error::{Error, Result};

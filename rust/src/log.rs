@@ -1,0 +1,984 @@
+//! One partition's log: an ordered list of segments in a directory, plus
+//! the recovery-point and log-start-offset checkpoints and the
+//! clean-shutdown marker.
+//!
+//! Writers (append, roll, truncate, retention, flush, close) serialize on one
+//! mutex. Readers never take it: they load the log end and take a snapshot
+//! of the segment list (an `Arc<Vec<Arc<Segment>>>` swapped whole on every
+//! change, copy-on-write), so a delete never blocks a read and a slice keeps
+//! its segment's file open after the segment is gone.
+//!
+//! Directory layout:
+//! - `<base offset, 20 digits>.log | .index | .timeindex`: the segments;
+//! - `recovery-point`: offset below which data is known flushed (decimal);
+//! - `log-start-offset`: the first offset a reader may ask for (decimal);
+//! - `.clean-shutdown`: present only between `close()` and the next open.
+//!
+//! Checkpoints are written to `<name>.tmp`, fsync'ed, renamed, and the
+//! directory fsync'ed.
+
+use std::fs::{self, File};
+use std::io::{self, IoSlice, Read, Write};
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use crate::crc32c::crc32c_delta;
+use crate::error::{Error, Result};
+use crate::records::{
+    check_crc, BatchHeader, ATTRIBUTES, BASE_OFFSET, CRC, HEADER_SIZE, MAX_TIMESTAMP,
+    PARTITION_LEADER_EPOCH, TIMESTAMP_TYPE_MASK,
+};
+use crate::segment::{
+    parse_file_name, BatchInfo, LoadMode, Segment, SegmentConfig, INDEX_SUFFIX, LOG_SUFFIX,
+    MAX_SEGMENT_SIZE, TIME_INDEX_SUFFIX,
+};
+
+pub const RECOVERY_POINT_FILE: &str = "recovery-point";
+pub const LOG_START_OFFSET_FILE: &str = "log-start-offset";
+pub const CLEAN_SHUTDOWN_FILE: &str = ".clean-shutdown";
+const TMP_SUFFIX: &str = ".tmp";
+
+/// Batches per append above which the batches are copied into one buffer
+/// instead of being written as header/body iovecs (IOV_MAX is 1024).
+const MAX_IOV_BATCHES: usize = 512;
+
+/// Storage settings of one partition (Kafka's topic-level names).
+#[derive(Clone, Debug)]
+pub struct LogConfig {
+    /// segment.bytes
+    pub segment_bytes: u64,
+    /// segment.ms
+    pub segment_ms: i64,
+    /// segment.index.bytes: largest index file; the segment rolls when full.
+    pub segment_index_bytes: u64,
+    /// index.interval.bytes
+    pub index_interval_bytes: u64,
+    /// retention.ms; -1 = unlimited.
+    pub retention_ms: i64,
+    /// retention.bytes; -1 = unlimited.
+    pub retention_bytes: i64,
+    /// flush.messages; u64::MAX = never by count.
+    pub flush_messages: u64,
+    /// flush.ms; i64::MAX = never by time.
+    pub flush_ms: i64,
+    /// file.delete.delay.ms (files are deleted at once: open slices keep
+    /// their file readable, so no delay is needed).
+    pub file_delete_delay_ms: i64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            segment_index_bytes: 10 << 20,
+            index_interval_bytes: 4096,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            flush_messages: u64::MAX,
+            flush_ms: i64::MAX,
+            file_delete_delay_ms: 60_000,
+        }
+    }
+}
+
+impl LogConfig {
+    fn segment_config(&self) -> SegmentConfig {
+        SegmentConfig {
+            index_bytes: self.segment_index_bytes,
+            index_interval_bytes: self.index_interval_bytes,
+        }
+    }
+    fn max_segment_bytes(&self) -> u64 {
+        self.segment_bytes.clamp(1, MAX_SEGMENT_SIZE)
+    }
+}
+
+/// What an append did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub first_offset: i64,
+    pub last_offset: i64,
+    /// Largest batch max timestamp (the append time under LogAppendTime).
+    pub max_timestamp: i64,
+    /// Last offset of the batch holding `max_timestamp` (first offset under
+    /// LogAppendTime); batch-level, no record is decoded.
+    pub offset_of_max_timestamp: i64,
+    /// The assigned LogAppendTime, or -1.
+    pub log_append_time: i64,
+    pub batches: usize,
+    pub records: u64,
+    pub bytes: usize,
+}
+
+/// A run of whole batches inside one segment file.
+#[derive(Clone, Debug)]
+pub struct LogSlice {
+    pub segment: Arc<Segment>,
+    pub position: u64,
+    pub length: usize,
+    /// Base offset of the first batch (may be below the offset asked for).
+    pub first_offset: i64,
+}
+
+impl LogSlice {
+    /// The slice's bytes, copied (the broker sends them with sendfile).
+    pub fn read_bytes(&self) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; self.length];
+        let n = self.segment.read_at(&mut buf, self.position)?;
+        // Only a concurrent truncation can make the file shorter.
+        buf.truncate(n);
+        Ok(buf)
+    }
+    pub fn fd(&self) -> RawFd {
+        self.segment.fd()
+    }
+}
+
+enum Mode {
+    Leader {
+        epoch: i32,
+        append_time: Option<i64>,
+    },
+    Follower,
+}
+
+/// State only the writer touches.
+struct Writer {
+    config: LogConfig,
+    last_flush_ms: i64,
+    scratch: Vec<u8>,
+}
+
+pub struct Log {
+    dir: PathBuf,
+    segments: RwLock<Arc<Vec<Arc<Segment>>>>,
+    writer: Mutex<Writer>,
+    log_start: AtomicI64,
+    log_end: AtomicI64,
+    recovery_point: AtomicI64,
+    closed: AtomicBool,
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+fn write_checkpoint(dir: &Path, name: &str, value: i64) -> Result<()> {
+    let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(format!("{value}\n").as_bytes())?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, dir.join(name))?;
+    sync_dir(dir)
+}
+
+/// A checkpoint's value; None when missing or unreadable as one.
+fn read_checkpoint(dir: &Path, name: &str) -> Result<Option<i64>> {
+    let f = match File::open(dir.join(name)) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let mut text = String::new();
+    if f.take(64).read_to_string(&mut text).is_err() {
+        return Ok(None);
+    }
+    Ok(text.trim().parse::<i64>().ok().filter(|v| *v >= 0))
+}
+
+fn remove_if_present(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn remove_segment_files(dir: &Path, base: i64) -> Result<()> {
+    for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        remove_if_present(&dir.join(crate::segment::file_name(base, suffix)))?;
+    }
+    Ok(())
+}
+
+impl Log {
+    /// Opens (creating if needed) the log in `dir` and recovers it: a clean
+    /// shutdown trusts the data and checks the indexes; otherwise every
+    /// segment from the one holding the recovery point on is checked batch
+    /// by batch and cut at the first bad batch.
+    pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log> {
+        fs::create_dir_all(dir)?;
+        let clean = dir.join(CLEAN_SHUTDOWN_FILE).exists();
+
+        // Sweep: leftovers of interrupted writes go, stray indexes go.
+        let mut bases = Vec::new();
+        let mut index_files = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.ends_with(TMP_SUFFIX) || name.ends_with(".deleted") {
+                remove_if_present(&entry.path())?;
+                continue;
+            }
+            match parse_file_name(name) {
+                Some((base, LOG_SUFFIX)) => bases.push(base),
+                Some((base, INDEX_SUFFIX | TIME_INDEX_SUFFIX)) => {
+                    index_files.push((base, entry.path()))
+                }
+                _ => {}
+            }
+        }
+        bases.sort_unstable();
+        for (base, path) in index_files {
+            if bases.binary_search(&base).is_err() {
+                remove_if_present(&path)?;
+            }
+        }
+
+        let checkpoint_rp = read_checkpoint(dir, RECOVERY_POINT_FILE)?;
+        let checkpoint_start = read_checkpoint(dir, LOG_START_OFFSET_FILE)?;
+        // Segments from this index on are scanned batch by batch.
+        let first_to_recover = if clean {
+            bases.len()
+        } else {
+            let rp = checkpoint_rp.unwrap_or(0);
+            bases.partition_point(|b| *b <= rp).saturating_sub(1)
+        };
+
+        let seg_cfg = config.segment_config();
+        let mut segments: Vec<Arc<Segment>> = Vec::new();
+        let mut recovering = false;
+        let mut min_offset = i64::MIN;
+        for (i, &base) in bases.iter().enumerate() {
+            let mode = if recovering || i >= first_to_recover {
+                LoadMode::Recover
+            } else {
+                LoadMode::Trusted
+            };
+            let loaded = Segment::load(dir, base, seg_cfg, mode, min_offset, now_ms)?;
+            if mode == LoadMode::Trusted && loaded.recovered {
+                recovering = true;
+            }
+            let seg = loaded.segment;
+            let is_last = i + 1 == bases.len();
+            if loaded.truncated {
+                // Everything after a torn or corrupt batch is gone.
+                for &later in &bases[i + 1..] {
+                    remove_segment_files(dir, later)?;
+                }
+            }
+            // An empty segment holds nothing, unless it is the last one and
+            // its base offset (past everything before it) is the log end.
+            if seg.is_empty() && (!(is_last || loaded.truncated) || base < min_offset) {
+                drop(seg);
+                remove_segment_files(dir, base)?;
+                if loaded.truncated {
+                    break;
+                }
+                continue;
+            }
+            if !(is_last || loaded.truncated) && (loaded.rebuilt_indexes || seg.index_pending()) {
+                // A sealed segment: its indexes end as a roll leaves them.
+                seg.seal()?;
+                seg.close_index_files();
+            }
+            min_offset = seg.next_offset();
+            segments.push(Arc::new(seg));
+            if loaded.truncated {
+                break;
+            }
+        }
+
+        let mut log_start = checkpoint_start.unwrap_or(0);
+        if segments.is_empty() {
+            segments.push(Arc::new(Segment::create(dir, log_start, seg_cfg)?));
+        }
+        log_start = log_start.max(segments[0].base_offset());
+        let last = segments.last().expect("one segment at least");
+        let mut log_end = last.next_offset();
+        if log_start > log_end {
+            // Data the log start says exists was lost: start over there.
+            for s in segments.drain(..) {
+                s.delete_files()?;
+            }
+            segments.push(Arc::new(Segment::create(dir, log_start, seg_cfg)?));
+            log_end = log_start;
+        }
+
+        let log = Log {
+            dir: dir.to_path_buf(),
+            segments: RwLock::new(Arc::new(segments)),
+            writer: Mutex::new(Writer {
+                config,
+                last_flush_ms: now_ms,
+                scratch: Vec::new(),
+            }),
+            log_start: AtomicI64::new(log_start),
+            log_end: AtomicI64::new(log_end),
+            recovery_point: AtomicI64::new(checkpoint_rp.unwrap_or(-1)),
+            closed: AtomicBool::new(false),
+        };
+        if checkpoint_start != Some(log_start) {
+            write_checkpoint(dir, LOG_START_OFFSET_FILE, log_start)?;
+        }
+        // Whatever recovery kept is now synced and becomes the recovery point.
+        {
+            let mut w = log.lock_writer();
+            log.flush_locked(&mut w)?;
+        }
+        if clean {
+            fs::remove_file(dir.join(CLEAN_SHUTDOWN_FILE))?;
+            sync_dir(dir)?;
+        }
+        Ok(log)
+    }
+
+    // -- helpers --------------------------------------------------------------
+
+    fn lock_writer(&self) -> MutexGuard<'_, Writer> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn snapshot(&self) -> Arc<Vec<Arc<Segment>>> {
+        self.segments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn publish(&self, segments: Vec<Arc<Segment>>) {
+        *self.segments.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(segments);
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::InvalidArgument(format!(
+                "log {} is closed",
+                self.dir.display()
+            )));
+        }
+        Ok(())
+    }
+
+    fn active(&self) -> Arc<Segment> {
+        self.snapshot()
+            .last()
+            .cloned()
+            .expect("a log always has an active segment")
+    }
+
+    fn out_of_range(&self, offset: i64) -> Error {
+        Error::OffsetOutOfRange {
+            offset,
+            start: self.log_start_offset(),
+            end: self.log_end_offset(),
+        }
+    }
+
+    /// Seals the active segment and starts a new one at `base`. An empty
+    /// active segment is replaced rather than kept.
+    fn roll(&self, w: &mut Writer, base: i64) -> Result<Arc<Segment>> {
+        let segs = self.snapshot();
+        let active = segs.last().expect("active segment");
+        let mut list: Vec<Arc<Segment>> = segs.iter().cloned().collect();
+        if active.is_empty() {
+            if active.base_offset() == base {
+                return Ok(active.clone());
+            }
+            list.pop();
+            active.delete_files()?;
+        } else {
+            active.seal()?;
+            active.close_index_files();
+        }
+        let seg = Arc::new(Segment::create(&self.dir, base, w.config.segment_config())?);
+        list.push(seg.clone());
+        self.publish(list);
+        Ok(seg)
+    }
+
+    fn time_to_roll(active: &Segment, cfg: &LogConfig, now_ms: i64) -> bool {
+        !active.is_empty()
+            && active
+                .roll_base_ms()
+                .is_some_and(|b| now_ms.saturating_sub(b) > cfg.segment_ms)
+    }
+
+    /// fdatasyncs every dirty segment, then moves the recovery point to the
+    /// log end and checkpoints it.
+    fn flush_locked(&self, _w: &mut Writer) -> Result<()> {
+        let end = self.log_end_offset();
+        for seg in self.snapshot().iter() {
+            seg.flush()?;
+        }
+        if self.recovery_point.load(Ordering::Acquire) != end {
+            write_checkpoint(&self.dir, RECOVERY_POINT_FILE, end)?;
+            self.recovery_point.store(end, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Drops the first `count` segments from the list, deletes their files,
+    /// and raises the log start to the new first segment.
+    fn delete_oldest(&self, count: usize) -> Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        let segs = self.snapshot();
+        let new_first = segs[count].base_offset();
+        if new_first > self.log_start_offset() {
+            write_checkpoint(&self.dir, LOG_START_OFFSET_FILE, new_first)?;
+            self.log_start.store(new_first, Ordering::Release);
+        }
+        self.publish(segs[count..].to_vec());
+        for seg in &segs[..count] {
+            seg.delete_files()?;
+        }
+        Ok(())
+    }
+
+    // -- appends --------------------------------------------------------------
+
+    /// Appends batches as the leader: offsets are assigned from the log end
+    /// (baseOffset and partitionLeaderEpoch rewritten, CRC untouched), and
+    /// with `log_append_time_ms` every batch becomes LogAppendTime.
+    pub fn append(
+        &self,
+        batches: &[u8],
+        partition_leader_epoch: i32,
+        log_append_time_ms: Option<i64>,
+        now_ms: i64,
+    ) -> Result<AppendInfo> {
+        let mode = Mode::Leader {
+            epoch: partition_leader_epoch,
+            append_time: log_append_time_ms,
+        };
+        self.append_inner(batches, mode, now_ms)
+    }
+
+    /// Appends batches as a follower: their offsets are kept and must rise
+    /// from the log end.
+    pub fn append_as_follower(&self, batches: &[u8], now_ms: i64) -> Result<AppendInfo> {
+        self.append_inner(batches, Mode::Follower, now_ms)
+    }
+
+    fn append_inner(&self, batches: &[u8], mode: Mode, now_ms: i64) -> Result<AppendInfo> {
+        let mut w = self.lock_writer();
+        self.check_open()?;
+        let max_segment = w.config.max_segment_bytes();
+
+        // Check every batch before touching anything.
+        let mut headers: Vec<(usize, BatchHeader)> = Vec::new();
+        let mut pos = 0;
+        while pos < batches.len() {
+            let rest = &batches[pos..];
+            let h = BatchHeader::parse(rest)?;
+            let size = h.total_size();
+            if size > rest.len() {
+                return crate::corrupt!(
+                    "batch at byte {pos} claims {size} bytes, {} present",
+                    rest.len()
+                );
+            }
+            check_crc(&rest[..size])?;
+            if h.last_offset_delta < 0 {
+                return Err(Error::InvalidRecord(format!(
+                    "negative lastOffsetDelta {}",
+                    h.last_offset_delta
+                )));
+            }
+            if size as u64 > max_segment {
+                return Err(Error::RecordTooLarge {
+                    size,
+                    max: max_segment as usize,
+                });
+            }
+            headers.push((pos, h));
+            pos += size;
+        }
+        if headers.is_empty() {
+            return Err(Error::InvalidRecord("no record batch to append".into()));
+        }
+        if batches.len() as u64 > MAX_SEGMENT_SIZE {
+            return Err(Error::RecordTooLarge {
+                size: batches.len(),
+                max: MAX_SEGMENT_SIZE as usize,
+            });
+        }
+
+        // Offsets.
+        let log_end = self.log_end_offset();
+        let append_time = match mode {
+            Mode::Leader { append_time, .. } => append_time,
+            Mode::Follower => None,
+        };
+        let mut next = log_end;
+        let mut infos = Vec::with_capacity(headers.len());
+        let mut records: u64 = 0;
+        for (_, h) in &headers {
+            let base = match mode {
+                Mode::Leader { .. } => next,
+                Mode::Follower => {
+                    if h.base_offset < next {
+                        return Err(Error::InvalidRecord(format!(
+                            "batch base offset {} is below the next offset {next}",
+                            h.base_offset
+                        )));
+                    }
+                    h.base_offset
+                }
+            };
+            let Some(last) = base.checked_add(h.last_offset_delta as i64) else {
+                return Err(Error::InvalidRecord("offset overflow".into()));
+            };
+            infos.push(BatchInfo {
+                base_offset: base,
+                last_offset: last,
+                max_timestamp: append_time.unwrap_or(h.max_timestamp),
+                size: h.total_size(),
+            });
+            records += h.records_count.max(0) as u64;
+            next = last + 1;
+        }
+        let first_offset = infos[0].base_offset;
+        let last_offset = next - 1;
+
+        // Roll first if this append does not fit the active segment.
+        let mut active = self.active();
+        let rel_overflow = |seg: &Segment| last_offset - seg.base_offset() > u32::MAX as i64;
+        let must_roll = if active.is_empty() {
+            rel_overflow(&active) || first_offset < active.base_offset()
+        } else {
+            active.size() + batches.len() as u64 > max_segment
+                || Self::time_to_roll(&active, &w.config, now_ms)
+                || active.indexes_full()
+                || rel_overflow(&active)
+        };
+        if must_roll {
+            active = self.roll(&mut w, first_offset)?;
+        }
+
+        // Write: followers' bytes go as they are; a leader's go with
+        // rewritten headers, as header/body iovecs in one pwritev.
+        match mode {
+            Mode::Follower => active.append_bytes(batches, &infos, now_ms)?,
+            Mode::Leader { epoch, append_time } => {
+                let mut new_headers = Vec::with_capacity(headers.len());
+                for ((start, h), info) in headers.iter().zip(&infos) {
+                    let body = &batches[start + HEADER_SIZE..start + h.total_size()];
+                    let mut hdr = [0u8; HEADER_SIZE];
+                    hdr.copy_from_slice(&batches[*start..start + HEADER_SIZE]);
+                    hdr[BASE_OFFSET..BASE_OFFSET + 8]
+                        .copy_from_slice(&info.base_offset.to_be_bytes());
+                    hdr[PARTITION_LEADER_EPOCH..PARTITION_LEADER_EPOCH + 4]
+                        .copy_from_slice(&epoch.to_be_bytes());
+                    if let Some(t) = append_time {
+                        // LogAppendTime: type bit + maxTimestamp, as the
+                        // records module's set_max_timestamp_log_append does,
+                        // but on the header copy (the body is never copied).
+                        // The CRC is patched from the XOR of the changed
+                        // header bytes (CRC-32C is linear), not recomputed.
+                        let attrs = h.attributes | TIMESTAMP_TYPE_MASK;
+                        hdr[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attrs.to_be_bytes());
+                        hdr[MAX_TIMESTAMP..MAX_TIMESTAMP + 8].copy_from_slice(&t.to_be_bytes());
+                        let old = &batches[start + ATTRIBUTES..start + HEADER_SIZE];
+                        let mut delta = [0u8; HEADER_SIZE - ATTRIBUTES];
+                        for (d, (a, b)) in delta.iter_mut().zip(old.iter().zip(&hdr[ATTRIBUTES..]))
+                        {
+                            *d = a ^ b;
+                        }
+                        let crc = h.crc ^ crc32c_delta(&delta, body.len());
+                        hdr[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+                    }
+                    new_headers.push(hdr);
+                }
+                if headers.len() <= MAX_IOV_BATCHES {
+                    let mut iov = Vec::with_capacity(headers.len() * 2);
+                    for ((start, h), hdr) in headers.iter().zip(&new_headers) {
+                        iov.push(IoSlice::new(hdr));
+                        iov.push(IoSlice::new(
+                            &batches[start + HEADER_SIZE..start + h.total_size()],
+                        ));
+                    }
+                    active.append(&mut iov, &infos, now_ms)?;
+                } else {
+                    let mut buf = std::mem::take(&mut w.scratch);
+                    buf.clear();
+                    for ((start, h), hdr) in headers.iter().zip(&new_headers) {
+                        buf.extend_from_slice(hdr);
+                        buf.extend_from_slice(
+                            &batches[start + HEADER_SIZE..start + h.total_size()],
+                        );
+                    }
+                    let r = active.append_bytes(&buf, &infos, now_ms);
+                    w.scratch = buf;
+                    r?;
+                }
+            }
+        }
+        self.log_end.store(next, Ordering::Release);
+
+        let (mut max_ts, mut offset_of_max) = (i64::MIN, last_offset);
+        for info in &infos {
+            if info.max_timestamp > max_ts {
+                max_ts = info.max_timestamp;
+                offset_of_max = info.last_offset;
+            }
+        }
+        if append_time.is_some() {
+            offset_of_max = first_offset;
+        }
+        let info = AppendInfo {
+            first_offset,
+            last_offset,
+            max_timestamp: max_ts,
+            offset_of_max_timestamp: offset_of_max,
+            log_append_time: append_time.unwrap_or(-1),
+            batches: infos.len(),
+            records,
+            bytes: batches.len(),
+        };
+
+        let unflushed = next - self.recovery_point.load(Ordering::Acquire).max(0);
+        if w.config.flush_messages != u64::MAX && unflushed as u64 >= w.config.flush_messages {
+            self.flush_locked(&mut w)?;
+            w.last_flush_ms = now_ms;
+        }
+        Ok(info)
+    }
+
+    // -- reads ----------------------------------------------------------------
+
+    /// Whole batches from the one holding `offset`, up to `max_bytes`
+    /// (the first batch whole regardless with `min_one_batch`), none whose
+    /// base offset is >= `max_offset`. None when there is nothing to return.
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: Option<i64>,
+        min_one_batch: bool,
+    ) -> Result<Option<LogSlice>> {
+        let start = self.log_start_offset();
+        let end = self.log_end_offset();
+        if offset < start || offset > end {
+            return Err(Error::OffsetOutOfRange { offset, start, end });
+        }
+        if offset == end || max_offset.is_some_and(|m| offset >= m) {
+            return Ok(None);
+        }
+        let segs = self.snapshot();
+        let Some(first) = segs.first() else {
+            return Ok(None);
+        };
+        if offset < first.base_offset() {
+            // Retention raced this read.
+            return Err(self.out_of_range(offset));
+        }
+        let i = segs
+            .partition_point(|s| s.base_offset() <= offset)
+            .saturating_sub(1);
+        for seg in &segs[i..] {
+            let limit = seg.size();
+            let Some((pos, h)) = seg.find_batch(offset, limit)? else {
+                continue;
+            };
+            if max_offset.is_some_and(|m| h.base_offset >= m) {
+                return Ok(None);
+            }
+            let mut end_at = limit.min(pos.saturating_add(max_bytes as u64));
+            if let Some(m) = max_offset {
+                if m < seg.next_offset() {
+                    end_at = end_at.min(seg.position_of_first_batch_from(m, pos, limit)?);
+                }
+            }
+            let mut stop = seg.last_boundary_within(pos, end_at, limit)?;
+            if stop == pos {
+                if !min_one_batch {
+                    return Ok(None);
+                }
+                stop = pos + h.total_size() as u64;
+            }
+            return Ok(Some(LogSlice {
+                segment: seg.clone(),
+                position: pos,
+                length: (stop - pos) as usize,
+                first_offset: h.base_offset,
+            }));
+        }
+        Ok(None)
+    }
+
+    /// The first record with timestamp >= `ts` at or after the log start,
+    /// as (offset, timestamp).
+    pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>> {
+        let start = self.log_start_offset();
+        let segs = self.snapshot();
+        let i = segs
+            .partition_point(|s| s.base_offset() <= start)
+            .saturating_sub(1);
+        for seg in segs.iter().skip(i) {
+            if let Some(found) = seg.find_timestamp(ts, start)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// (max timestamp, offset of the first record carrying it) over the
+    /// whole log, for ListOffsets MAX_TIMESTAMP; (-1, -1) when empty.
+    pub fn max_timestamp_and_offset(&self) -> (i64, i64) {
+        let segs = self.snapshot();
+        let Some(seg) = segs.iter().filter(|s| !s.is_empty()).reduce(|a, b| {
+            if b.max_timestamp() > a.max_timestamp() {
+                b
+            } else {
+                a
+            }
+        }) else {
+            return (-1, -1);
+        };
+        let max_ts = seg.max_timestamp();
+        if max_ts < 0 {
+            return (-1, -1);
+        }
+        match seg.find_timestamp(max_ts, self.log_start_offset()) {
+            Ok(Some((offset, ts))) => (ts, offset),
+            _ => (max_ts, seg.next_offset() - 1),
+        }
+    }
+
+    // -- removing data --------------------------------------------------------
+
+    /// Drops every offset >= `offset` (a batch holding `offset` goes whole),
+    /// indexes included. Below the log start, the log restarts empty there.
+    pub fn truncate_to(&self, offset: i64) -> Result<()> {
+        let mut w = self.lock_writer();
+        self.check_open()?;
+        if offset < 0 {
+            return Err(Error::InvalidArgument(format!(
+                "cannot truncate to {offset}"
+            )));
+        }
+        if offset >= self.log_end_offset() {
+            return Ok(());
+        }
+        let segs = self.snapshot();
+        let keep = segs.partition_point(|s| s.base_offset() < offset);
+        if keep == 0 || offset < self.log_start_offset() {
+            // Nothing survives: start empty at `offset`.
+            for s in segs.iter() {
+                s.delete_files()?;
+            }
+            let seg = Arc::new(Segment::create(
+                &self.dir,
+                offset,
+                w.config.segment_config(),
+            )?);
+            self.publish(vec![seg]);
+            write_checkpoint(&self.dir, LOG_START_OFFSET_FILE, offset)?;
+            self.log_start.store(offset, Ordering::Release);
+            self.log_end.store(offset, Ordering::Release);
+        } else {
+            let survivor = segs[keep - 1].clone();
+            // Shrink the list first so readers stop finding the dropped data.
+            self.log_end.store(offset, Ordering::Release);
+            self.publish(segs[..keep].to_vec());
+            for s in &segs[keep..] {
+                s.delete_files()?;
+            }
+            let cut = survivor.truncate_to(offset)?;
+            let new_end = match cut {
+                Some(base) if base < offset => base.max(self.log_start_offset()),
+                _ => offset,
+            };
+            self.log_end.store(new_end, Ordering::Release);
+        }
+        // Make the cut durable and move the recovery point back to the end.
+        self.flush_locked(&mut w)
+    }
+
+    /// DeleteRecords: raises the log start to `offset` (<= log end; the
+    /// caller checks the high watermark) and deletes the segments wholly
+    /// below it. Returns the new log start.
+    pub fn delete_records_before(&self, offset: i64) -> Result<i64> {
+        let _w = self.lock_writer();
+        self.check_open()?;
+        if offset > self.log_end_offset() || offset < 0 {
+            return Err(self.out_of_range(offset));
+        }
+        if offset <= self.log_start_offset() {
+            return Ok(self.log_start_offset());
+        }
+        write_checkpoint(&self.dir, LOG_START_OFFSET_FILE, offset)?;
+        self.log_start.store(offset, Ordering::Release);
+        let segs = self.snapshot();
+        let whole = segs
+            .iter()
+            .skip(1)
+            .take_while(|s| s.base_offset() <= offset)
+            .count();
+        self.delete_oldest(whole)?;
+        Ok(self.log_start_offset())
+    }
+
+    /// retention.ms (by each segment's max timestamp, oldest first; an
+    /// expired non-empty active segment is rolled first), retention.bytes
+    /// (by total size, never the active segment), and segments wholly below
+    /// the log start. Returns how many segments were deleted.
+    pub fn apply_retention(&self, now_ms: i64) -> Result<usize> {
+        let mut w = self.lock_writer();
+        self.check_open()?;
+        let segs = self.snapshot();
+        let n = segs.len();
+        let start = self.log_start_offset();
+        let mut count = segs
+            .iter()
+            .skip(1)
+            .take_while(|s| s.base_offset() <= start)
+            .count();
+        if w.config.retention_ms >= 0 {
+            while count < n {
+                let s = &segs[count];
+                let expired = !s.is_empty()
+                    && now_ms.saturating_sub(s.max_timestamp()) > w.config.retention_ms;
+                if !expired {
+                    break;
+                }
+                count += 1;
+            }
+        }
+        if w.config.retention_bytes >= 0 {
+            let mut excess = segs[count.min(n)..]
+                .iter()
+                .map(|s| s.size() as i64)
+                .sum::<i64>()
+                - w.config.retention_bytes;
+            while count + 1 < n && excess - segs[count].size() as i64 >= 0 {
+                excess -= segs[count].size() as i64;
+                count += 1;
+            }
+        }
+        if count == n {
+            // The active segment expired too: roll so it can go.
+            self.roll(&mut w, self.log_end_offset())?;
+        }
+        self.delete_oldest(count)?;
+        Ok(count)
+    }
+
+    // -- rolling and flushing -------------------------------------------------
+
+    /// Rolls the active segment when segment.ms has passed (idle logs).
+    pub fn maybe_roll(&self, now_ms: i64) -> Result<()> {
+        let mut w = self.lock_writer();
+        self.check_open()?;
+        let active = self.active();
+        if Self::time_to_roll(&active, &w.config, now_ms) {
+            self.roll(&mut w, self.log_end_offset())?;
+        }
+        Ok(())
+    }
+
+    /// Flushes when flush.ms has passed since the last flush and there is
+    /// something to flush. Returns whether it flushed.
+    pub fn maybe_flush(&self, now_ms: i64) -> Result<bool> {
+        let mut w = self.lock_writer();
+        self.check_open()?;
+        if w.config.flush_ms == i64::MAX
+            || now_ms.saturating_sub(w.last_flush_ms) < w.config.flush_ms
+        {
+            return Ok(false);
+        }
+        w.last_flush_ms = now_ms;
+        if self.recovery_point() == self.log_end_offset() {
+            return Ok(false);
+        }
+        self.flush_locked(&mut w)?;
+        Ok(true)
+    }
+
+    /// fdatasync of everything written; advances the recovery point.
+    pub fn flush(&self) -> Result<()> {
+        let mut w = self.lock_writer();
+        self.check_open()?;
+        self.flush_locked(&mut w)
+    }
+
+    /// Flushes, seals the active segment's indexes and leaves the
+    /// clean-shutdown marker. Later writes fail; reads still work.
+    pub fn close(&self) -> Result<()> {
+        let mut w = self.lock_writer();
+        if self.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.active().seal()?;
+        self.flush_locked(&mut w)?;
+        for seg in self.snapshot().iter() {
+            seg.close_index_files();
+        }
+        File::create(self.dir.join(CLEAN_SHUTDOWN_FILE))?.sync_all()?;
+        sync_dir(&self.dir)?;
+        self.closed.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Removes the whole partition directory.
+    pub fn delete(&self) -> Result<()> {
+        let _w = self.lock_writer();
+        self.closed.store(true, Ordering::Release);
+        for seg in self.snapshot().iter() {
+            seg.close_index_files();
+        }
+        match fs::remove_dir_all(&self.dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub fn set_config(&self, config: LogConfig) {
+        let mut w = self.lock_writer();
+        self.active()
+            .set_index_interval(config.index_interval_bytes);
+        w.config = config;
+    }
+
+    pub fn config(&self) -> LogConfig {
+        self.lock_writer().config.clone()
+    }
+
+    // -- facts ------------------------------------------------------------------
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start.load(Ordering::Acquire)
+    }
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end.load(Ordering::Acquire)
+    }
+    pub fn recovery_point(&self) -> i64 {
+        self.recovery_point.load(Ordering::Acquire)
+    }
+    pub fn size_bytes(&self) -> u64 {
+        self.snapshot().iter().map(|s| s.size()).sum()
+    }
+    pub fn segment_count(&self) -> usize {
+        self.snapshot().len()
+    }
+    pub fn segment_base_offsets(&self) -> Vec<i64> {
+        self.snapshot().iter().map(|s| s.base_offset()).collect()
+    }
+    pub fn segments(&self) -> Vec<Arc<Segment>> {
+        self.snapshot().to_vec()
+    }
+    pub fn dir(&self) -> PathBuf {
+        self.dir.clone()
+    }
+}

@@ -1,0 +1,472 @@
+//! The pyo3 layer: thin wrappers over the core, compiled with the `python`
+//! feature. Every call that does I/O or touches more than a few KiB releases
+//! the GIL. Errors are mapped to Python exceptions in one place
+//! (`impl From<Error> for PyErr`).
+
+use std::os::fd::RawFd;
+use std::path::Path;
+use std::sync::Arc;
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use crate::compression::Codec;
+use crate::error::Error;
+use crate::log::{AppendInfo as CoreAppendInfo, Log as CoreLog, LogConfig as CoreLogConfig, LogSlice as CoreLogSlice};
+use crate::records::{self, BatchBuilder, ValidateOptions};
+use crate::sendfile::{self, SendOutcome};
+
+create_exception!(_kbroker, KBrokerError, PyException, "Base class of kbroker storage errors.");
+create_exception!(_kbroker, CorruptRecordError, KBrokerError, "Bytes that are not a valid record batch.");
+create_exception!(_kbroker, InvalidRecordError, KBrokerError, "A well-formed batch that breaks a rule.");
+create_exception!(_kbroker, RecordTooLargeError, KBrokerError, "A batch larger than the configured limit.");
+create_exception!(_kbroker, OffsetOutOfRangeError, KBrokerError, "An offset outside the log.");
+
+/// Above this many bytes a pure computation releases the GIL.
+const GIL_RELEASE_BYTES: usize = 4096;
+
+impl From<Error> for PyErr {
+    fn from(err: Error) -> PyErr {
+        let msg = err.to_string();
+        match err {
+            // OSError(errno, text) becomes the matching subclass
+            // (FileNotFoundError, PermissionError, ...).
+            Error::Io(e) => match e.raw_os_error() {
+                Some(errno) => PyOSError::new_err((errno, msg)),
+                None => PyOSError::new_err(msg),
+            },
+            Error::CorruptRecord(_) | Error::Varint(_) => CorruptRecordError::new_err(msg),
+            Error::InvalidRecord(_) => InvalidRecordError::new_err(msg),
+            Error::RecordTooLarge { .. } => RecordTooLargeError::new_err(msg),
+            Error::OffsetOutOfRange { .. } => OffsetOutOfRangeError::new_err(msg),
+            Error::InvalidArgument(_) => PyValueError::new_err(msg),
+        }
+    }
+}
+
+// -- pure functions ------------------------------------------------------
+
+/// CRC-32C of `data`, continuing from `crc`.
+#[pyfunction]
+#[pyo3(signature = (data, crc = 0))]
+fn crc32c(py: Python<'_>, data: &[u8], crc: u32) -> u32 {
+    if data.len() > GIL_RELEASE_BYTES {
+        py.detach(|| crate::crc32c::crc32c_append(crc, data))
+    } else {
+        crate::crc32c::crc32c_append(crc, data)
+    }
+}
+
+/// Header facts of one validated batch.
+#[pyclass(frozen, get_all, module = "kbroker._kbroker")]
+struct BatchInfo {
+    position: usize,
+    size: usize,
+    base_offset: i64,
+    last_offset_delta: i32,
+    records: i32,
+    first_timestamp: i64,
+    max_timestamp: i64,
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+    codec: u8,
+    is_transactional: bool,
+    is_control: bool,
+}
+
+/// Validates every batch in `data` (concatenated v2 batches, as in a Produce
+/// request). Raises on the first bad one; returns one BatchInfo per batch.
+#[pyfunction]
+#[pyo3(signature = (data, max_batch_bytes, inspect_compressed = false, max_decompressed_bytes = 64 << 20, require_keys = false))]
+fn validate_batches(
+    py: Python<'_>,
+    data: &[u8],
+    max_batch_bytes: usize,
+    inspect_compressed: bool,
+    max_decompressed_bytes: usize,
+    require_keys: bool,
+) -> PyResult<Vec<BatchInfo>> {
+    let opts = ValidateOptions { max_batch_bytes, inspect_compressed, max_decompressed_bytes, require_keys };
+    let work = || -> Result<Vec<BatchInfo>, Error> {
+        let mut out = Vec::new();
+        for (position, size) in records::split_batches(data)? {
+            let info = records::validate_batch(&data[position..position + size], &opts)?;
+            out.push(BatchInfo {
+                position,
+                size,
+                base_offset: info.base_offset,
+                last_offset_delta: info.last_offset_delta,
+                records: info.records_count,
+                first_timestamp: info.first_timestamp,
+                max_timestamp: info.max_timestamp,
+                producer_id: info.producer_id,
+                producer_epoch: info.producer_epoch,
+                base_sequence: info.base_sequence,
+                codec: info.codec as u8,
+                is_transactional: info.is_transactional,
+                is_control: info.is_control,
+            });
+        }
+        Ok(out)
+    };
+    Ok(if data.len() > GIL_RELEASE_BYTES { py.detach(work)? } else { work()? })
+}
+
+type PyRecord<'py> = (
+    i64,
+    i64,
+    Option<Bound<'py, PyBytes>>,
+    Option<Bound<'py, PyBytes>>,
+    Vec<(String, Option<Bound<'py, PyBytes>>)>,
+);
+
+/// Decodes the records of one batch (decompressing within a bound) as
+/// `(offset, timestamp, key, value, headers)` tuples. For tools and tests;
+/// the broker never decodes records on its hot path.
+#[pyfunction]
+#[pyo3(signature = (batch, max_decompressed_bytes = 64 << 20))]
+fn decode_records<'py>(
+    py: Python<'py>,
+    batch: &[u8],
+    max_decompressed_bytes: usize,
+) -> PyResult<Vec<PyRecord<'py>>> {
+    let decoded = py.detach(|| records::decode_batch_records(batch, max_decompressed_bytes))?;
+    Ok(decoded
+        .into_iter()
+        .map(|r| {
+            let headers = r
+                .headers
+                .into_iter()
+                .map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), v.map(|v| PyBytes::new(py, &v))))
+                .collect();
+            (r.offset, r.timestamp, r.key.map(|k| PyBytes::new(py, &k)), r.value.map(|v| PyBytes::new(py, &v)), headers)
+        })
+        .collect())
+}
+
+/// Builds one v2 batch. `records` is a list of `(key, value, headers)` or
+/// `(key, value, headers, timestamp)`; codec 0-4.
+#[pyfunction]
+#[pyo3(signature = (records, codec = 0, base_offset = 0, timestamp = 0, producer_id = -1, producer_epoch = -1, base_sequence = -1, transactional = false, log_append_time = false))]
+#[allow(clippy::too_many_arguments)]
+fn build_batch<'py>(
+    py: Python<'py>,
+    records: &Bound<'py, PyList>,
+    codec: u8,
+    base_offset: i64,
+    timestamp: i64,
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+    transactional: bool,
+    log_append_time: bool,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let codec = Codec::from_attributes(codec as i16)?;
+    let mut builder = BatchBuilder::new(codec, base_offset, timestamp)
+        .producer(producer_id, producer_epoch, base_sequence)
+        .transactional(transactional)
+        .log_append_time(log_append_time);
+    for item in records.iter() {
+        let tuple = item.cast::<PyTuple>()?;
+        let key: Option<Vec<u8>> = tuple.get_item(0)?.extract()?;
+        let value: Option<Vec<u8>> = tuple.get_item(1)?.extract()?;
+        let headers: Vec<(String, Option<Vec<u8>>)> = tuple.get_item(2)?.extract()?;
+        let ts: i64 = if tuple.len() > 3 { tuple.get_item(3)?.extract()? } else { timestamp };
+        builder.push(ts, key.as_deref(), value.as_deref(), &headers);
+    }
+    let bytes = py.detach(|| builder.build())?;
+    Ok(PyBytes::new(py, &bytes))
+}
+
+/// sendfile(2) from `in_fd` at `offset` to `out_fd`. Returns the bytes sent,
+/// or None when the socket would block before anything was sent.
+#[pyfunction(name = "sendfile")]
+fn py_sendfile(py: Python<'_>, out_fd: RawFd, in_fd: RawFd, offset: u64, count: usize) -> PyResult<Option<usize>> {
+    match py.detach(|| sendfile::sendfile(out_fd, in_fd, offset, count))? {
+        SendOutcome::Sent(n) => Ok(Some(n)),
+        SendOutcome::WouldBlock => Ok(None),
+    }
+}
+
+// -- the log -------------------------------------------------------------
+
+/// Storage settings of one partition log (Kafka's topic-level names, in snake case).
+#[pyclass(name = "LogConfig", module = "kbroker._kbroker", get_all, set_all)]
+#[derive(Clone)]
+struct PyLogConfig {
+    segment_bytes: u64,
+    segment_ms: i64,
+    segment_index_bytes: u64,
+    index_interval_bytes: u64,
+    retention_ms: i64,
+    retention_bytes: i64,
+    flush_messages: u64,
+    flush_ms: i64,
+    file_delete_delay_ms: i64,
+}
+
+#[pymethods]
+impl PyLogConfig {
+    #[new]
+    #[pyo3(signature = (**kwargs))]
+    fn new(kwargs: Option<&Bound<'_, pyo3::types::PyDict>>) -> PyResult<Self> {
+        let mut cfg = PyLogConfig::from(CoreLogConfig::default());
+        if let Some(kwargs) = kwargs {
+            for (k, v) in kwargs.iter() {
+                let name: String = k.extract()?;
+                match name.as_str() {
+                    "segment_bytes" => cfg.segment_bytes = v.extract()?,
+                    "segment_ms" => cfg.segment_ms = v.extract()?,
+                    "segment_index_bytes" => cfg.segment_index_bytes = v.extract()?,
+                    "index_interval_bytes" => cfg.index_interval_bytes = v.extract()?,
+                    "retention_ms" => cfg.retention_ms = v.extract()?,
+                    "retention_bytes" => cfg.retention_bytes = v.extract()?,
+                    "flush_messages" => cfg.flush_messages = v.extract()?,
+                    "flush_ms" => cfg.flush_ms = v.extract()?,
+                    "file_delete_delay_ms" => cfg.file_delete_delay_ms = v.extract()?,
+                    other => return Err(PyValueError::new_err(format!("unknown log setting {other:?}"))),
+                }
+            }
+        }
+        Ok(cfg)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "LogConfig(segment_bytes={}, segment_ms={}, segment_index_bytes={}, index_interval_bytes={}, retention_ms={}, retention_bytes={}, flush_messages={}, flush_ms={}, file_delete_delay_ms={})",
+            self.segment_bytes, self.segment_ms, self.segment_index_bytes, self.index_interval_bytes,
+            self.retention_ms, self.retention_bytes, self.flush_messages, self.flush_ms, self.file_delete_delay_ms
+        )
+    }
+}
+
+impl From<CoreLogConfig> for PyLogConfig {
+    fn from(c: CoreLogConfig) -> Self {
+        PyLogConfig {
+            segment_bytes: c.segment_bytes,
+            segment_ms: c.segment_ms,
+            segment_index_bytes: c.segment_index_bytes,
+            index_interval_bytes: c.index_interval_bytes,
+            retention_ms: c.retention_ms,
+            retention_bytes: c.retention_bytes,
+            flush_messages: c.flush_messages,
+            flush_ms: c.flush_ms,
+            file_delete_delay_ms: c.file_delete_delay_ms,
+        }
+    }
+}
+
+impl From<&PyLogConfig> for CoreLogConfig {
+    fn from(c: &PyLogConfig) -> Self {
+        CoreLogConfig {
+            segment_bytes: c.segment_bytes,
+            segment_ms: c.segment_ms,
+            segment_index_bytes: c.segment_index_bytes,
+            index_interval_bytes: c.index_interval_bytes,
+            retention_ms: c.retention_ms,
+            retention_bytes: c.retention_bytes,
+            flush_messages: c.flush_messages,
+            flush_ms: c.flush_ms,
+            file_delete_delay_ms: c.file_delete_delay_ms,
+        }
+    }
+}
+
+/// What an append did.
+#[pyclass(frozen, get_all, module = "kbroker._kbroker")]
+struct AppendInfo {
+    first_offset: i64,
+    last_offset: i64,
+    max_timestamp: i64,
+    offset_of_max_timestamp: i64,
+    log_append_time: i64,
+    batches: usize,
+    records: u64,
+    bytes: usize,
+}
+
+impl From<CoreAppendInfo> for AppendInfo {
+    fn from(a: CoreAppendInfo) -> Self {
+        AppendInfo {
+            first_offset: a.first_offset,
+            last_offset: a.last_offset,
+            max_timestamp: a.max_timestamp,
+            offset_of_max_timestamp: a.offset_of_max_timestamp,
+            log_append_time: a.log_append_time,
+            batches: a.batches,
+            records: a.records,
+            bytes: a.bytes,
+        }
+    }
+}
+
+/// A run of whole batches in one segment file, ready to send.
+#[pyclass(frozen, module = "kbroker._kbroker")]
+struct LogSlice {
+    inner: CoreLogSlice,
+}
+
+#[pymethods]
+impl LogSlice {
+    #[getter]
+    fn position(&self) -> u64 {
+        self.inner.position
+    }
+    #[getter]
+    fn length(&self) -> usize {
+        self.inner.length
+    }
+    #[getter]
+    fn fd(&self) -> RawFd {
+        self.inner.fd()
+    }
+    fn __len__(&self) -> usize {
+        self.inner.length
+    }
+    /// The slice's bytes, copied (for tests and tools; the broker uses sendfile).
+    fn read_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = py.detach(|| self.inner.read_bytes())?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+    /// Sends `count` bytes of the slice from `offset` (relative to the slice)
+    /// to socket `out_fd`. Returns bytes sent, or None on would-block.
+    fn sendfile(&self, py: Python<'_>, out_fd: RawFd, offset: usize, count: usize) -> PyResult<Option<usize>> {
+        if offset > self.inner.length || count > self.inner.length - offset {
+            return Err(PyValueError::new_err("range outside the slice"));
+        }
+        let (in_fd, at) = (self.inner.fd(), self.inner.position + offset as u64);
+        match py.detach(|| sendfile::sendfile(out_fd, in_fd, at, count))? {
+            SendOutcome::Sent(n) => Ok(Some(n)),
+            SendOutcome::WouldBlock => Ok(None),
+        }
+    }
+}
+
+/// One partition's segment log.
+#[pyclass(frozen, module = "kbroker._kbroker")]
+struct Log {
+    inner: Arc<CoreLog>,
+}
+
+#[pymethods]
+impl Log {
+    #[new]
+    fn open(py: Python<'_>, dir: &str, config: &PyLogConfig, now_ms: i64) -> PyResult<Self> {
+        let cfg = CoreLogConfig::from(config);
+        let log = py.detach(|| CoreLog::open(Path::new(dir), cfg, now_ms))?;
+        Ok(Log { inner: Arc::new(log) })
+    }
+
+    #[pyo3(signature = (batches, leader_epoch, log_append_time_ms, now_ms))]
+    fn append(&self, py: Python<'_>, batches: &[u8], leader_epoch: i32, log_append_time_ms: Option<i64>, now_ms: i64) -> PyResult<AppendInfo> {
+        Ok(py.detach(|| self.inner.append(batches, leader_epoch, log_append_time_ms, now_ms))?.into())
+    }
+
+    fn append_as_follower(&self, py: Python<'_>, batches: &[u8], now_ms: i64) -> PyResult<AppendInfo> {
+        Ok(py.detach(|| self.inner.append_as_follower(batches, now_ms))?.into())
+    }
+
+    #[pyo3(signature = (offset, max_bytes, max_offset = None, min_one_batch = true))]
+    fn read(&self, py: Python<'_>, offset: i64, max_bytes: usize, max_offset: Option<i64>, min_one_batch: bool) -> PyResult<Option<LogSlice>> {
+        let slice = py.detach(|| self.inner.read(offset, max_bytes, max_offset, min_one_batch))?;
+        Ok(slice.map(|inner| LogSlice { inner }))
+    }
+
+    fn offset_for_timestamp(&self, py: Python<'_>, timestamp: i64) -> PyResult<Option<(i64, i64)>> {
+        Ok(py.detach(|| self.inner.offset_for_timestamp(timestamp))?)
+    }
+
+    fn max_timestamp_and_offset(&self) -> (i64, i64) {
+        self.inner.max_timestamp_and_offset()
+    }
+
+    fn truncate_to(&self, py: Python<'_>, offset: i64) -> PyResult<()> {
+        Ok(py.detach(|| self.inner.truncate_to(offset))?)
+    }
+
+    fn delete_records_before(&self, py: Python<'_>, offset: i64) -> PyResult<i64> {
+        Ok(py.detach(|| self.inner.delete_records_before(offset))?)
+    }
+
+    fn apply_retention(&self, py: Python<'_>, now_ms: i64) -> PyResult<usize> {
+        Ok(py.detach(|| self.inner.apply_retention(now_ms))?)
+    }
+
+    fn maybe_roll(&self, py: Python<'_>, now_ms: i64) -> PyResult<()> {
+        Ok(py.detach(|| self.inner.maybe_roll(now_ms))?)
+    }
+
+    fn maybe_flush(&self, py: Python<'_>, now_ms: i64) -> PyResult<bool> {
+        Ok(py.detach(|| self.inner.maybe_flush(now_ms))?)
+    }
+
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        Ok(py.detach(|| self.inner.flush())?)
+    }
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        Ok(py.detach(|| self.inner.close())?)
+    }
+
+    fn delete(&self, py: Python<'_>) -> PyResult<()> {
+        Ok(py.detach(|| self.inner.delete())?)
+    }
+
+    fn set_config(&self, config: &PyLogConfig) {
+        self.inner.set_config(CoreLogConfig::from(config))
+    }
+
+    #[getter]
+    fn log_start_offset(&self) -> i64 {
+        self.inner.log_start_offset()
+    }
+    #[getter]
+    fn log_end_offset(&self) -> i64 {
+        self.inner.log_end_offset()
+    }
+    #[getter]
+    fn recovery_point(&self) -> i64 {
+        self.inner.recovery_point()
+    }
+    #[getter]
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    #[getter]
+    fn segment_count(&self) -> usize {
+        self.inner.segment_count()
+    }
+    #[getter]
+    fn segment_base_offsets(&self) -> Vec<i64> {
+        self.inner.segment_base_offsets()
+    }
+    #[getter]
+    fn dir(&self) -> String {
+        self.inner.dir().to_string_lossy().into_owned()
+    }
+}
+
+#[pymodule]
+fn _kbroker(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("KBrokerError", py.get_type::<KBrokerError>())?;
+    m.add("CorruptRecordError", py.get_type::<CorruptRecordError>())?;
+    m.add("InvalidRecordError", py.get_type::<InvalidRecordError>())?;
+    m.add("RecordTooLargeError", py.get_type::<RecordTooLargeError>())?;
+    m.add("OffsetOutOfRangeError", py.get_type::<OffsetOutOfRangeError>())?;
+    m.add_function(wrap_pyfunction!(crc32c, m)?)?;
+    m.add_function(wrap_pyfunction!(validate_batches, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_records, m)?)?;
+    m.add_function(wrap_pyfunction!(build_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(py_sendfile, m)?)?;
+    m.add_class::<BatchInfo>()?;
+    m.add_class::<PyLogConfig>()?;
+    m.add_class::<AppendInfo>()?;
+    m.add_class::<LogSlice>()?;
+    m.add_class::<Log>()?;
+    Ok(())
+}

@@ -1,0 +1,449 @@
+//! Recovery at open: torn tails, appended garbage, flipped bytes, damaged or
+//! missing indexes, leftovers, clean versus unclean shutdown.
+
+mod storage_util;
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use kbroker::log::{Log, LogConfig};
+use storage_util::*;
+
+fn cfg() -> LogConfig {
+    LogConfig {
+        segment_bytes: 4096,
+        index_interval_bytes: 100,
+        ..config()
+    }
+}
+
+fn seg_file(dir: &Path, base: i64, suffix: &str) -> PathBuf {
+    dir.join(format!("{base:020}{suffix}"))
+}
+
+/// A log of `n` two-record batches (offsets 2i, 2i+1, stamped 1000+i).
+fn build(dir: &Path, n: i64) -> Vec<i64> {
+    let log = open(dir, cfg());
+    for i in 0..n {
+        log.append(&batch(0, &[1_000 + i, 1_000 + i], 60), 0, None, 1_000)
+            .unwrap();
+    }
+    let bases = log.segment_base_offsets();
+    drop(log); // a crash: no close
+    bases
+}
+
+/// Opens and checks the log holds exactly batches 0..n, then appends one.
+fn check(dir: &Path, n: i64) {
+    let log = open(dir, cfg());
+    assert_eq!(log.log_end_offset(), 2 * n);
+    let hs = read_all(&log, 0);
+    assert_eq!(hs.len() as i64, n);
+    for (i, h) in hs.iter().enumerate() {
+        assert_eq!(
+            (h.base_offset, h.max_timestamp),
+            (2 * i as i64, 1_000 + i as i64)
+        );
+    }
+    for i in 0..n {
+        assert_eq!(
+            log.offset_for_timestamp(1_000 + i).unwrap(),
+            Some((2 * i, 1_000 + i))
+        );
+    }
+    let expect_max = if n == 0 {
+        (-1, -1)
+    } else {
+        (999 + n, 2 * (n - 1))
+    };
+    assert_eq!(log.max_timestamp_and_offset(), expect_max);
+    let a = log.append(&batch(0, &[5, 5], 60), 0, None, 1_000).unwrap();
+    assert_eq!(a.first_offset, 2 * n);
+    assert_eq!(read_all(&log, 0).len() as i64, n + 1);
+}
+
+/// Copies a directory (flat) so a scenario can be replayed.
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+fn last_log(dir: &Path) -> PathBuf {
+    let mut logs: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    logs.sort();
+    logs.pop().unwrap()
+}
+
+#[test]
+fn every_torn_tail_of_the_last_batch_is_cut() {
+    let root = tempfile::tempdir().unwrap();
+    let orig = root.path().join("orig");
+    build(&orig, 30);
+    let last = last_log(&orig);
+    let len = fs::metadata(&last).unwrap().len();
+    let batch_len = batch(0, &[1, 1], 60).len() as u64;
+    for cut in (len - batch_len)..len {
+        let dir = root.path().join(format!("cut{cut}"));
+        copy_dir(&orig, &dir);
+        let f = OpenOptions::new()
+            .write(true)
+            .open(dir.join(last.file_name().unwrap()))
+            .unwrap();
+        f.set_len(cut).unwrap();
+        check(&dir, 29);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[test]
+fn torn_tail_after_a_clean_close_is_cut_too() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), 30);
+    open(dir.path(), cfg()).close().unwrap();
+    let last = last_log(dir.path());
+    let len = fs::metadata(&last).unwrap().len();
+    OpenOptions::new()
+        .write(true)
+        .open(&last)
+        .unwrap()
+        .set_len(len - 7)
+        .unwrap();
+    check(dir.path(), 29);
+}
+
+#[test]
+fn garbage_appended_is_cut() {
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let root = tempfile::tempdir().unwrap();
+    let orig = root.path().join("orig");
+    build(&orig, 30);
+    let last = last_log(&orig).file_name().unwrap().to_owned();
+    for (k, n) in [1usize, 12, 61, 200, 5_000].into_iter().enumerate() {
+        let dir = root.path().join(format!("g{k}"));
+        copy_dir(&orig, &dir);
+        OpenOptions::new()
+            .append(true)
+            .open(dir.join(&last))
+            .unwrap()
+            .write_all(&rng.bytes(n))
+            .unwrap();
+        check(&dir, 30);
+    }
+    // Garbage that looks like a header claiming a huge batch.
+    let dir = root.path().join("huge");
+    copy_dir(&orig, &dir);
+    let mut fake = batch(60, &[1], 1)[..61].to_vec();
+    fake[8..12].copy_from_slice(&i32::MAX.to_be_bytes());
+    OpenOptions::new()
+        .append(true)
+        .open(dir.join(&last))
+        .unwrap()
+        .write_all(&fake)
+        .unwrap();
+    check(&dir, 30);
+    // Zeros, as a filesystem may leave after a crash.
+    let dir = root.path().join("zeros");
+    copy_dir(&orig, &dir);
+    OpenOptions::new()
+        .append(true)
+        .open(dir.join(&last))
+        .unwrap()
+        .write_all(&[0u8; 4096])
+        .unwrap();
+    check(&dir, 30);
+}
+
+#[test]
+fn flipped_bytes_in_the_last_batch_drop_it() {
+    let root = tempfile::tempdir().unwrap();
+    let orig = root.path().join("orig");
+    build(&orig, 30);
+    let last = last_log(&orig).file_name().unwrap().to_owned();
+    let len = fs::metadata(orig.join(&last)).unwrap().len() as usize;
+    let batch_len = batch(0, &[1, 1], 60).len();
+    // Every byte the CRC or the framing covers (not baseOffset/epoch).
+    for at in (len - batch_len)..len {
+        let rel = at - (len - batch_len);
+        if rel < 8 || (12..16).contains(&rel) {
+            continue;
+        }
+        let dir = root.path().join(format!("f{at}"));
+        copy_dir(&orig, &dir);
+        let mut data = fs::read(dir.join(&last)).unwrap();
+        data[at] ^= 0x5a;
+        fs::write(dir.join(&last), &data).unwrap();
+        check(&dir, 29);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[test]
+fn corruption_in_an_earlier_segment_cuts_there_and_drops_later_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let bases = build(dir.path(), 80);
+    assert!(bases.len() >= 3);
+    // No checkpoint past 0 was written (no flush), so every segment is scanned.
+    let second = seg_file(dir.path(), bases[1], ".log");
+    let mut data = fs::read(&second).unwrap();
+    let batch_len = batch(0, &[1, 1], 60).len();
+    data[2 * batch_len + 30] ^= 1; // the third batch of the second segment
+    fs::write(&second, &data).unwrap();
+    let n = (bases[1] / 2) + 2;
+    check(dir.path(), n);
+    assert!(!seg_file(dir.path(), bases[2], ".log").exists());
+}
+
+#[test]
+fn clean_shutdown_trusts_data_unclean_scans_it() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), 10);
+    let log = open(dir.path(), cfg());
+    log.close().unwrap();
+    drop(log);
+    // Damage a record inside the first batch (headers intact).
+    let path = seg_file(dir.path(), 0, ".log");
+    let mut data = fs::read(&path).unwrap();
+    data[80] ^= 0xff;
+    fs::write(&path, &data).unwrap();
+    // Clean: trusted as is (no CRC pass), marker consumed.
+    let log = open(dir.path(), cfg());
+    assert_eq!(log.log_end_offset(), 20);
+    assert!(!dir.path().join(".clean-shutdown").exists());
+    // The recovery point now sits at the end, so a crash scans only the
+    // last segment: simulate an older recovery point instead.
+    drop(log);
+    fs::write(dir.path().join("recovery-point"), "0\n").unwrap();
+    let log = open(dir.path(), cfg());
+    assert_eq!(log.log_end_offset(), 0);
+    assert_eq!(log.recovery_point(), 0);
+}
+
+#[test]
+fn segments_below_the_recovery_point_are_not_rescanned() {
+    let dir = tempfile::tempdir().unwrap();
+    let bases = build(dir.path(), 80);
+    {
+        let log = open(dir.path(), cfg());
+        log.flush().unwrap();
+        assert_eq!(log.recovery_point(), 160);
+    }
+    // A byte flipped in an old segment's record body goes unnoticed (its
+    // data was flushed), while the last segment is scanned.
+    let first = seg_file(dir.path(), bases[0], ".log");
+    let mut data = fs::read(&first).unwrap();
+    data[80] ^= 0xff;
+    fs::write(&first, &data).unwrap();
+    let last = last_log(dir.path());
+    OpenOptions::new()
+        .append(true)
+        .open(&last)
+        .unwrap()
+        .write_all(&[7u8; 100])
+        .unwrap();
+    let log = open(dir.path(), cfg());
+    assert_eq!(log.log_end_offset(), 160);
+    assert_eq!(
+        fs::metadata(&last).unwrap().len() % batch(0, &[1, 1], 60).len() as u64,
+        0
+    );
+}
+
+fn damage_indexes(dir: &Path, how: &dyn Fn(&Path)) {
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let ext = p
+            .extension()
+            .map(|x| x.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if ext == "index" || ext == "timeindex" {
+            how(&p);
+        }
+    }
+}
+
+#[test]
+fn damaged_or_missing_indexes_are_rebuilt() {
+    type Damage = Box<dyn Fn(&Path)>;
+    let cases: Vec<(&str, Damage)> = vec![
+        ("deleted", Box::new(|p: &Path| fs::remove_file(p).unwrap())),
+        ("emptied", Box::new(|p: &Path| fs::write(p, b"").unwrap())),
+        (
+            "odd size",
+            Box::new(|p: &Path| {
+                let mut d = fs::read(p).unwrap();
+                d.push(1);
+                fs::write(p, d).unwrap()
+            }),
+        ),
+        (
+            "random",
+            Box::new(|p: &Path| {
+                let n = fs::metadata(p).unwrap().len() as usize;
+                let seed = p
+                    .to_string_lossy()
+                    .bytes()
+                    .fold(7919u64, |a, b| a.wrapping_mul(31).wrapping_add(b as u64));
+                fs::write(p, Rng(seed | 1).bytes(n.max(24))).unwrap()
+            }),
+        ),
+        (
+            "reversed",
+            Box::new(|p: &Path| {
+                let d = fs::read(p).unwrap();
+                let size = if p.extension().unwrap() == "index" {
+                    8
+                } else {
+                    12
+                };
+                let rev: Vec<u8> = d.chunks(size).rev().flatten().copied().collect();
+                fs::write(p, rev).unwrap()
+            }),
+        ),
+        (
+            "pointing elsewhere",
+            Box::new(|p: &Path| {
+                let mut d = fs::read(p).unwrap();
+                if p.extension().unwrap() == "index" && d.len() >= 8 {
+                    let n = d.len();
+                    let pos = u32::from_be_bytes(d[n - 4..].try_into().unwrap()) + 1;
+                    d[n - 4..].copy_from_slice(&pos.to_be_bytes());
+                }
+                fs::write(p, d).unwrap()
+            }),
+        ),
+    ];
+    for clean in [true, false] {
+        for (name, how) in &cases {
+            let dir = tempfile::tempdir().unwrap();
+            build(dir.path(), 80);
+            let log = open(dir.path(), cfg());
+            if clean {
+                log.close().unwrap();
+            } else {
+                log.flush().unwrap(); // so old segments load as trusted
+            }
+            drop(log);
+            let sizes: Vec<_> = ["index", "timeindex"]
+                .iter()
+                .map(|x| {
+                    fs::metadata(seg_file(dir.path(), 0, &format!(".{x}")))
+                        .unwrap()
+                        .len()
+                })
+                .collect();
+            assert!(sizes[0] > 0 && sizes[1] > 0, "{sizes:?}");
+            damage_indexes(dir.path(), how.as_ref());
+            check(dir.path(), 80);
+            // Rebuilt on disk as well.
+            let after: Vec<_> = ["index", "timeindex"]
+                .iter()
+                .map(|x| {
+                    fs::metadata(seg_file(dir.path(), 0, &format!(".{x}")))
+                        .unwrap()
+                        .len()
+                })
+                .collect();
+            assert_eq!(after, sizes, "{name} clean={clean}");
+        }
+    }
+}
+
+#[test]
+fn leftovers_strays_and_empty_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), 10);
+    fs::write(dir.path().join("recovery-point.tmp"), "garbage").unwrap();
+    fs::write(dir.path().join("00000000000000000000.index.tmp"), "x").unwrap();
+    fs::write(seg_file(dir.path(), 500, ".index"), [0u8; 16]).unwrap();
+    fs::write(seg_file(dir.path(), 500, ".timeindex"), [0u8; 12]).unwrap();
+    fs::write(seg_file(dir.path(), 7, ".log"), b"").unwrap(); // empty, in the middle
+    fs::write(dir.path().join("log-start-offset"), "not a number").unwrap();
+    fs::write(dir.path().join("unrelated.txt"), "keep me").unwrap();
+    check(dir.path(), 10);
+    let names: Vec<String> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.ends_with(".tmp")
+            || n.starts_with("00000000000000000500")
+            || n.starts_with("00000000000000000007")),
+        "{names:?}"
+    );
+    assert!(names.contains(&"unrelated.txt".to_string()));
+
+    // An empty last segment keeps its base offset as the log end.
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), 3);
+    fs::write(seg_file(dir.path(), 6, ".log"), b"").unwrap();
+    let log = open(dir.path(), cfg());
+    assert_eq!(
+        (log.log_end_offset(), log.segment_base_offsets()),
+        (6, vec![0, 6])
+    );
+    drop(log);
+    // A log that is nothing but stray files starts empty.
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(seg_file(dir.path(), 0, ".index"), [1u8; 8]).unwrap();
+    check(dir.path(), 0);
+}
+
+#[test]
+fn log_start_and_max_timestamp_survive_crashes() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), 80);
+    let log = open(dir.path(), cfg());
+    log.delete_records_before(33).unwrap();
+    log.append(&batch(0, &[9_999, 1], 60), 0, None, 1_000)
+        .unwrap();
+    let before = (log.segment_base_offsets(), log.max_timestamp_and_offset());
+    drop(log);
+    let log = open(dir.path(), cfg());
+    assert_eq!(log.log_start_offset(), 33);
+    assert_eq!(
+        (log.segment_base_offsets(), log.max_timestamp_and_offset()),
+        before
+    );
+    assert_eq!(log.max_timestamp_and_offset(), (9_999, 160));
+    assert_eq!(log.offset_for_timestamp(0).unwrap().unwrap().0, 33);
+    // Losing data the log start points past restarts the log at the start.
+    drop(log);
+    fs::write(dir.path().join("log-start-offset"), "500\n").unwrap();
+    let log = open(dir.path(), cfg());
+    assert_eq!(
+        (
+            log.log_start_offset(),
+            log.log_end_offset(),
+            log.segment_count()
+        ),
+        (500, 500, 1)
+    );
+}
+
+#[test]
+fn a_crash_right_after_open_is_seen_as_unclean() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), 5);
+    open(dir.path(), cfg()).close().unwrap();
+    let log = open(dir.path(), cfg());
+    log.append(&batch(0, &[1, 1], 60), 0, None, 1_000).unwrap();
+    drop(log);
+    assert!(!dir.path().join(".clean-shutdown").exists());
+    let last = last_log(dir.path());
+    OpenOptions::new()
+        .append(true)
+        .open(&last)
+        .unwrap()
+        .write_all(&[3u8; 50])
+        .unwrap();
+    let log = Log::open(dir.path(), cfg(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), 12);
+}

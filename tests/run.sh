@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Sets up everything and runs every check: ruff, mypy, clippy, cargo test, pytest.
+# Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+deploy/setup.sh test
+export PATH="$PWD/.venv/bin:$HOME/.cargo/bin:$PATH"
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "ruff"
+ruff check python tests bench
+step "mypy"
+mypy
+step "cargo clippy"
+cargo clippy --quiet --workspace --all-targets -- -D warnings
+cargo clippy --quiet -p kbroker-core --features python --lib -- -D warnings
+step "cargo test"
+cargo test --quiet -p kbroker-core
+step "pytest"
+python -m pytest -q "$@"
