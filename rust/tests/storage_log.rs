@@ -359,6 +359,11 @@ fn time_lookup_and_max_timestamp() {
     log.append(&batch(0, &[2_000, 3], 50), 0, None, 1_000)
         .unwrap();
     assert_eq!(log.max_timestamp_and_offset(), (2_000, 80));
+    // Inside a batch, the record that first reaches the timestamp.
+    log.append(&batch(0, &[3_000, 2_500, 3_500, 3_100], 10), 0, None, 1_000).unwrap();
+    assert_eq!(log.offset_for_timestamp(3_200).unwrap(), Some((84, 3_500)));
+    assert_eq!(log.offset_for_timestamp(2_200).unwrap(), Some((82, 3_000)));
+    assert_eq!(log.max_timestamp_and_offset(), (3_500, 84));
     // Lookups never return offsets below the log start.
     log.delete_records_before(30).unwrap();
     assert_eq!(log.offset_for_timestamp(0).unwrap().unwrap().0, 30);

@@ -48,19 +48,18 @@ class FileSource(Protocol):
     def sendfile(self, out_fd: int, offset: int, count: int) -> int | None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class FileRegion:
-    """``length`` bytes of ``source`` from ``offset``, to be sent as they are."""
+class FilePart(Protocol):
+    """Stands for ``length`` bytes of ``source`` (a protocol RecordsPlaceholder)."""
 
-    source: FileSource
-    offset: int
     length: int
+    source: FileSource
 
 
-ResponsePart = bytes | bytearray | memoryview | FileRegion
-# A response is the frame body (without the 4-byte size): a list of parts.
-# None means "no response" (Produce with acks=0).
-Response = list[ResponsePart] | None
+ResponsePart = bytes | bytearray | memoryview | FilePart
+# A response is a complete frame, size prefix included: one bytes object, or a
+# list of parts in which file parts stand for bytes sent from a file. None
+# means "no response" (Produce with acks=0).
+Response = bytes | list[ResponsePart] | None
 
 
 class CloseConnection(Exception):
@@ -216,20 +215,18 @@ class KafkaConnection(asyncio.Protocol):
         self._update_reading()
 
     @staticmethod
-    def _needs_sendfile(parts: list[ResponsePart]) -> bool:
-        return any(isinstance(p, FileRegion) and p.length >= SENDFILE_MIN_BYTES for p in parts)
+    def _needs_sendfile(response: bytes | list[ResponsePart]) -> bool:
+        return isinstance(response, list) and any(
+            not isinstance(p, _BYTES) and p.length >= SENDFILE_MIN_BYTES for p in response
+        )
 
-    def _write_now(self, parts: list[ResponsePart]) -> None:
+    def _write_now(self, response: bytes | list[ResponsePart]) -> None:
         """Writes a response with no zero-copy parts in one transport write."""
         assert self.transport is not None
-        out = bytearray(4)
-        for part in parts:
-            if isinstance(part, FileRegion):
-                out += _read_region(part)
-            else:
-                out += part
-        _SIZE.pack_into(out, 0, len(out) - 4)
-        self.transport.write(out)
+        if isinstance(response, bytes):
+            self.transport.write(response)
+            return
+        self.transport.write(b"".join(_materialize(p) for p in response))
 
     def _ensure_writer(self) -> None:
         if self._writer_task is None and not self._closed:
@@ -283,38 +280,35 @@ class KafkaConnection(asyncio.Protocol):
 
     async def _write_zero_copy(self, parts: list[ResponsePart]) -> None:
         assert self.transport is not None
-        total = sum(p.length if isinstance(p, FileRegion) else len(p) for p in parts)
-        pending = bytearray(_SIZE.pack(total))
+        pending = bytearray()
         for part in parts:
-            if not isinstance(part, FileRegion):
+            if isinstance(part, _BYTES):
                 pending += part
                 continue
             if part.length < SENDFILE_MIN_BYTES:
-                pending += _read_region(part)
+                pending += _materialize(part)
                 continue
             if pending:
                 self.transport.write(pending)
                 pending = bytearray()
-            await self._send_region(part)
+            await self._send_file_part(part)
             if self._closed:
                 return
         if pending:
             self.transport.write(pending)
 
-    async def _send_region(self, region: FileRegion) -> None:
-        """sendfile ``region`` to the socket once the transport has flushed."""
+    async def _send_file_part(self, part: FilePart) -> None:
+        """sendfile the part's bytes to the socket once the transport has flushed."""
         assert self.transport is not None
         fd = self._writable_fd()
         sent = 0
-        while sent < region.length:
+        while sent < part.length:
             if self._closed:
                 return
             if self.transport.get_write_buffer_size():
                 await self._wait_writable(fd)
                 continue
-            n = region.source.sendfile(
-                self._sock_fd(), region.offset + sent, region.length - sent
-            )
+            n = part.source.sendfile(self._sock_fd(), sent, part.length - sent)
             if n is None:
                 await self._wait_writable(fd)
             elif n == 0:
@@ -383,11 +377,16 @@ def _set_done(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-def _read_region(region: FileRegion) -> bytes:
-    data = region.source.read_bytes()
-    if region.offset == 0 and region.length == len(data):
-        return data
-    return data[region.offset : region.offset + region.length]
+_BYTES = (bytes, bytearray, memoryview)
+
+
+def _materialize(part: ResponsePart) -> bytes | bytearray | memoryview:
+    if isinstance(part, _BYTES):
+        return part
+    data = part.source.read_bytes()
+    if len(data) != part.length:
+        raise OSError("segment shorter than the fetch response promised")
+    return data
 
 
 class Server:

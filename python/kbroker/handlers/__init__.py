@@ -1,0 +1,106 @@
+"""Request handlers, one module per API, and the dispatcher that routes to them.
+
+A handler is ``handle(broker, header, request) -> response body`` (or an
+awaitable of one, for requests that wait: long-poll fetches). The registry
+below *is* what ApiVersions advertises: an API is advertised exactly when it
+has a handler here (intersected with the declared versions in
+``kbroker.protocol.APIS``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from kbroker.network.server import CloseConnection, ConnectionContext, Response
+from kbroker.protocol import (
+    ApiKey,
+    ProtocolDecodeError,
+    RequestHeader,
+    UnknownApiKeyError,
+    UnsupportedVersionError,
+    decode_request,
+    encode_api_versions_unsupported,
+    encode_response,
+    encode_response_segments,
+)
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[["Broker", RequestHeader, Any], Any]
+
+# Responses that may carry records are encoded around them, so the record
+# bytes can go out zero-copy.
+_SEGMENTED = frozenset({ApiKey.FETCH})
+
+
+def _registry() -> dict[int, Handler]:
+    from kbroker.handlers import (
+        admin_configs,
+        admin_topics,
+        api_versions,
+        fetch,
+        init_producer_id,
+        list_offsets,
+        metadata,
+        produce,
+    )
+
+    handlers: dict[int, Handler] = {}
+    for module in (
+        admin_configs,
+        admin_topics,
+        api_versions,
+        fetch,
+        init_producer_id,
+        list_offsets,
+        metadata,
+        produce,
+    ):
+        handlers.update(module.HANDLERS)
+    return handlers
+
+
+class Dispatcher:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.handlers = _registry()
+        broker.handled_api_keys = frozenset(self.handlers)
+
+    def dispatch(self, frame: memoryview, ctx: ConnectionContext) -> Response | Awaitable[Response]:
+        try:
+            header, request = decode_request(frame)
+        except UnsupportedVersionError as exc:
+            header = exc.header
+            if header.api_key == ApiKey.API_VERSIONS:
+                # KIP-511: answer in the v0 layout with the range we support.
+                return encode_api_versions_unsupported(header)
+            raise CloseConnection(str(exc)) from None
+        except UnknownApiKeyError as exc:
+            raise CloseConnection(str(exc)) from None
+        except ProtocolDecodeError as exc:
+            raise CloseConnection(f"malformed request: {exc}") from None
+        ctx.client_id = header.client_id
+        handler = self.handlers.get(header.api_key)
+        if handler is None:
+            raise CloseConnection(f"no handler for api key {header.api_key}")
+        body = handler(self.broker, header, request)
+        if inspect.isawaitable(body):
+            return self._finish(header, body)
+        return self._encode(header, body)
+
+    async def _finish(self, header: RequestHeader, pending: Awaitable[Any]) -> Response:
+        return self._encode(header, await pending)
+
+    @staticmethod
+    def _encode(header: RequestHeader, body: Any) -> Response:
+        if body is None:
+            return None
+        if header.api_key in _SEGMENTED:
+            return encode_response_segments(header, header.api_key, header.api_version, body)
+        return encode_response(header, header.api_key, header.api_version, body)
