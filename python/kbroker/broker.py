@@ -19,6 +19,7 @@ from kbroker.log import LogConfig, LogManager, TopicPartition, log_config_from_t
 from kbroker.log.log import TOPIC_NAME
 from kbroker.metadata import LocalMetadataStore, MetadataError, MetadataStore, TopicMetadata
 from kbroker.network.server import Server, ServerLimits
+from kbroker.producer_ids import ProducerIdAllocator
 from kbroker.replication.partition import Partition
 
 log = logging.getLogger("kbroker")
@@ -59,6 +60,9 @@ class Broker:
         self.logs: LogManager
         self.partitions: dict[TopicPartition, Partition] = {}
         self.server: Server | None = None
+        self.producer_ids: ProducerIdAllocator
+        # Filled by the Dispatcher: the APIs ApiVersions advertises.
+        self.handled_api_keys: frozenset[int] = frozenset()
         self._topic_configs: dict[str, dict[str, Value]] = {}
         self._background: list[asyncio.Task[None]] = []
 
@@ -69,6 +73,7 @@ class Broker:
         store = LocalMetadataStore(self.data_dir, self.broker_id)
         store.load()
         self.metadata = store
+        self.producer_ids = ProducerIdAllocator(store)
         for name, text in store.broker_configs().items():
             try:
                 self.config.set(name, text)

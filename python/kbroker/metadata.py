@@ -121,6 +121,10 @@ class MetadataStore(Protocol):
 
     def set_partition_state(self, name: str, partition: int, state: PartitionState) -> None: ...
 
+    def allocate_producer_ids(self, count: int) -> int:
+        """Reserves ``count`` producer ids no broker will hand out again; returns the first."""
+        ...
+
 
 def _write_atomically(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
@@ -151,6 +155,7 @@ class LocalMetadataStore:
         self._topics: dict[str, TopicMetadata] = {}
         self._broker_configs: dict[str, str] = {}
         self._cluster_id = ""
+        self._next_producer_id = 0
 
     def load(self) -> None:
         self._dir.mkdir(parents=True, exist_ok=True)
@@ -161,6 +166,7 @@ class LocalMetadataStore:
                 name: TopicMetadata.from_json(name, t) for name, t in data.get("topics", {}).items()
             }
             self._broker_configs = dict(data.get("broker_configs", {}))
+            self._next_producer_id = int(data.get("next_producer_id", 0))
 
     def _load_meta_properties(self) -> str:
         """Reads or creates meta.properties (cluster id and broker id)."""
@@ -188,6 +194,7 @@ class LocalMetadataStore:
         data = {
             "topics": {name: t.to_json() for name, t in sorted(self._topics.items())},
             "broker_configs": self._broker_configs,
+            "next_producer_id": self._next_producer_id,
         }
         _write_atomically(self._path, json.dumps(data, indent=1, sort_keys=True))
 
@@ -247,3 +254,9 @@ class LocalMetadataStore:
     def set_partition_state(self, name: str, partition: int, state: PartitionState) -> None:
         self._topics[name].partitions[partition] = state
         self._save()
+
+    def allocate_producer_ids(self, count: int) -> int:
+        first = self._next_producer_id
+        self._next_producer_id += count
+        self._save()
+        return first

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-import uuid
 from typing import Any
 
 from hypothesis import strategies as st
@@ -98,13 +97,10 @@ def kafka_python_class(api_key: int, kind: str) -> Any:
                 continue
             try:
                 mod = importlib.import_module(m.name)
-            except Exception:  # noqa: BLE001 - optional modules of kafka-python
+            except Exception:
                 continue
             for _, c in inspect.getmembers(mod, inspect.isclass):
                 if issubclass(c, ApiMessage) and c is not ApiMessage and getattr(c, "_json", None):
                     _KP[(c.API_KEY, c.type)] = c
     return _KP.get((api_key, kind))
 
-
-def uuid_or_zero(v: Any) -> Any:
-    return ZERO_UUID if v is None else v if isinstance(v, uuid.UUID) else v

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kbproto_helpers import every_version, kafka_python_class, message_st
 
-from kbroker.protocol import ZERO_UUID, api
+from kbroker.protocol import ZERO_UUID, api, decode_request, encode_response
 from kbroker.protocol.schema import Array, Message
 
 CASES = [
@@ -48,7 +48,7 @@ def assert_same_fields(ours: Message, theirs: Any, version: int, path: str = "")
                 assert mine == other, where
                 continue
             assert len(mine) == len(other), where
-            for a, b in zip(mine, other):
+            for a, b in zip(mine, other, strict=True):
                 assert_same_fields(a, b, version, where)
         elif isinstance(f.type, type) and issubclass(f.type, Message):
             if mine is None or other is None:
@@ -86,3 +86,15 @@ def test_kafka_python_agrees(key: int, version: int, kind: str, data: st.DataObj
     # and the other direction: kafka-python's bytes decode to the same values
     again = codec.decode(bytes(theirs.encode(version=version)))
     assert again == msg
+    # whole frames, headers included
+    theirs.with_header(correlation_id=12345, client_id="kp")
+    if kind == "request":
+        header, body = decode_request(bytes(theirs.encode(version=version, header=True)))
+        assert (header.api_key, header.api_version, header.correlation_id, header.client_id) == (
+            key, version, 12345, "kp")
+        assert body == msg
+    else:
+        frame = encode_response(12345, key, version, msg)
+        parsed = kp.decode(frame[4:], version=version, header=True)
+        assert parsed.header.correlation_id == 12345
+        assert bytes(theirs.encode(header=True, framed=True)) == frame

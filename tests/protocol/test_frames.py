@@ -30,7 +30,12 @@ from kbroker.protocol import (
     encode_response,
     encode_response_segments,
 )
-from kbroker.protocol.messages.core import FetchResponse, MetadataRequest, ProduceRequest
+from kbroker.protocol.messages.core import (
+    FetchResponse,
+    LeaderIdAndEpoch,
+    MetadataRequest,
+    ProduceRequest,
+)
 
 
 def s16(s: str) -> bytes:
@@ -115,7 +120,6 @@ def test_api_versions_response_v3_uses_header_v0() -> None:
 
 
 def test_api_versions_unsupported_reply_is_v0_error_35() -> None:
-    _, _ = None, None
     frame = encode_api_versions_unsupported(11)
     expected = struct.pack(">ihihhh", 11, 35, 1, 18, 0, 4)
     assert frame == struct.pack(">i", len(expected)) + expected
@@ -134,12 +138,8 @@ def test_flexible_response_header_has_tag_byte() -> None:
 def _fetch_v12(records: object) -> object:
     part = FetchResponse.Topic.Partition(
         partition_index=0, error_code=0, high_watermark=10, log_start_offset=0,
-        aborted_transactions=None, records=records,
-        current_leader=FetchResponse.Topic.Partition.current_leader if False else None,
+        aborted_transactions=None, records=records, current_leader=LeaderIdAndEpoch(2, 5),
     )
-    from kbroker.protocol.messages.core import LeaderIdAndEpoch
-
-    part.current_leader = LeaderIdAndEpoch(2, 5)
     return FetchResponse(responses=[FetchResponse.Topic(topic="t", partitions=[part])])
 
 
@@ -147,7 +147,9 @@ FETCH_V12_BODY_HEAD = (
     struct.pack(">ihi", 0, 0, 0) + b"\x02" + cstr("t") + b"\x02"
     + struct.pack(">ihqqq", 0, 0, 10, -1, 0) + b"\x00" + struct.pack(">i", -1)
 )
-FETCH_V12_BODY_TAIL = b"\x01" + b"\x01\x08" + struct.pack(">ii", 2, 5) + b"\x00" + b"\x00"
+# partition tags: one field, tag 1, 9 bytes (the struct and its own empty tag section);
+# then the topic's and the response's empty tag sections
+FETCH_V12_BODY_TAIL = b"\x01" + b"\x01\x09" + struct.pack(">ii", 2, 5) + b"\x00" + b"\x00" + b"\x00"
 
 
 def test_fetch_v12_response_golden() -> None:

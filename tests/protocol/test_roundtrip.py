@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -63,6 +64,6 @@ def test_fetch_segments_equal_plain_encoding(version: int, data: st.DataObject) 
     assert [p.source for p in placeholders] == list(range(len(records)))
     # framing segments and placeholders alternate: never two bytes segments in a row
     kinds = [isinstance(s, RecordsPlaceholder) for s in segs]
-    assert all(not (a is False and b is False) for a, b in zip(kinds, kinds[1:]))
+    assert all(not (a is False and b is False) for a, b in itertools.pairwise(kinds))
     rebuilt = b"".join(records[s.source] if isinstance(s, RecordsPlaceholder) else bytes(s) for s in segs)
     assert rebuilt == plain

@@ -29,7 +29,7 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 log = logging.getLogger(__name__)
 
@@ -115,15 +115,15 @@ class KafkaConnection(asyncio.Protocol):
     # -- asyncio.Protocol callbacks ----------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.ctx.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        transport.set_write_buffer_limits(high=self._server.limits.write_high_water)
+        self.transport.set_write_buffer_limits(high=self._server.limits.write_high_water)
         self._server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -9,7 +9,15 @@ The server uses:
 Message classes live in kbroker.protocol.messages.{core,group,admin,sasl}.
 """
 
-from .apis import APIS, APIS_BY_KEY, ApiKey, ApiSpec, advertised_versions, api, api_versions_response
+from .apis import (
+    APIS,
+    APIS_BY_KEY,
+    ApiKey,
+    ApiSpec,
+    advertised_versions,
+    api,
+    api_versions_response,
+)
 from .codec import Codec, RecordsPlaceholder, Segment, segments_size
 from .errors import (
     ErrorCode,
@@ -36,6 +44,7 @@ from .schema import ZERO_UUID, Message
 __all__ = [
     "APIS",
     "APIS_BY_KEY",
+    "ZERO_UUID",
     "ApiKey",
     "ApiSpec",
     "Codec",
@@ -51,7 +60,6 @@ __all__ = [
     "UnknownApiKeyError",
     "UnsupportedRequestError",
     "UnsupportedVersionError",
-    "ZERO_UUID",
     "advertised_versions",
     "api",
     "api_versions_response",

@@ -7,9 +7,10 @@ response are derived from the declarations it points to.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Iterable
+from typing import Any
 
 from .codec import Codec
 from .messages import admin, core, group, sasl

@@ -21,7 +21,8 @@ from __future__ import annotations
 import itertools
 import struct
 import uuid
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any
 
 from .errors import ProtocolDecodeError, ProtocolEncodeError
 from .schema import (
@@ -61,7 +62,7 @@ class RecordsPlaceholder:
         return f"RecordsPlaceholder(length={self.length}, source={self.source!r})"
 
 
-Segment = Union[bytes, bytearray, memoryview, RecordsPlaceholder]
+Segment = bytes | bytearray | memoryview | RecordsPlaceholder
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -192,7 +193,7 @@ class _Gen:
 def _dec_length(g: _Gen, ind: int, var: str, flex: bool, wide: bool) -> None:
     """Read a length/count into var; null is -1 in both encodings."""
     if flex:
-        g.emit(ind, f"{var} = buf[pos]", f"if {var} < 128:", f"    pos += 1", "else:",
+        g.emit(ind, f"{var} = buf[pos]", f"if {var} < 128:", "    pos += 1", "else:",
                f"    {var}, pos = _uv(buf, pos)", f"{var} -= 1")
     elif wide:
         g.emit(ind, f"{var}, = _I32.unpack_from(buf, pos)", "pos += 4")
@@ -313,7 +314,7 @@ def _decoder_name(cls: type[Message], version: int, flex: bool) -> str:
             g.emit(2, "pos = te")
     k = _const(cls)
     g.emit(1, f"return {k}({', '.join(f'v{i}' for i in range(len(fields)))}), pos")
-    exec("\n".join(g.lines), _NS)  # noqa: S102 - source generated from our declarations
+    exec("\n".join(g.lines), _NS)
     return name
 
 
@@ -429,7 +430,7 @@ def _encoder_name(cls: type[Message], version: int, flex: bool, seg: bool) -> st
                            f"{cls.__name__}.{f.name}")
                 g.emit(2, "tb = b''.join(sub)", f"tg.append({uvarint(f.tag or 0)!r} + _uvb(len(tb)) + tb)")
             g.emit(1, "ap(_uvb(len(tg)))", "out.extend(tg)")
-    exec("\n".join(g.lines), _NS)  # noqa: S102 - source generated from our declarations
+    exec("\n".join(g.lines), _NS)
     return name
 
 
@@ -456,7 +457,7 @@ def _coalesce(parts: list[Any]) -> list[Segment]:
 class Codec:
     """Compiled encoder/decoder for one message class at one version."""
 
-    __slots__ = ("message", "version", "flexible", "_dec", "_enc", "_enc_seg")
+    __slots__ = ("_dec", "_enc", "_enc_seg", "flexible", "message", "version")
 
     def __init__(self, message: type[Message], version: int, flexible: bool) -> None:
         self.message = message

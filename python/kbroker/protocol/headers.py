@@ -17,7 +17,7 @@ import struct
 from typing import Any
 
 from .apis import APIS_BY_KEY, ApiKey
-from .codec import RecordsPlaceholder, Segment, read_uvarint, segments_size
+from .codec import Codec, RecordsPlaceholder, Segment, read_uvarint, segments_size
 from .errors import (
     ErrorCode,
     ProtocolDecodeError,
@@ -36,7 +36,7 @@ _SIZE_CORR = struct.Struct(">ii")
 class RequestHeader:
     """A decoded request header. `client_id` is None for header v0 or a null id."""
 
-    __slots__ = ("api_key", "api_version", "correlation_id", "client_id", "header_version")
+    __slots__ = ("api_key", "api_version", "client_id", "correlation_id", "header_version")
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int,
                  client_id: str | None = None, header_version: int = 1) -> None:
@@ -116,7 +116,7 @@ def _correlation_id(header: RequestHeader | int) -> int:
     return header if isinstance(header, int) else header.correlation_id
 
 
-def _response_prefix(header: RequestHeader | int, api_key: int, version: int) -> tuple[Any, bytes]:
+def _response_prefix(header: RequestHeader | int, api_key: int, version: int) -> tuple[Codec, bytes]:
     spec = APIS_BY_KEY[api_key]
     head = _I32.pack(_correlation_id(header))
     if spec.response_header_version(version) == 1:
@@ -139,7 +139,8 @@ def encode_response(header: RequestHeader | int, api_key: int, version: int, bod
     try:
         return b"".join(out)
     except TypeError:
-        return codec.encode(body)  # raises the ProtocolEncodeError explaining placeholders
+        codec.encode(body)  # raises the ProtocolEncodeError explaining placeholders
+        raise
 
 
 def encode_response_segments(header: RequestHeader | int, api_key: int, version: int,
@@ -157,7 +158,9 @@ def encode_response_segments(header: RequestHeader | int, api_key: int, version:
     codec, head = _response_prefix(header, api_key, version)
     segs = codec.encode_segments(body, prefix=head)
     size = segments_size(segs)
-    segs[0] = _I32.pack(size) + bytes(segs[0])
+    first = segs[0]  # always framing bytes: the header is never empty
+    assert not isinstance(first, RecordsPlaceholder)
+    segs[0] = _I32.pack(size) + bytes(first)
     return segs
 
 

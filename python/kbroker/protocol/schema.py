@@ -135,20 +135,24 @@ class Message:
         # checkers accept attribute access on decoded messages.
         raise AttributeError(f"{type(self).__name__} has no field {name!r}")
 
+    @classmethod
+    def _fields(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in cls._schema.fields)
+
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return all(getattr(self, s) == getattr(other, s) for s in self.__slots__)
+        return all(getattr(self, n) == getattr(other, n) for n in self._fields())
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        inner = ", ".join(f"{s}={getattr(self, s)!r}" for s in self.__slots__)
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._fields())
         return f"{type(self).__name__}({inner})"
 
     def to_dict(self) -> dict[str, Any]:
         """Nested plain-data view (lists of dicts), for logs and tests."""
-        return {s: _plain(getattr(self, s)) for s in self.__slots__}
+        return {n: _plain(getattr(self, n)) for n in self._fields()}
 
 
 def _plain(v: Any) -> Any:
@@ -177,9 +181,9 @@ def message(name: str, *fields: Field) -> Any:
         t = f.type.element if isinstance(f.type, Array) else f.type
         if isinstance(t, type) and issubclass(t, Message):
             ns[t.__name__] = t
-    cls = type(name, (Message,), ns)
+    cls: type[Message] = type(name, (Message,), ns)
     cls._schema = StructSchema(name, list(fields))
-    cls.__init__ = _make_init(cls, list(fields))  # type: ignore[misc]
+    cls.__init__ = _make_init(cls, list(fields))  # type: ignore[method-assign]
     return cls
 
 
@@ -205,7 +209,7 @@ def _make_init(cls: type, fields: list[Field]) -> Any:
     src = f"def __init__(self, {', '.join(params)}):\n" + ("\n".join(body) or "    pass") + "\n"
     if not params:
         src = "def __init__(self):\n    pass\n"
-    exec(src, g)  # noqa: S102 - generated from our own declarations
+    exec(src, g)
     init = g["__init__"]
     init.__qualname__ = f"{cls.__name__}.__init__"
     return init

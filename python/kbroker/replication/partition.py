@@ -134,11 +134,17 @@ class Partition:
 
     # -- reads ---------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, min_one_batch: bool) -> LogSlice | None:
-        """Reads committed data (below the high watermark) from ``offset``."""
-        if offset > self.high_watermark and offset <= self.log.log_end_offset:
+    def read(
+        self, offset: int, max_bytes: int, min_one_batch: bool, upper_bound: int | None = None
+    ) -> LogSlice | None:
+        """Reads whole batches from ``offset``, never past ``upper_bound`` (default: the HW).
+
+        Raises OffsetOutOfRangeError outside [log start, log end].
+        """
+        bound = self.high_watermark if upper_bound is None else upper_bound
+        if bound <= offset <= self.log.log_end_offset:
             return None
-        return self.log.read(offset, max_bytes, self.high_watermark, min_one_batch)
+        return self.log.read(offset, max_bytes, bound, min_one_batch)
 
     @property
     def last_stable_offset(self) -> int:

@@ -1,0 +1,1 @@
+HANDLERS: dict = {}

@@ -1,0 +1,123 @@
+"""Metadata (3) and DescribeCluster (60): brokers, topics, partitions, leaders.
+
+Metadata may create topics it is asked about when both the request and
+``auto.create.topics.enable`` allow it.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from kbroker.broker import INTERNAL_TOPICS, TopicError
+from kbroker.metadata import TopicMetadata
+from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode, RequestHeader
+from kbroker.protocol.messages.admin import DescribeClusterResponse
+from kbroker.protocol.messages.core import MetadataResponse
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+Topic = MetadataResponse.Topic
+Partition = MetadataResponse.Topic.Partition
+
+
+def _topic_entry(topic: TopicMetadata) -> Any:
+    return Topic(
+        error_code=ErrorCode.NONE,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        is_internal=topic.internal or topic.name in INTERNAL_TOPICS,
+        partitions=[
+            Partition(
+                error_code=ErrorCode.NONE,
+                partition_index=p,
+                leader_id=s.leader,
+                leader_epoch=s.leader_epoch,
+                replica_nodes=s.replicas,
+                isr_nodes=s.isr,
+                offline_replicas=[],
+            )
+            for p, s in sorted(topic.partitions.items())
+        ],
+    )
+
+
+def _error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID = ZERO_UUID) -> Any:
+    return Topic(error_code=code, name=name, topic_id=topic_id, is_internal=False, partitions=[])
+
+
+def handle_metadata(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    version = header.api_version
+    known = broker.metadata.topics()
+    topics: list[Any] = []
+    requested = request.topics
+    if requested is None or (version == 0 and not requested):
+        topics = [_topic_entry(t) for _, t in sorted(known.items())]
+    else:
+        by_id = {t.topic_id: t for t in known.values()}
+        auto_create = request.allow_auto_topic_creation and broker.config["auto.create.topics.enable"]
+        for wanted in requested:
+            name = wanted.name
+            if name is None:
+                found = by_id.get(wanted.topic_id)
+                topics.append(
+                    _topic_entry(found)
+                    if found
+                    else _error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id)
+                )
+                continue
+            topic = known.get(name)
+            if topic is None and auto_create:
+                try:
+                    topic = broker.create_topic(name)
+                except TopicError as exc:
+                    if exc.error == "TOPIC_ALREADY_EXISTS":
+                        topic = broker.metadata.topics().get(name)
+                    else:
+                        topics.append(_error_entry(name, ErrorCode[exc.error]))
+                        continue
+            if topic is None:
+                topics.append(_error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            else:
+                topics.append(_topic_entry(topic))
+    ep = broker.advertised
+    return MetadataResponse(
+        throttle_time_ms=0,
+        brokers=[MetadataResponse.Broker(node_id=broker.broker_id, host=ep.host, port=ep.port, rack=None)],
+        cluster_id=broker.metadata.cluster_id,
+        controller_id=broker.broker_id,
+        topics=topics,
+    )
+
+
+def handle_describe_cluster(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    ep = broker.advertised
+    if header.api_version >= 1 and request.endpoint_type != 1:
+        # Only the brokers' endpoints (type 1) exist; there are no controller listeners.
+        return DescribeClusterResponse(
+            throttle_time_ms=0,
+            error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+            error_message="only broker endpoints (type 1) are served",
+            endpoint_type=request.endpoint_type,
+            cluster_id=broker.metadata.cluster_id,
+            controller_id=-1,
+            brokers=[],
+        )
+    return DescribeClusterResponse(
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        error_message=None,
+        endpoint_type=1,
+        cluster_id=broker.metadata.cluster_id,
+        controller_id=broker.broker_id,
+        brokers=[
+            DescribeClusterResponse.Broker(broker_id=broker.broker_id, host=ep.host, port=ep.port, rack=None)
+        ],
+    )
+
+
+HANDLERS = {ApiKey.METADATA: handle_metadata, ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster}

@@ -1,0 +1,26 @@
+"""Producer ids for idempotent producers, unique across restarts.
+
+Ids are reserved from the metadata store in blocks, so there is no durable
+write per producer; a restart skips the rest of the block it had.
+"""
+
+from __future__ import annotations
+
+from kbroker.metadata import MetadataStore
+
+BLOCK = 1000
+
+
+class ProducerIdAllocator:
+    def __init__(self, store: MetadataStore) -> None:
+        self._store = store
+        self._next = 0
+        self._end = 0
+
+    def next_id(self) -> int:
+        if self._next >= self._end:
+            self._next = self._store.allocate_producer_ids(BLOCK)
+            self._end = self._next + BLOCK
+        pid = self._next
+        self._next += 1
+        return pid
