@@ -266,9 +266,12 @@ def load_properties(path: Path) -> dict[str, str]:
 
 @dataclass
 class BrokerConfig:
-    """The broker's effective settings: defaults overlaid with what was given."""
+    """The broker's effective settings: defaults, overlaid with the static
+    settings given at start (``given``), overlaid with dynamic ones (``dynamic``)."""
 
     given: dict[str, Value] = field(default_factory=dict)
+    # Set while running (AlterConfigs), persisted by the metadata store.
+    dynamic: dict[str, Value] = field(default_factory=dict)
 
     @classmethod
     def from_strings(cls, pairs: Iterable[tuple[str, str]]) -> BrokerConfig:
@@ -282,10 +285,15 @@ class BrokerConfig:
 
     def __getitem__(self, name: str) -> Any:
         setting = BROKER[name]
-        if name in self.given:
-            return self.given[name]
+        dynamic, given = self.dynamic, self.given
+        if name in dynamic:
+            return dynamic[name]
+        if name in given:
+            return given[name]
         for other, factor in setting.fallbacks:
-            value = self.given.get(other)
+            value = dynamic.get(other)
+            if value is None:
+                value = given.get(other)
             if value is not None:
                 assert isinstance(value, int)
                 return value * factor
@@ -293,19 +301,24 @@ class BrokerConfig:
 
     def is_default(self, name: str) -> bool:
         setting = BROKER[name]
-        return name not in self.given and not any(o in self.given for o, _ in setting.fallbacks)
+        names = (name, *(o for o, _ in setting.fallbacks))
+        return not any(n in self.given or n in self.dynamic for n in names)
 
     def set(self, name: str, text: str | None) -> None:
-        """Sets (or with None, resets) a dynamic broker setting."""
+        """Sets (or with None, resets) a dynamic broker setting.
+
+        Dynamic values sit over the static ones (properties file, ``--set``):
+        resetting one brings the static value back.
+        """
         setting = BROKER.get(name)
         if setting is None:
             raise ConfigError(f"unknown setting {name!r}")
         if setting.read_only:
             raise ConfigError(f"{name} cannot be changed while the broker runs")
         if text is None:
-            self.given.pop(name, None)
+            self.dynamic.pop(name, None)
         else:
-            self.given[name] = setting.parse(text)
+            self.dynamic[name] = setting.parse(text)
 
     def topic_default(self, topic_name: str) -> Value:
         """The value a topic without an override gets for ``topic_name``."""

@@ -1,1 +1,540 @@
-HANDLERS: dict = {}
+"""DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44).
+
+Owns how settings look on the wire and how clients change them, for three
+resource types:
+
+- TOPIC (2): every topic-level setting with its effective value and where it
+  comes from (the topic's override, then the broker setting that supplies its
+  default); alterations replace or edit the topic's overrides.
+- BROKER (4): every broker setting. The resource name is this broker's id, or
+  "" for the cluster-wide defaults, which on a single node are the same
+  dynamic layer: described under "" are only the dynamically set values (as
+  Kafka does). Settings that are not ``read_only`` can be changed while the
+  broker runs; they are persisted with the metadata and applied at once.
+- BROKER_LOGGER (8): the levels of the broker's Python loggers, changeable
+  (not persisted) with IncrementalAlterConfigs.
+
+Names, types, defaults and documentation all come from ``kbroker.config``; no
+list of names lives here. `topic_config_entries` is shared with CreateTopics.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any
+
+from kbroker.broker import TopicError
+from kbroker.config import (
+    BROKER,
+    BROKER_SETTINGS,
+    TOPIC,
+    TOPIC_SETTINGS,
+    BrokerConfig,
+    ConfigError,
+    ConfigType,
+    Setting,
+    Value,
+    topic_setting,
+)
+from kbroker.log.log import TOPIC_NAME
+from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
+from kbroker.protocol.messages.admin import (
+    AlterConfigsResponse,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsResponse,
+)
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+
+class ResourceType(IntEnum):
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
+
+
+class ConfigSource(IntEnum):
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
+class AlterOp(IntEnum):
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+class ResourceError(Exception):
+    """One resource of a request fails with the Kafka error named ``error``."""
+
+    def __init__(self, error: str, message: str | None = None) -> None:
+        super().__init__(message or error)
+        self.error = error
+        self.message = message
+
+
+Synonym = tuple[str, str | None, ConfigSource]
+
+
+@dataclass
+class ConfigEntry:
+    """One described setting, before it is put in a version's response shape."""
+
+    name: str
+    value: str | None
+    source: ConfigSource
+    read_only: bool
+    type: ConfigType
+    doc: str | None
+    sensitive: bool = False
+    synonyms: list[Synonym] = field(default_factory=list)
+
+
+# -- describing --------------------------------------------------------------
+
+
+def _render(setting: Setting, value: Value) -> str | None:
+    return None if setting.type is ConfigType.PASSWORD else setting.render(value)
+
+
+def _broker_synonyms(config: BrokerConfig, name: str, dynamic_source: ConfigSource) -> list[Synonym]:
+    """Where ``name``'s value can come from, most specific first (Kafka's order:
+    dynamic, static, default; within each, the name before its fallbacks)."""
+    setting = BROKER[name]
+    names = [name, *(other for other, _ in setting.fallbacks)]
+    layers: tuple[tuple[Mapping[str, Value], ConfigSource], ...] = (
+        (config.dynamic, dynamic_source),
+        (config.given, ConfigSource.STATIC_BROKER_CONFIG),
+        ({n: BROKER[n].default for n in names}, ConfigSource.DEFAULT_CONFIG),
+    )
+    out: list[Synonym] = []
+    for values, source in layers:
+        for n in names:
+            value = values.get(n)
+            if value is not None:
+                out.append((n, _render(BROKER[n], value), source))
+    return out
+
+
+def broker_config_entry(config: BrokerConfig, name: str, cluster_default: bool = False) -> ConfigEntry:
+    setting = BROKER[name]
+    dynamic_source = (
+        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG if cluster_default else ConfigSource.DYNAMIC_BROKER_CONFIG
+    )
+    synonyms = _broker_synonyms(config, name, dynamic_source)
+    if cluster_default:
+        synonyms = [s for s in synonyms if s[2] == dynamic_source]
+    return ConfigEntry(
+        name=name,
+        value=_render(setting, config[name]),
+        source=synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG,
+        read_only=setting.read_only,
+        type=setting.type,
+        doc=setting.doc,
+        sensitive=setting.type is ConfigType.PASSWORD,
+        synonyms=synonyms,
+    )
+
+
+def topic_config_entries(config: BrokerConfig, overrides: Mapping[str, Value]) -> list[ConfigEntry]:
+    """Every topic-level setting of a topic with these (parsed) overrides."""
+    effective = config.effective_topic_config(overrides)
+    out: list[ConfigEntry] = []
+    for ts in TOPIC_SETTINGS:
+        setting = topic_setting(ts.name)
+        synonyms = _broker_synonyms(config, ts.broker_setting, ConfigSource.DYNAMIC_BROKER_CONFIG)
+        if ts.name in overrides:
+            synonyms.insert(
+                0, (ts.name, _render(setting, overrides[ts.name]), ConfigSource.DYNAMIC_TOPIC_CONFIG)
+            )
+        out.append(
+            ConfigEntry(
+                name=ts.name,
+                value=_render(setting, effective[ts.name]),
+                source=synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG,
+                read_only=False,
+                type=setting.type,
+                doc=setting.doc,
+                sensitive=setting.type is ConfigType.PASSWORD,
+                synonyms=synonyms,
+            )
+        )
+    return out
+
+
+_LEVEL_NAMES = {"WARNING": "WARN", "CRITICAL": "FATAL", "NOTSET": "INFO"}
+_LEVELS = {
+    "TRACE": logging.DEBUG,
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARN": logging.WARNING,
+    "WARNING": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "FATAL": logging.CRITICAL,
+    "CRITICAL": logging.CRITICAL,
+    "OFF": logging.CRITICAL + 10,
+}
+ROOT_LOGGER = "root"
+
+
+def _loggers() -> dict[str, logging.Logger]:
+    found = {
+        name: lg
+        for name, lg in logging.root.manager.loggerDict.items()
+        if isinstance(lg, logging.Logger)
+    }
+    return {ROOT_LOGGER: logging.getLogger(), **dict(sorted(found.items()))}
+
+
+def _level_name(lg: logging.Logger) -> str:
+    name = logging.getLevelName(lg.getEffectiveLevel())
+    return _LEVEL_NAMES.get(name, "OFF" if lg.getEffectiveLevel() > logging.CRITICAL else name)
+
+
+def logger_entries() -> list[ConfigEntry]:
+    return [
+        ConfigEntry(
+            name=name,
+            value=_level_name(lg),
+            source=ConfigSource.DYNAMIC_BROKER_LOGGER_CONFIG,
+            read_only=False,
+            type=ConfigType.STRING,
+            doc=None,
+        )
+        for name, lg in _loggers().items()
+    ]
+
+
+def _check_topic(broker: Broker, name: str) -> None:
+    if not TOPIC_NAME.match(name) or name in (".", ".."):
+        raise ResourceError("INVALID_TOPIC_EXCEPTION", f"{name!r} is not a legal topic name")
+    if name not in broker.metadata.topics():
+        raise ResourceError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
+
+
+def _check_broker_name(broker: Broker, name: str, allow_default: bool = True) -> bool:
+    """Validates a BROKER/BROKER_LOGGER resource name; True for the cluster default ("")."""
+    if not name:
+        if allow_default:
+            return True
+        raise ResourceError("INVALID_REQUEST", "Broker id must not be empty")
+    try:
+        broker_id = int(name)
+    except ValueError:
+        raise ResourceError("INVALID_REQUEST", f"Broker id must be an integer, but it is: {name}") from None
+    if broker_id != broker.broker_id:
+        raise ResourceError(
+            "INVALID_REQUEST",
+            f"Unexpected broker id, expected {broker.broker_id} or empty string, but received {name}",
+        )
+    return False
+
+
+def _describe_resource(broker: Broker, rtype: int, name: str) -> list[ConfigEntry]:
+    if rtype == ResourceType.TOPIC:
+        _check_topic(broker, name)
+        return topic_config_entries(broker.config, broker.topic_overrides(name))
+    if rtype == ResourceType.BROKER:
+        if _check_broker_name(broker, name):
+            return [broker_config_entry(broker.config, n, True) for n in broker.config.dynamic]
+        return [broker_config_entry(broker.config, s.name) for s in BROKER_SETTINGS]
+    if rtype == ResourceType.BROKER_LOGGER:
+        _check_broker_name(broker, name, allow_default=False)
+        return logger_entries()
+    raise ResourceError("INVALID_REQUEST", f"Unsupported resource type: {rtype}")
+
+
+def _config_result(entry: ConfigEntry, synonyms: bool, documentation: bool) -> Any:
+    Config = DescribeConfigsResponse.Result.Config
+    return Config(
+        name=entry.name,
+        value=entry.value,
+        read_only=entry.read_only,
+        config_source=entry.source,
+        is_sensitive=entry.sensitive,
+        synonyms=[Config.Synonym(n, v, s) for n, v, s in entry.synonyms] if synonyms else [],
+        config_type=entry.type,
+        documentation=entry.doc if documentation else None,
+    )
+
+
+def handle_describe_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    Result = DescribeConfigsResponse.Result
+    results = []
+    for res in request.resources:
+        try:
+            entries = _describe_resource(broker, res.resource_type, res.resource_name)
+            error, message = ErrorCode.NONE, None
+        except ResourceError as exc:
+            entries, error, message = [], _code(exc.error), exc.message
+        keys = res.configuration_keys
+        if keys:
+            wanted = set(keys)
+            entries = [e for e in entries if e.name in wanted]
+        results.append(
+            Result(
+                error_code=error,
+                error_message=message,
+                resource_type=res.resource_type,
+                resource_name=res.resource_name,
+                configs=[
+                    _config_result(e, request.include_synonyms, request.include_documentation)
+                    for e in entries
+                ],
+            )
+        )
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+
+# -- altering ----------------------------------------------------------------
+
+
+def _code(name: str) -> ErrorCode:
+    try:
+        return ErrorCode[name]
+    except KeyError:
+        log.error("no error code named %s", name)
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def _topic_text(broker: Broker, name: str) -> dict[str, str]:
+    """A topic's current overrides, as text."""
+    out: dict[str, str] = {}
+    for key, value in broker.topic_overrides(name).items():
+        text = topic_setting(key).render(value)
+        if text is not None:
+            out[key] = text
+    return out
+
+
+def _set_topic(broker: Broker, name: str, configs: dict[str, str], validate_only: bool) -> None:
+    try:
+        broker.set_topic_configs(name, configs, validate_only)
+    except TopicError as exc:
+        raise ResourceError(exc.error, str(exc)) from None
+
+
+def _broker_setting(name: str) -> Setting:
+    setting = BROKER.get(name)
+    if setting is None:
+        raise ResourceError("INVALID_CONFIG", f"Unknown broker config name: {name}")
+    return setting
+
+
+def _set_broker(broker: Broker, configs: Mapping[str, str], validate_only: bool) -> None:
+    """Replaces the broker's dynamic settings with ``configs`` (validated as a whole)."""
+    normalized: dict[str, str] = {}
+    for name, text in configs.items():
+        setting = _broker_setting(name)
+        if setting.read_only:
+            raise ResourceError(
+                "INVALID_CONFIG", f"Cannot update these configs dynamically: {name} is read-only"
+            )
+        try:
+            value = setting.parse(text)
+        except ConfigError as exc:
+            raise ResourceError("INVALID_CONFIG", f"Invalid value for {name}: {exc}") from None
+        rendered = setting.render(value)
+        if rendered is not None:
+            normalized[name] = rendered
+    if validate_only:
+        return
+    config = broker.config
+    before = dict(broker.metadata.broker_configs())
+    broker.metadata.set_broker_configs(normalized)
+    for name in before.keys() - normalized.keys():
+        config.set(name, None)
+    for name, text in normalized.items():
+        config.set(name, text)
+    changed = {n for n in before.keys() | normalized.keys() if before.get(n) != normalized.get(n)}
+    if changed & {ts.broker_setting for ts in TOPIC_SETTINGS}:
+        for topic in list(broker.metadata.topics()):
+            broker.logs.update_config(topic)
+    log.info("dynamic broker settings are now %s", normalized)
+
+
+def _check_duplicates(names: Iterable[str]) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ResourceError("INVALID_REQUEST", f"Duplicate config key: {name}")
+        seen.add(name)
+
+
+def _alter_resource(broker: Broker, res: Any, validate_only: bool) -> None:
+    """AlterConfigs: the given values become the resource's whole set of overrides."""
+    _check_duplicates(c.name for c in res.configs)
+    configs = {c.name: c.value for c in res.configs if c.value is not None}
+    if res.resource_type == ResourceType.TOPIC:
+        _check_topic(broker, res.resource_name)
+        _set_topic(broker, res.resource_name, configs, validate_only)
+    elif res.resource_type == ResourceType.BROKER:
+        _check_broker_name(broker, res.resource_name)
+        _set_broker(broker, configs, validate_only)
+    else:
+        raise ResourceError(
+            "INVALID_REQUEST",
+            f"AlterConfigs is only supported for topics and brokers, not resource type {res.resource_type}",
+        )
+
+
+def _edit(
+    current: dict[str, str],
+    ops: Sequence[Any],
+    setting_for: Callable[[str], Setting],
+    effective: Callable[[str], Value],
+) -> dict[str, str]:
+    """Applies IncrementalAlterConfigs operations to a set of overrides (as text)."""
+    out = dict(current)
+    for op in ops:
+        name, value = op.name, op.value
+        setting = setting_for(name)
+        try:
+            kind = AlterOp(op.config_operation)
+        except ValueError:
+            raise ResourceError(
+                "INVALID_REQUEST", f"Unknown alter configs operation {op.config_operation} for {name}"
+            ) from None
+        if kind is AlterOp.DELETE:
+            out.pop(name, None)
+            continue
+        if value is None:
+            raise ResourceError("INVALID_REQUEST", f"Null value not supported for: {name}")
+        if kind is AlterOp.SET:
+            out[name] = value
+            continue
+        verb = kind.name.lower()
+        if setting.type is not ConfigType.LIST:
+            raise ResourceError(
+                "INVALID_REQUEST", f"Config value {verb} is not allowed for config key: {name}"
+            )
+        base = out.get(name)
+        if base is None:
+            base = setting.render(effective(name)) or ""
+        items = [p.strip() for p in base.split(",") if p.strip()]
+        given = [p.strip() for p in value.split(",") if p.strip()]
+        if kind is AlterOp.APPEND:
+            items += [g for g in dict.fromkeys(given) if g not in items]
+        else:
+            items = [i for i in items if i not in given]
+        out[name] = ",".join(items)
+    return out
+
+
+def _topic_setting_checked(name: str) -> Setting:
+    if name not in TOPIC:
+        raise ResourceError("INVALID_CONFIG", f"Unknown topic config name: {name}")
+    return topic_setting(name)
+
+
+def _set_logger_levels(ops: Sequence[Any], validate_only: bool) -> None:
+    loggers = _loggers()
+    changes: list[tuple[logging.Logger, int]] = []
+    for op in ops:
+        lg = loggers.get(op.name)
+        if lg is None:
+            raise ResourceError("INVALID_CONFIG", f"Logger {op.name} does not exist!")
+        kind = op.config_operation
+        if kind == AlterOp.SET:
+            level = _LEVELS.get((op.value or "").strip().upper())
+            if level is None:
+                raise ResourceError(
+                    "INVALID_CONFIG",
+                    f"Cannot set the log level of {op.name} to {op.value}: valid levels are "
+                    + ", ".join(sorted(set(_LEVELS) - {"WARNING", "CRITICAL"})),
+                )
+            changes.append((lg, level))
+        elif kind == AlterOp.DELETE:
+            if op.name == ROOT_LOGGER:
+                raise ResourceError(
+                    "INVALID_REQUEST", "Removing the log level of the root logger is not allowed"
+                )
+            changes.append((lg, logging.NOTSET))
+        else:
+            raise ResourceError(
+                "INVALID_REQUEST", f"Operation {kind} is not supported for BROKER_LOGGER resources"
+            )
+    if not validate_only:
+        for lg, level in changes:
+            lg.setLevel(level)
+
+
+def _incremental_alter_resource(broker: Broker, res: Any, validate_only: bool) -> None:
+    _check_duplicates(c.name for c in res.configs)
+    rtype, name = res.resource_type, res.resource_name
+    if rtype == ResourceType.TOPIC:
+        _check_topic(broker, name)
+        topic_values = broker.topic_config(name)
+        configs = _edit(
+            _topic_text(broker, name), res.configs, _topic_setting_checked, topic_values.__getitem__
+        )
+        _set_topic(broker, name, configs, validate_only)
+    elif rtype == ResourceType.BROKER:
+        _check_broker_name(broker, name)
+        configs = _edit(
+            dict(broker.metadata.broker_configs()),
+            res.configs,
+            _broker_setting,
+            broker.config.__getitem__,
+        )
+        _set_broker(broker, configs, validate_only)
+    elif rtype == ResourceType.BROKER_LOGGER:
+        _check_broker_name(broker, name, allow_default=False)
+        _set_logger_levels(res.configs, validate_only)
+    else:
+        raise ResourceError("INVALID_REQUEST", f"Unsupported resource type: {rtype}")
+
+
+def _alter_all(
+    broker: Broker,
+    request: Any,
+    alter_one: Callable[[Broker, Any, bool], None],
+    response_cls: Any,
+) -> Any:
+    Result = response_cls.Result
+    keys = [(r.resource_type, r.resource_name) for r in request.resources]
+    results = []
+    for res in request.resources:
+        error, message = ErrorCode.NONE, None
+        try:
+            if keys.count((res.resource_type, res.resource_name)) > 1:
+                raise ResourceError("INVALID_REQUEST", "Duplicate resource.")
+            alter_one(broker, res, request.validate_only)
+        except ResourceError as exc:
+            error, message = _code(exc.error), exc.message
+        results.append(
+            Result(
+                error_code=error,
+                error_message=message,
+                resource_type=res.resource_type,
+                resource_name=res.resource_name,
+            )
+        )
+    return response_cls(throttle_time_ms=0, responses=results)
+
+
+def handle_alter_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    return _alter_all(broker, request, _alter_resource, AlterConfigsResponse)
+
+
+def handle_incremental_alter_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    return _alter_all(broker, request, _incremental_alter_resource, IncrementalAlterConfigsResponse)
+
+
+HANDLERS = {
+    ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
+    ApiKey.ALTER_CONFIGS: handle_alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+}

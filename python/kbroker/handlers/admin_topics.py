@@ -1,1 +1,306 @@
-HANDLERS: dict = {}
+"""CreateTopics (19), DeleteTopics (20), CreatePartitions (37), DeleteRecords (21).
+
+Owns the request-level rules of the topic admin APIs: duplicate entries,
+manual replica assignments (on this single node every replica must be this
+broker), validate-only requests, and one result per topic (or partition)
+with an error message. The topic changes themselves are `Broker` methods.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from kbroker.broker import INTERNAL_TOPICS, TopicError
+from kbroker.handlers.admin_configs import topic_config_entries
+from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode, RequestHeader
+from kbroker.protocol.messages.admin import (
+    CreatePartitionsResponse,
+    CreateTopicsResponse,
+    DeleteRecordsResponse,
+    DeleteTopicsResponse,
+)
+from kbroker.replication.partition import PartitionError
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+METADATA_TOPIC = "__cluster_metadata"
+
+
+def _code(name: str) -> ErrorCode:
+    try:
+        return ErrorCode[name]
+    except KeyError:
+        log.error("no error code named %s", name)
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def _duplicates(names: Sequence[Any]) -> list[Any]:
+    """Names that occur more than once, in order of first appearance."""
+    counts = Counter(names)
+    return [n for n in dict.fromkeys(names) if counts[n] > 1]
+
+
+def _check_assignment(broker: Broker, replicas: Sequence[int], expected_rf: int | None) -> int:
+    """Checks one partition's manual replica list; returns its replication factor."""
+    if not replicas:
+        raise TopicError("INVALID_REPLICA_ASSIGNMENT", "a partition must have at least one replica")
+    if len(set(replicas)) != len(replicas):
+        raise TopicError("INVALID_REPLICA_ASSIGNMENT", f"duplicate brokers in replica list {list(replicas)}")
+    for b in replicas:
+        if b != broker.broker_id:
+            raise TopicError(
+                "INVALID_REPLICA_ASSIGNMENT",
+                f"the replica assignment includes broker {b}, but no such broker is registered",
+            )
+    if expected_rf is not None and len(replicas) != expected_rf:
+        raise TopicError(
+            "INVALID_REPLICA_ASSIGNMENT",
+            f"a partition has {len(replicas)} replica(s), but the others have {expected_rf}",
+        )
+    return len(replicas)
+
+
+# -- CreateTopics ----------------------------------------------------------------
+
+
+def _topic_shape(broker: Broker, t: Any) -> tuple[int, int]:
+    """(num_partitions, replication_factor) asked for, from counts or manual assignments."""
+    if not t.assignments:
+        return t.num_partitions, t.replication_factor
+    if t.num_partitions != -1 or t.replication_factor != -1:
+        raise TopicError(
+            "INVALID_REQUEST",
+            "Both numPartitions or replicationFactor and replicasAssignments were set. "
+            "Both cannot be used at the same time.",
+        )
+    indexes = sorted(a.partition_index for a in t.assignments)
+    if indexes != list(range(len(indexes))):
+        raise TopicError(
+            "INVALID_REPLICA_ASSIGNMENT",
+            "partitions in a replica assignment must be numbered consecutively from 0",
+        )
+    rf: int | None = None
+    for a in t.assignments:
+        rf = _check_assignment(broker, a.broker_ids, rf)
+    assert rf is not None
+    return len(indexes), rf
+
+
+def _create_one(broker: Broker, t: Any, validate_only: bool, version: int) -> Any:
+    Result = CreateTopicsResponse.Topic
+    name = t.name
+    try:
+        nulls = [c.name for c in t.configs if c.value is None]
+        if nulls:
+            raise TopicError(
+                "INVALID_REQUEST", f"Null value not supported for topic configs: {','.join(nulls)}"
+            )
+        if name == METADATA_TOPIC:
+            raise TopicError("INVALID_REQUEST", f"Creation of internal topic {name} is prohibited.")
+        partitions, rf = _topic_shape(broker, t)
+        configs = {c.name: c.value for c in t.configs}
+        partitions, rf, parsed = broker.check_new_topic(name, partitions, rf, configs)
+        collides = name.replace(".", "_")
+        for other in broker.metadata.topics():
+            if other.replace(".", "_") == collides:
+                raise TopicError(
+                    "INVALID_TOPIC_EXCEPTION", f"Topic '{name}' collides with existing topic: {other}"
+                )
+        topic_id = ZERO_UUID
+        if not validate_only:
+            topic_id = broker.create_topic(
+                name, partitions, rf, configs, internal=name in INTERNAL_TOPICS
+            ).topic_id
+    except TopicError as exc:
+        return Result(name=name, error_code=_code(exc.error), error_message=str(exc))
+    Config = Result.Config
+    return Result(
+        name=name,
+        topic_id=topic_id,
+        error_code=ErrorCode.NONE,
+        error_message=None,
+        num_partitions=partitions,
+        replication_factor=rf,
+        configs=[
+            Config(
+                name=e.name,
+                value=e.value,
+                read_only=e.read_only,
+                config_source=e.source,
+                is_sensitive=e.sensitive,
+            )
+            for e in topic_config_entries(broker.config, parsed)
+        ]
+        if version >= 5
+        else [],
+    )
+
+
+def handle_create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    Result = CreateTopicsResponse.Topic
+    dupes = _duplicates([t.name for t in request.topics])
+    results = [
+        _create_one(broker, t, request.validate_only, header.api_version)
+        for t in request.topics
+        if t.name not in dupes
+    ]
+    results += [
+        Result(name=n, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name.")
+        for n in dupes
+    ]
+    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+
+# -- DeleteTopics ----------------------------------------------------------------
+
+
+def handle_delete_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    Result = DeleteTopicsResponse.Result
+    results: list[Any] = []
+
+    def fail(name: str | None, topic_id: uuid.UUID, error: ErrorCode, message: str) -> None:
+        results.append(Result(name=name, topic_id=topic_id, error_code=error, error_message=message))
+
+    if header.api_version >= 6:
+        entries = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        entries = [(n, ZERO_UUID) for n in request.topic_names]
+    names: list[str] = []
+    ids: list[uuid.UUID] = []
+    for name, topic_id in entries:
+        if name is None and topic_id == ZERO_UUID:
+            fail(None, ZERO_UUID, ErrorCode.INVALID_REQUEST, "Neither topic name nor id were specified.")
+        elif name is not None and topic_id != ZERO_UUID:
+            fail(name, topic_id, ErrorCode.INVALID_REQUEST, "You may not specify both topic name and topic id.")
+        elif name is None:
+            ids.append(topic_id)
+        else:
+            names.append(name)
+    dup_names, dup_ids = _duplicates(names), _duplicates(ids)
+    for n in dup_names:
+        fail(n, ZERO_UUID, ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+    for i in dup_ids:
+        fail(None, i, ErrorCode.INVALID_REQUEST, "Duplicate topic id.")
+
+    topics = broker.metadata.topics()
+    by_id = {t.topic_id: t.name for t in topics.values()}
+    targets: dict[uuid.UUID, str] = {}
+    for i in ids:
+        if i in dup_ids:
+            continue
+        if i not in by_id:
+            fail(None, i, ErrorCode.UNKNOWN_TOPIC_ID, "This server does not host this topic ID.")
+        else:
+            targets[i] = by_id[i]
+    for n in names:
+        if n in dup_names:
+            continue
+        topic = topics.get(n)
+        if topic is None:
+            fail(n, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {n!r} does not exist")
+        elif topic.topic_id in targets:
+            fail(
+                n,
+                topic.topic_id,
+                ErrorCode.INVALID_REQUEST,
+                "The provided topic name maps to an ID that was already supplied.",
+            )
+        else:
+            targets[topic.topic_id] = n
+    for topic_id, name in targets.items():
+        try:
+            broker.delete_topic(name)
+        except TopicError as exc:
+            fail(name, topic_id, _code(exc.error), str(exc))
+        else:
+            results.append(Result(name=name, topic_id=topic_id, error_code=ErrorCode.NONE))
+    return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+
+
+# -- CreatePartitions --------------------------------------------------------------
+
+
+def _add_partitions(broker: Broker, t: Any, validate_only: bool) -> None:
+    broker.add_partitions(t.name, t.count, validate_only=True)
+    if t.assignments is not None:
+        topic = broker.metadata.topics()[t.name]
+        current = len(topic.partitions)
+        rf = len(next(iter(topic.partitions.values())).replicas)
+        if len(t.assignments) != t.count - current:
+            raise TopicError(
+                "INVALID_REPLICA_ASSIGNMENT",
+                f"Attempted to add {t.count - current} additional partition(s), "
+                f"but only {len(t.assignments)} assignment(s) were specified.",
+            )
+        for a in t.assignments:
+            _check_assignment(broker, a.broker_ids, rf)
+    if not validate_only:
+        broker.add_partitions(t.name, t.count)
+
+
+def handle_create_partitions(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    Result = CreatePartitionsResponse.Result
+    dupes = _duplicates([t.name for t in request.topics])
+    results = []
+    for t in request.topics:
+        if t.name in dupes:
+            continue
+        try:
+            _add_partitions(broker, t, request.validate_only)
+        except TopicError as exc:
+            results.append(Result(name=t.name, error_code=_code(exc.error), error_message=str(exc)))
+        else:
+            results.append(Result(name=t.name, error_code=ErrorCode.NONE, error_message=None))
+    results += [
+        Result(name=n, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic in request.")
+        for n in dupes
+    ]
+    return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+
+
+# -- DeleteRecords -------------------------------------------------------------------
+
+
+def _delete_records(broker: Broker, topic: str, index: int, offset: int) -> tuple[int, ErrorCode]:
+    """(low watermark, error) for one partition."""
+    partition = broker.partition(topic, index)
+    if partition is None:
+        known = broker.metadata.topics().get(topic)
+        if known is not None and index in known.partitions:
+            return -1, ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return -1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if not partition.is_leader:
+        return -1, ErrorCode.NOT_LEADER_OR_FOLLOWER
+    try:
+        partition.delete_records_before(offset)
+    except PartitionError as exc:
+        return -1, _code(exc.error)
+    return partition.log.log_start_offset, ErrorCode.NONE
+
+
+def handle_delete_records(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    TopicResult = DeleteRecordsResponse.Topic
+    PartitionResult = TopicResult.Partition
+    topics = []
+    for t in request.topics:
+        partitions = []
+        for p in t.partitions:
+            low, error = _delete_records(broker, t.name, p.partition_index, p.offset)
+            partitions.append(PartitionResult(partition_index=p.partition_index, low_watermark=low, error_code=error))
+        topics.append(TopicResult(name=t.name, partitions=partitions))
+    return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
+
+
+HANDLERS = {
+    ApiKey.CREATE_TOPICS: handle_create_topics,
+    ApiKey.DELETE_TOPICS: handle_delete_topics,
+    ApiKey.CREATE_PARTITIONS: handle_create_partitions,
+    ApiKey.DELETE_RECORDS: handle_delete_records,
+}
