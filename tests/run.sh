@@ -12,6 +12,7 @@ step "ruff"
 ruff check python tests bench
 step "mypy"
 mypy
+python -m mypy.stubtest kbroker._kbroker
 step "cargo clippy"
 cargo clippy --quiet --workspace --all-targets -- -D warnings
 cargo clippy --quiet -p kbroker-core --features python --lib -- -D warnings

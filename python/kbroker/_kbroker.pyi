@@ -1,4 +1,25 @@
-"""Type stub of the Rust extension module (rust/src/py.rs)."""
+"""Type stub of the Rust extension module (rust/src/py.rs), checked by mypy.stubtest."""
+
+from typing import final
+
+__all__ = [
+    "AppendInfo",
+    "BatchInfo",
+    "CorruptRecordError",
+    "InvalidRecordError",
+    "KBrokerError",
+    "Log",
+    "LogConfig",
+    "LogSlice",
+    "OffsetOutOfRangeError",
+    "RecordTooLargeError",
+    "__version__",
+    "build_batch",
+    "crc32c",
+    "decode_records",
+    "sendfile",
+    "validate_batches",
+]
 
 __version__: str
 
@@ -10,6 +31,7 @@ class OffsetOutOfRangeError(KBrokerError): ...
 
 def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int: ...
 
+@final
 class BatchInfo:
     @property
     def position(self) -> int: ...
@@ -46,26 +68,27 @@ def validate_batches(
     require_keys: bool = False,
 ) -> list[BatchInfo]: ...
 
-Header = tuple[str, bytes | None]
-DecodedRecord = tuple[int, int, bytes | None, bytes | None, list[Header]]
+_Header = tuple[str, bytes | None]
+_DecodedRecord = tuple[int, int, bytes | None, bytes | None, list[_Header]]
 
 def decode_records(
     batch: bytes | bytearray | memoryview, max_decompressed_bytes: int = ...
-) -> list[DecodedRecord]: ...
+) -> list[_DecodedRecord]: ...
 def build_batch(
-    records: list[tuple[bytes | None, bytes | None, list[Header]]]
-    | list[tuple[bytes | None, bytes | None, list[Header], int]],
+    records: list[tuple[bytes | None, bytes | None, list[_Header]]]
+    | list[tuple[bytes | None, bytes | None, list[_Header], int]],
     codec: int = 0,
     base_offset: int = 0,
     timestamp: int = 0,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    base_sequence: int = -1,
+    producer_id: int = ...,
+    producer_epoch: int = ...,
+    base_sequence: int = ...,
     transactional: bool = False,
     log_append_time: bool = False,
 ) -> bytes: ...
 def sendfile(out_fd: int, in_fd: int, offset: int, count: int) -> int | None: ...
 
+@final
 class LogConfig:
     segment_bytes: int
     segment_ms: int
@@ -76,20 +99,21 @@ class LogConfig:
     flush_messages: int
     flush_ms: int
     file_delete_delay_ms: int
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
-        segment_bytes: int = ...,
-        segment_ms: int = ...,
-        segment_index_bytes: int = ...,
-        index_interval_bytes: int = ...,
-        retention_ms: int = ...,
-        retention_bytes: int = ...,
-        flush_messages: int = ...,
-        flush_ms: int = ...,
-        file_delete_delay_ms: int = ...,
-    ) -> None: ...
+        segment_bytes: int | None = None,
+        segment_ms: int | None = None,
+        segment_index_bytes: int | None = None,
+        index_interval_bytes: int | None = None,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        flush_messages: int | None = None,
+        flush_ms: int | None = None,
+        file_delete_delay_ms: int | None = None,
+    ) -> LogConfig: ...
 
+@final
 class AppendInfo:
     @property
     def first_offset(self) -> int: ...
@@ -108,6 +132,7 @@ class AppendInfo:
     @property
     def bytes(self) -> int: ...
 
+@final
 class LogSlice:
     @property
     def position(self) -> int: ...
@@ -119,8 +144,9 @@ class LogSlice:
     def read_bytes(self) -> bytes: ...
     def sendfile(self, out_fd: int, offset: int, count: int) -> int | None: ...
 
+@final
 class Log:
-    def __init__(self, dir: str, config: LogConfig, now_ms: int) -> None: ...
+    def __new__(cls, dir: str, config: LogConfig, now_ms: int) -> Log: ...
     def append(
         self,
         batches: bytes | bytearray | memoryview,

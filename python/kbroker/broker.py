@@ -254,12 +254,6 @@ def run_broker(config: BrokerConfig, log_level: str = "INFO") -> int:
         level=getattr(logging, log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    try:
-        import uvloop
-
-        runner = uvloop.run
-    except ImportError:  # pragma: no cover - uvloop is a dependency
-        runner = asyncio.run
 
     async def main() -> int:
         broker = Broker(config)
@@ -284,4 +278,8 @@ def run_broker(config: BrokerConfig, log_level: str = "INFO") -> int:
         await broker.stop()
         return 0
 
-    return runner(main())
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        return asyncio.run(main())
+    return uvloop.run(main())

@@ -219,6 +219,19 @@ _TOPIC_CHECKS: Mapping[str, Callable[[Value], str | None]] = {
 }
 
 
+def as_int(value: Value) -> int:
+    """A numeric setting's value, typed (the table guarantees the type)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"expected a whole number, got {value!r}")
+    return value
+
+
+def as_list(value: Value) -> list[str]:
+    if not isinstance(value, list):
+        raise ConfigError(f"expected a list, got {value!r}")
+    return value
+
+
 def topic_setting(name: str) -> Setting:
     """The Setting that parses and checks the topic-level ``name``."""
     try:

@@ -210,28 +210,33 @@ struct PyLogConfig {
 
 #[pymethods]
 impl PyLogConfig {
+    /// Every setting is optional; an unset one takes the storage default.
     #[new]
-    #[pyo3(signature = (**kwargs))]
-    fn new(kwargs: Option<&Bound<'_, pyo3::types::PyDict>>) -> PyResult<Self> {
-        let mut cfg = PyLogConfig::from(CoreLogConfig::default());
-        if let Some(kwargs) = kwargs {
-            for (k, v) in kwargs.iter() {
-                let name: String = k.extract()?;
-                match name.as_str() {
-                    "segment_bytes" => cfg.segment_bytes = v.extract()?,
-                    "segment_ms" => cfg.segment_ms = v.extract()?,
-                    "segment_index_bytes" => cfg.segment_index_bytes = v.extract()?,
-                    "index_interval_bytes" => cfg.index_interval_bytes = v.extract()?,
-                    "retention_ms" => cfg.retention_ms = v.extract()?,
-                    "retention_bytes" => cfg.retention_bytes = v.extract()?,
-                    "flush_messages" => cfg.flush_messages = v.extract()?,
-                    "flush_ms" => cfg.flush_ms = v.extract()?,
-                    "file_delete_delay_ms" => cfg.file_delete_delay_ms = v.extract()?,
-                    other => return Err(PyValueError::new_err(format!("unknown log setting {other:?}"))),
-                }
-            }
+    #[pyo3(signature = (*, segment_bytes=None, segment_ms=None, segment_index_bytes=None, index_interval_bytes=None, retention_ms=None, retention_bytes=None, flush_messages=None, flush_ms=None, file_delete_delay_ms=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        segment_bytes: Option<u64>,
+        segment_ms: Option<i64>,
+        segment_index_bytes: Option<u64>,
+        index_interval_bytes: Option<u64>,
+        retention_ms: Option<i64>,
+        retention_bytes: Option<i64>,
+        flush_messages: Option<u64>,
+        flush_ms: Option<i64>,
+        file_delete_delay_ms: Option<i64>,
+    ) -> Self {
+        let d = PyLogConfig::from(CoreLogConfig::default());
+        PyLogConfig {
+            segment_bytes: segment_bytes.unwrap_or(d.segment_bytes),
+            segment_ms: segment_ms.unwrap_or(d.segment_ms),
+            segment_index_bytes: segment_index_bytes.unwrap_or(d.segment_index_bytes),
+            index_interval_bytes: index_interval_bytes.unwrap_or(d.index_interval_bytes),
+            retention_ms: retention_ms.unwrap_or(d.retention_ms),
+            retention_bytes: retention_bytes.unwrap_or(d.retention_bytes),
+            flush_messages: flush_messages.unwrap_or(d.flush_messages),
+            flush_ms: flush_ms.unwrap_or(d.flush_ms),
+            file_delete_delay_ms: file_delete_delay_ms.unwrap_or(d.file_delete_delay_ms),
         }
-        Ok(cfg)
     }
 
     fn __repr__(&self) -> String {

@@ -111,13 +111,15 @@ def _render(setting: Setting, value: Value) -> str | None:
 
 def _broker_synonyms(config: BrokerConfig, name: str, dynamic_source: ConfigSource) -> list[Synonym]:
     """Where ``name``'s value can come from, most specific first (Kafka's order:
-    dynamic, static, default; within each, the name before its fallbacks)."""
+    dynamic, static, default; within each, the name before its fallbacks). Only
+    the setting's own default applies when nothing is set (a fallback's default
+    does not), so that is the one default listed."""
     setting = BROKER[name]
     names = [name, *(other for other, _ in setting.fallbacks)]
     layers: tuple[tuple[Mapping[str, Value], ConfigSource], ...] = (
         (config.dynamic, dynamic_source),
         (config.given, ConfigSource.STATIC_BROKER_CONFIG),
-        ({n: BROKER[n].default for n in names}, ConfigSource.DEFAULT_CONFIG),
+        ({name: setting.default}, ConfigSource.DEFAULT_CONFIG),
     )
     out: list[Synonym] = []
     for values, source in layers:

@@ -50,7 +50,7 @@ class _Reader:
         )
         for topic in request.topics:
             name = by_id.get(topic.topic_id) if self.version >= 13 else topic.topic
-            entries = []
+            entries: list[tuple[Any, Partition | None, ErrorCode]] = []
             for p in topic.partitions:
                 if name is None:
                     entries.append((p, None, ErrorCode.UNKNOWN_TOPIC_ID))

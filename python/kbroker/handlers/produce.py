@@ -18,6 +18,7 @@ from kbroker._kbroker import (
     RecordTooLargeError,
     validate_batches,
 )
+from kbroker.config import as_int, as_list
 from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
 from kbroker.protocol.messages.core import ProduceResponse
 from kbroker.replication.partition import PartitionError
@@ -78,8 +79,8 @@ def _produce_partition(
     if not records:
         return _error(index, ErrorCode.INVALID_RECORD, "no record batch in the request")
     config = broker.topic_config(topic)
-    max_bytes = config["max.message.bytes"]
-    compacted = "compact" in config["cleanup.policy"]
+    max_bytes = as_int(config["max.message.bytes"])
+    compacted = "compact" in as_list(config["cleanup.policy"])
     data = bytes(records)
     try:
         infos = validate_batches(data, max_bytes, True, MAX_DECOMPRESSED_BYTES, compacted)
@@ -99,7 +100,7 @@ def _produce_partition(
             data,
             infos,
             acks,
-            config["min.insync.replicas"],
+            as_int(config["min.insync.replicas"]),
             config["message.timestamp.type"] == "LogAppendTime",
         )
     except PartitionError as exc:

@@ -17,6 +17,8 @@ from kbroker import _kbroker
 from kbroker._kbroker import AppendInfo, LogConfig, LogSlice
 from kbroker.config import LONG_MAX, Value
 
+__all__ = ["AppendInfo", "Log", "LogConfig", "LogSlice", "TopicPartition", "log_config_from_topic"]
+
 # Kafka's legal topic names; they double as directory names.
 TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _DIR_NAME = re.compile(r"^([a-zA-Z0-9._-]{1,249})-(\d{1,10})$")

@@ -21,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import itertools
 import logging
 import os
 import socket
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
@@ -59,7 +60,7 @@ ResponsePart = bytes | bytearray | memoryview | FilePart
 # A response is a complete frame, size prefix included: one bytes object, or a
 # list of parts in which file parts stand for bytes sent from a file. None
 # means "no response" (Produce with acks=0).
-Response = bytes | list[ResponsePart] | None
+Response = bytes | Sequence[ResponsePart] | None
 
 
 class CloseConnection(Exception):
@@ -198,7 +199,7 @@ class KafkaConnection(asyncio.Protocol):
         if isinstance(result, Awaitable):
             fut = asyncio.ensure_future(result)
             self._pending_bytes += size
-            fut.add_done_callback(lambda _f, size=size: self._release(size))
+            fut.add_done_callback(functools.partial(self._release, size))
             self._pending.append(fut)
             self._ensure_writer()
         elif self._pending or self._writer_task is not None:
@@ -210,17 +211,17 @@ class KafkaConnection(asyncio.Protocol):
             self._pending.append(result)
             self._ensure_writer()
 
-    def _release(self, size: int) -> None:
+    def _release(self, size: int, _fut: object = None) -> None:
         self._pending_bytes -= size
         self._update_reading()
 
     @staticmethod
-    def _needs_sendfile(response: bytes | list[ResponsePart]) -> bool:
-        return isinstance(response, list) and any(
+    def _needs_sendfile(response: bytes | Sequence[ResponsePart]) -> bool:
+        return not isinstance(response, bytes) and any(
             not isinstance(p, _BYTES) and p.length >= SENDFILE_MIN_BYTES for p in response
         )
 
-    def _write_now(self, response: bytes | list[ResponsePart]) -> None:
+    def _write_now(self, response: bytes | Sequence[ResponsePart]) -> None:
         """Writes a response with no zero-copy parts in one transport write."""
         assert self.transport is not None
         if isinstance(response, bytes):
@@ -256,7 +257,7 @@ class KafkaConnection(asyncio.Protocol):
                 self._pending.popleft()
                 if response is None or self._closed:
                     continue
-                if self._needs_sendfile(response):
+                if not isinstance(response, bytes) and self._needs_sendfile(response):
                     await self._write_zero_copy(response)
                 else:
                     self._write_now(response)
@@ -278,7 +279,7 @@ class KafkaConnection(asyncio.Protocol):
             await self._write_resumed.wait()
             self._write_resumed.clear()
 
-    async def _write_zero_copy(self, parts: list[ResponsePart]) -> None:
+    async def _write_zero_copy(self, parts: Sequence[ResponsePart]) -> None:
         assert self.transport is not None
         pending = bytearray()
         for part in parts:
