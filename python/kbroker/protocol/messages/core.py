@@ -99,7 +99,7 @@ MetadataResponse = message(
             F("error_code", INT16),
             F("partition_index", INT32),
             F("leader_id", INT32),
-            F("leader_epoch", INT32, "6+", default=-1),
+            F("leader_epoch", INT32, "7+", default=-1),
             F("replica_nodes", Array(INT32)),
             F("isr_nodes", Array(INT32)),
             F("offline_replicas", Array(INT32), "5+"),
