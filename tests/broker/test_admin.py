@@ -432,6 +432,11 @@ def test_dynamic_broker_configs(broker_factory: Callable[..., BrokerProcess]) ->
         ("log.retention.ms", "60000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
     ]
 
+    # validate_only checks, and changes nothing.
+    dry = ConfigResource("broker", "0", incremental_configs=[set_op("message.max.bytes", "2000000")])
+    ok(incremental(a, dry, validate_only=True))
+    assert broker_configs(a)["message.max.bytes"].is_default
+
     # Read-only settings cannot be changed while running.
     err = error_of(incremental(a, ConfigResource("broker", "0", incremental_configs=[set_op("broker.id", "5")])))
     assert err.code() == KafkaError.INVALID_CONFIG

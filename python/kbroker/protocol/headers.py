@@ -76,7 +76,8 @@ def _skip_tagged(buf: memoryview, pos: int) -> int:
 def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, Message]:
     """Decode one request frame (size prefix already stripped) into (header, body).
 
-    Raises ProtocolDecodeError for malformed bytes (its `header` is set when
+    Bytes after the body are ignored (as Kafka ignores them). Raises
+    ProtocolDecodeError for malformed bytes (its `header` is set when
     the header was readable), UnknownApiKeyError / UnsupportedVersionError
     (both carrying the header) for requests kbroker does not declare. Records
     fields in the body are memoryview slices of `frame`: keep the frame
@@ -107,8 +108,8 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
         raise
     except (struct.error, IndexError, ValueError) as e:
         raise ProtocolDecodeError(f"malformed request header: {e}", header) from e
-    if pos != len(buf):
-        raise ProtocolDecodeError(f"{len(buf) - pos} trailing bytes after {spec.name} v{version}", header)
+    # Bytes after the body are ignored, as Kafka does: librdkafka 2.16 pads
+    # a null topic list in Metadata v9+ with three stray bytes.
     return header, body
 
 
