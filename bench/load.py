@@ -54,6 +54,7 @@ def _producer(bootstrap: str, topic: str, count: int, size: int, acks: str, out:
         "linger.ms": 5,
         "batch.size": 1_000_000,
         "queue.buffering.max.kbytes": 1_048_576,
+        "queue.buffering.max.messages": 1_000_000,
         "compression.type": "none",
         "enable.idempotence": acks == "all",
         # No Python callback per record: only failed deliveries are reported.
@@ -64,11 +65,12 @@ def _producer(bootstrap: str, topic: str, count: int, size: int, acks: str, out:
     start = time.perf_counter()
     produce = p.produce
     for i in range(count):
-        try:
-            produce(topic, payload)
-        except BufferError:
-            p.poll(0.01)
-            produce(topic, payload)
+        while True:
+            try:
+                produce(topic, payload)
+                break
+            except BufferError:  # the client's queue is full: let it drain
+                p.poll(0.005)
         if i & 1023 == 0:
             p.poll(0)
     p.flush(120)
