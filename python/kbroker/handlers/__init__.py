@@ -1,15 +1,18 @@
 """Request handlers, one module per API, and the dispatcher that routes to them.
 
 A handler is ``handle(broker, header, request) -> response body`` (or an
-awaitable of one, for requests that wait: long-poll fetches). The registry
-below *is* what ApiVersions advertises: an API is advertised exactly when it
+awaitable of one, for requests that wait: long-poll fetches). Each module in
+this package exports ``HANDLERS = {api_key: handler}``; the registry built
+from them *is* what ApiVersions advertises: an API is advertised exactly when it
 has a handler here (intersected with the declared versions in
 ``kbroker.protocol.APIS``).
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -40,29 +43,14 @@ _SEGMENTED = frozenset({ApiKey.FETCH})
 
 
 def _registry() -> dict[int, Handler]:
-    from kbroker.handlers import (
-        admin_configs,
-        admin_topics,
-        api_versions,
-        fetch,
-        init_producer_id,
-        list_offsets,
-        metadata,
-        produce,
-    )
-
+    """Every handler module in this package contributes its HANDLERS."""
     handlers: dict[int, Handler] = {}
-    for module in (
-        admin_configs,
-        admin_topics,
-        api_versions,
-        fetch,
-        init_producer_id,
-        list_offsets,
-        metadata,
-        produce,
-    ):
-        handlers.update(module.HANDLERS)
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for key, handler in getattr(module, "HANDLERS", {}).items():
+            if key in handlers:
+                raise RuntimeError(f"api key {key} is handled twice ({info.name})")
+            handlers[key] = handler
     return handlers
 
 
