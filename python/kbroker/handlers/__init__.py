@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import pkgutil
 import logging
+import pkgutil
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
