@@ -1,0 +1,104 @@
+"""The kbroker command line: clear refusals, config files, and the dump tool."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kbroker._kbroker import Log, LogConfig, build_batch
+from tests.broker.conftest import BrokerProcess, free_port
+
+KBROKER = [sys.executable, "-m", "kbroker.cli"]
+
+
+def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*KBROKER, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "no.such.setting=1"], "unknown setting 'no.such.setting'"),
+        (["--set", "num.partitions=abc"], "num.partitions: 'abc' is not a valid int"),
+        (["--set", "num.partitions=0"], "num.partitions: 0 is below the minimum 1"),
+        (["--set", "log.cleanup.policy=shred"], "'shred' is not one of delete, compact"),
+        (["--set", "auto.create.topics.enable=maybe"], "is not a valid boolean"),
+        (["--config", "/nonexistent/server.properties"], "cannot read config file"),
+    ],
+)
+def test_bad_settings_are_refused_at_start(tmp_path: Path, args: list[str], message: str) -> None:
+    result = run("serve", "--data-dir", str(tmp_path / "d"), "--listen", f"127.0.0.1:{free_port()}", *args)
+    assert result.returncode == 1
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_listen_address_is_a_usage_error(tmp_path: Path) -> None:
+    result = run("serve", "--data-dir", str(tmp_path), "--listen", "nowhere")
+    assert result.returncode == 2
+    assert "expected HOST:PORT" in result.stderr
+
+
+def test_config_file_and_set_override(tmp_path: Path) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    props = tmp_path / "server.properties"
+    props.write_text("# a comment\nnum.partitions = 3\nlog.retention.hours=1\n")
+    port = free_port()
+    proc = subprocess.Popen([*KBROKER, "serve", "--data-dir", str(tmp_path / "data"),
+                             "--listen", f"127.0.0.1:{port}", "--config", str(props),
+                             "--set", "num.partitions=4"], stderr=subprocess.DEVNULL)
+    try:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+        partitions = None
+        deadline = time.monotonic() + 30
+        while partitions is None and time.monotonic() < deadline:
+            try:
+                md = admin.list_topics("auto-created", timeout=2)
+                if md.topics["auto-created"].error is None:
+                    partitions = len(md.topics["auto-created"].partitions)
+            except Exception:
+                time.sleep(0.2)
+        assert partitions == 4  # --set wins over the file, which wins over the default
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_port_in_use_and_locked_data_dir(broker: BrokerProcess, tmp_path: Path) -> None:
+    taken = run("serve", "--data-dir", str(tmp_path / "other"), "--listen", broker.bootstrap)
+    assert taken.returncode == 1
+    assert "cannot start" in taken.stderr and "Traceback" not in taken.stderr
+    locked = run("serve", "--data-dir", str(broker.data_dir), "--listen", f"127.0.0.1:{free_port()}")
+    assert locked.returncode == 1
+    assert "in use by another kbroker process" in locked.stderr
+
+
+def test_dump_log_prints_batches_and_stops_at_damage(tmp_path: Path) -> None:
+    log = Log(str(tmp_path / "t-0"), LogConfig(), 0)
+    for i in range(3):
+        log.append(build_batch([(b"k%d" % i, b"v%d" % i, [("h", b"x")])], codec=i, timestamp=5), 0, None, 0)
+    log.close()
+    segment = tmp_path / "t-0" / "00000000000000000000.log"
+    result = run("dump-log", "--print-data", str(segment))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert sum("baseOffset:" in line for line in lines) == 3
+    assert "compresscodec: snappy" in result.stdout
+    assert "| offset: 2 timestamp: 5 key: b'k2' value: b'v2' headers: [h:b'x']" in result.stdout
+    with open(segment, "ab") as f:
+        f.write(b"\x00" * 8 + b"\x7f\xff\xff\xff" + b"nonsense" * 10)
+    damaged = run("dump-log", str(segment))
+    assert damaged.returncode == 1
+    assert "invalid batch length" in damaged.stdout
+    assert "invalid data after the last valid batch" in damaged.stderr
+
+
+def test_settings_lists_defaults() -> None:
+    result = run("settings")
+    assert result.returncode == 0
+    assert any(line.startswith("log.retention.ms") and "604800000" in line for line in result.stdout.splitlines())
