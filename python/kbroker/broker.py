@@ -64,6 +64,8 @@ class Broker:
         # Filled by the Dispatcher: the APIs ApiVersions advertises.
         self.handled_api_keys: frozenset[int] = frozenset()
         self._topic_configs: dict[str, dict[str, Value]] = {}
+        # topic -> (broker config generation, its overrides, effective config)
+        self._effective: dict[str, tuple[int, dict[str, Value], dict[str, Value]]] = {}
         self._background: list[asyncio.Task[None]] = []
 
     # -- start and stop ------------------------------------------------------
@@ -137,8 +139,18 @@ class Broker:
         return log_config_from_topic(self.topic_config(topic))
 
     def topic_config(self, topic: str) -> dict[str, Value]:
-        """Every topic-level setting of ``topic``: its overrides over the broker's defaults."""
-        return self.config.effective_topic_config(self._topic_configs.get(topic, {}))
+        """Every topic-level setting of ``topic``: its overrides over the broker's defaults.
+
+        Cached (produce asks for it per partition) until the topic's overrides
+        or any broker setting change.
+        """
+        overrides = self._topic_configs.get(topic, {})
+        cached = self._effective.get(topic)
+        if cached is not None and cached[0] == self.config.generation and cached[1] is overrides:
+            return cached[2]
+        effective = self.config.effective_topic_config(overrides)
+        self._effective[topic] = (self.config.generation, overrides, effective)
+        return effective
 
     def topic_overrides(self, topic: str) -> Mapping[str, Value]:
         return self._topic_configs.get(topic, {})

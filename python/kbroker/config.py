@@ -179,10 +179,16 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
     Setting("replica.lag.time.max.ms", _S.LONG, 30_000, "A follower this far behind leaves the ISR.", min=1),
     Setting("offsets.topic.num.partitions", _S.INT, 50, "Partitions of __consumer_offsets.", min=1, read_only=True),
     Setting("offsets.topic.replication.factor", _S.SHORT, 3, "Replicas of __consumer_offsets.", min=1, read_only=True),
+    Setting("offsets.topic.segment.bytes", _S.INT, 104857600, "Segment size of __consumer_offsets.", min=1, read_only=True),
+    Setting("offsets.load.buffer.size", _S.INT, 5242880, "Bytes read at a time while loading __consumer_offsets.", min=1),
     Setting("offsets.retention.minutes", _S.INT, 10080, "How long an empty group's offsets are kept.", min=1),
+    Setting("offsets.retention.check.interval.ms", _S.LONG, 600_000, "How often expired offsets are removed.", min=1),
+    Setting("offset.metadata.max.bytes", _S.INT, 4096, "Largest metadata string of a committed offset.", min=0),
     Setting("group.initial.rebalance.delay.ms", _S.INT, 3000, "Wait for more members before the first rebalance.", min=0),
     Setting("group.min.session.timeout.ms", _S.INT, 6000, "Smallest session timeout a member may ask for.", min=0),
     Setting("group.max.session.timeout.ms", _S.INT, 1800000, "Largest session timeout a member may ask for.", min=0),
+    Setting("group.max.size", _S.INT, 2147483647, "Most members a consumer group may have.", min=1),
+    Setting("group.member.metadata.max.bytes", _S.INT, 1048576, "Largest protocol metadata a member may send in JoinGroup (kbroker's own bound).", min=0),
     Setting("transactional.id.expiration.ms", _S.INT, 604800000, "Idle producer ids expire after this.", min=1),
     Setting("producer.id.expiration.ms", _S.INT, 86400000, "Idle idempotent producer state expires after this.", min=1),
 )
@@ -285,6 +291,8 @@ class BrokerConfig:
     given: dict[str, Value] = field(default_factory=dict)
     # Set while running (AlterConfigs), persisted by the metadata store.
     dynamic: dict[str, Value] = field(default_factory=dict)
+    # Bumped by every change, so derived values can be cached safely.
+    generation: int = 0
 
     @classmethod
     def from_strings(cls, pairs: Iterable[tuple[str, str]]) -> BrokerConfig:
@@ -332,6 +340,7 @@ class BrokerConfig:
             self.dynamic.pop(name, None)
         else:
             self.dynamic[name] = setting.parse(text)
+        self.generation += 1
 
     def topic_default(self, topic_name: str) -> Value:
         """The value a topic without an override gets for ``topic_name``."""

@@ -7,6 +7,7 @@ use std::os::fd::RawFd;
 use std::path::Path;
 use std::sync::Arc;
 
+use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -26,6 +27,36 @@ create_exception!(_kbroker, OffsetOutOfRangeError, KBrokerError, "An offset outs
 
 /// Above this many bytes a pure computation releases the GIL.
 const GIL_RELEASE_BYTES: usize = 4096;
+
+/// Read-only bytes of any C-contiguous bytes-like object (bytes, bytearray,
+/// memoryview), without copying: a request's records are a memoryview slice
+/// of its frame. The caller must not resize or write the object during the
+/// call (the broker never does), as the GIL is released while it is read.
+struct ByteView(PyBuffer<u8>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for ByteView {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let buf = PyBuffer::<u8>::get(&obj)?;
+        if !buf.is_c_contiguous() {
+            return Err(PyValueError::new_err("a contiguous bytes-like object is required"));
+        }
+        Ok(ByteView(buf))
+    }
+}
+
+impl ByteView {
+    fn as_slice(&self) -> &[u8] {
+        let len = self.0.len_bytes();
+        if len == 0 {
+            return &[];
+        }
+        // SAFETY: the buffer is C-contiguous, `len` bytes long, and stays
+        // alive (and, by the contract above, unchanged) while `self` lives.
+        unsafe { std::slice::from_raw_parts(self.0.buf_ptr() as *const u8, len) }
+    }
+}
 
 impl From<Error> for PyErr {
     fn from(err: Error) -> PyErr {
@@ -51,7 +82,8 @@ impl From<Error> for PyErr {
 /// CRC-32C of `data`, continuing from `crc`.
 #[pyfunction]
 #[pyo3(signature = (data, crc = 0))]
-fn crc32c(py: Python<'_>, data: &[u8], crc: u32) -> u32 {
+fn crc32c(py: Python<'_>, data: ByteView, crc: u32) -> u32 {
+    let data = data.as_slice();
     if data.len() > GIL_RELEASE_BYTES {
         py.detach(|| crate::crc32c::crc32c_append(crc, data))
     } else {
@@ -83,12 +115,13 @@ struct BatchInfo {
 #[pyo3(signature = (data, max_batch_bytes, inspect_compressed = false, max_decompressed_bytes = 64 << 20, require_keys = false))]
 fn validate_batches(
     py: Python<'_>,
-    data: &[u8],
+    data: ByteView,
     max_batch_bytes: usize,
     inspect_compressed: bool,
     max_decompressed_bytes: usize,
     require_keys: bool,
 ) -> PyResult<Vec<BatchInfo>> {
+    let data = data.as_slice();
     let opts = ValidateOptions { max_batch_bytes, inspect_compressed, max_decompressed_bytes, require_keys };
     let work = || -> Result<Vec<BatchInfo>, Error> {
         let mut out = Vec::new();
@@ -366,11 +399,13 @@ impl Log {
     }
 
     #[pyo3(signature = (batches, leader_epoch, log_append_time_ms, now_ms))]
-    fn append(&self, py: Python<'_>, batches: &[u8], leader_epoch: i32, log_append_time_ms: Option<i64>, now_ms: i64) -> PyResult<AppendInfo> {
+    fn append(&self, py: Python<'_>, batches: ByteView, leader_epoch: i32, log_append_time_ms: Option<i64>, now_ms: i64) -> PyResult<AppendInfo> {
+        let batches = batches.as_slice();
         Ok(py.detach(|| self.inner.append(batches, leader_epoch, log_append_time_ms, now_ms))?.into())
     }
 
-    fn append_as_follower(&self, py: Python<'_>, batches: &[u8], now_ms: i64) -> PyResult<AppendInfo> {
+    fn append_as_follower(&self, py: Python<'_>, batches: ByteView, now_ms: i64) -> PyResult<AppendInfo> {
+        let batches = batches.as_slice();
         Ok(py.detach(|| self.inner.append_as_follower(batches, now_ms))?.into())
     }
 

@@ -81,7 +81,7 @@ def _produce_partition(
     config = broker.topic_config(topic)
     max_bytes = as_int(config["max.message.bytes"])
     compacted = "compact" in as_list(config["cleanup.policy"])
-    data = bytes(records)
+    data = records  # a memoryview into the request frame: never copied
     try:
         infos = validate_batches(data, max_bytes, True, MAX_DECOMPRESSED_BYTES, compacted)
     except RecordTooLargeError as exc:

@@ -86,13 +86,13 @@ class Log:
         return cls(tp, raw)
 
     def append(
-        self, batches: bytes, leader_epoch: int = 0, log_append_time: bool = False
+        self, batches: bytes | memoryview, leader_epoch: int = 0, log_append_time: bool = False
     ) -> AppendInfo:
         """Appends validated batches, assigning offsets from the log end."""
         now = now_ms()
         return self._log.append(batches, leader_epoch, now if log_append_time else None, now)
 
-    def append_as_follower(self, batches: bytes) -> AppendInfo:
+    def append_as_follower(self, batches: bytes | memoryview) -> AppendInfo:
         return self._log.append_as_follower(batches, now_ms())
 
     def read(

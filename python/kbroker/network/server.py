@@ -154,33 +154,44 @@ class KafkaConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
+        # Frames wholly inside `data` are handed on as slices of it (no copy);
+        # only a frame split across reads is assembled in self._buf.
         buf = self._buf
-        buf += data
+        if buf:
+            buf += data
+            source: bytes | bytearray = buf
+        else:
+            source = data
         limit = self._server.limits.max_request_bytes
-        start = 0
-        end = len(buf)
-        view = memoryview(buf)
-        try:
-            while end - start >= 4:
-                (size,) = _SIZE.unpack_from(buf, start)
-                if size < 0 or size > limit:
-                    log.warning(
-                        "closing %s: request frame of %d bytes (limit %d)", self.ctx.peer, size, limit
-                    )
-                    self.close()
-                    return
-                if end - start - 4 < size:
-                    break
-                # The handler gets its own copy: buf is reused for later frames.
-                frame = memoryview(bytes(view[start + 4 : start + 4 + size]))
-                start += 4 + size
-                self._submit(frame, size)
-                if self._closed:
-                    return
-        finally:
-            view.release()
-        if start:
-            del buf[:start]
+        pos = 0
+        end = len(source)
+        view = memoryview(source)
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(source, pos)
+            if size < 0 or size > limit:
+                log.warning("closing %s: request frame of %d bytes (limit %d)", self.ctx.peer, size, limit)
+                self.close()
+                return
+            if end - pos - 4 < size:
+                break
+            if source is not buf:
+                frame = view[pos + 4 : pos + 4 + size]
+            elif pos == 0 and size + 4 == end:
+                # The buffer holds exactly this frame: hand it over whole.
+                frame = view[4:]
+                self._buf = bytearray()
+            else:
+                frame = memoryview(bytes(view[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+            self._submit(frame, size)
+            if self._closed:
+                return
+        if source is buf:
+            if self._buf is buf and pos:
+                view.release()
+                del buf[:pos]
+        elif pos < end:
+            self._buf += data[pos:]
         self._update_reading()
 
     # -- requests and responses --------------------------------------------

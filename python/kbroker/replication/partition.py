@@ -78,7 +78,7 @@ class Partition:
 
     def append_as_leader(
         self,
-        batches: bytes,
+        batches: bytes | memoryview,
         infos: list[BatchInfo],
         required_acks: int,
         min_insync_replicas: int,
