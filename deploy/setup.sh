@@ -2,17 +2,20 @@
 # Installs what kbroker needs on a fresh machine and builds it into ./.venv.
 # Safe to run again: every step checks before it acts.
 #   deploy/setup.sh           runtime only
-#   deploy/setup.sh test      also the test tools and real Kafka clients
+#   deploy/setup.sh test      also the test tools, real Kafka clients and the benchmark's
+#                             Apache Kafka jars (bench/kafka/fetch.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-}"
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
-# System packages: kcat (a real librdkafka client used by the tests).
+# System packages: kcat (a real librdkafka client used by the tests) and
+# zookeeper (a real ZooKeeper server for the tests of `kbroker groups import-zk`).
 need_apt=()
 if [ "$extras" = "test" ]; then
     command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
+    [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
     say "installing system packages: ${need_apt[*]}"
@@ -34,6 +37,16 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
 spec="."
-[ "$extras" = "test" ] && spec=".[test]"
+[ "$extras" = "test" ] && spec=".[test,bench]"
 say "building and installing kbroker ($spec)"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e "$spec"
+
+# Apache Kafka's jars for the benchmark's quick test (Maven Central, cached
+# outside git; ~55 MB and ~30 s the first time, nothing afterwards).
+if [ "$extras" = "test" ]; then
+    if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then
+        bench/kafka/fetch.sh || say "could not fetch Apache Kafka: the benchmark test runs kbroker alone"
+    else
+        say "no java/mvn: the benchmark test runs kbroker alone"
+    fi
+fi

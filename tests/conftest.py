@@ -1,7 +1,8 @@
-"""Shared fixtures: a real broker process (see tests/broker/conftest.py) for every test folder."""
+"""Shared fixtures for every test folder: a real broker process (tests/broker/conftest.py) and a real ZooKeeper (tests/zookeeper.py)."""
 
 from __future__ import annotations
 
 from tests.broker.conftest import broker, broker_factory
+from tests.zookeeper import zookeeper
 
-__all__ = ["broker", "broker_factory"]
+__all__ = ["broker", "broker_factory", "zookeeper"]

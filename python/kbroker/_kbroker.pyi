@@ -5,6 +5,9 @@ from typing import final
 __all__ = [
     "AppendInfo",
     "BatchInfo",
+    "CleanStats",
+    "CleanableInfo",
+    "CleanerConfig",
     "CorruptRecordError",
     "InvalidRecordError",
     "KBrokerError",
@@ -99,6 +102,12 @@ class LogConfig:
     flush_messages: int
     flush_ms: int
     file_delete_delay_ms: int
+    cleanup_compact: bool
+    cleanup_delete: bool
+    delete_retention_ms: int
+    min_compaction_lag_ms: int
+    max_compaction_lag_ms: int
+    min_cleanable_dirty_ratio: float
     def __new__(
         cls,
         *,
@@ -111,7 +120,84 @@ class LogConfig:
         flush_messages: int | None = None,
         flush_ms: int | None = None,
         file_delete_delay_ms: int | None = None,
+        cleanup_compact: bool | None = None,
+        cleanup_delete: bool | None = None,
+        delete_retention_ms: int | None = None,
+        min_compaction_lag_ms: int | None = None,
+        max_compaction_lag_ms: int | None = None,
+        min_cleanable_dirty_ratio: float | None = None,
     ) -> LogConfig: ...
+
+@final
+class CleanerConfig:
+    dedupe_buffer_bytes: int
+    load_factor: float
+    io_buffer_bytes: int
+    io_max_bytes_per_second: float
+    max_decompressed_bytes: int
+    def __new__(
+        cls,
+        *,
+        dedupe_buffer_bytes: int | None = None,
+        load_factor: float | None = None,
+        io_buffer_bytes: int | None = None,
+        io_max_bytes_per_second: float | None = None,
+        max_decompressed_bytes: int | None = None,
+    ) -> CleanerConfig: ...
+
+@final
+class CleanableInfo:
+    @property
+    def clean_bytes(self) -> int: ...
+    @property
+    def dirty_bytes(self) -> int: ...
+    @property
+    def first_dirty_offset(self) -> int: ...
+    @property
+    def first_uncleanable_offset(self) -> int: ...
+    @property
+    def dirty_ratio(self) -> float: ...
+    @property
+    def compaction_lag_due(self) -> bool: ...
+    @property
+    def delete_horizon_due(self) -> bool: ...
+    @property
+    def due(self) -> bool: ...
+
+@final
+class CleanStats:
+    @property
+    def segments_read(self) -> int: ...
+    @property
+    def segments_written(self) -> int: ...
+    @property
+    def bytes_read(self) -> int: ...
+    @property
+    def bytes_written(self) -> int: ...
+    @property
+    def records_read(self) -> int: ...
+    @property
+    def records_removed(self) -> int: ...
+    @property
+    def tombstones_dropped(self) -> int: ...
+    @property
+    def empty_batches(self) -> int: ...
+    @property
+    def unreadable_batches(self) -> int: ...
+    @property
+    def map_entries(self) -> int: ...
+    @property
+    def map_capacity(self) -> int: ...
+    @property
+    def first_dirty_offset(self) -> int: ...
+    @property
+    def complete(self) -> bool: ...
+    @property
+    def aborted(self) -> bool: ...
+    @property
+    def elapsed_ms(self) -> int: ...
+    @property
+    def throttled_ms(self) -> int: ...
 
 @final
 class AppendInfo:
@@ -163,6 +249,10 @@ class Log:
     def truncate_to(self, offset: int) -> None: ...
     def delete_records_before(self, offset: int) -> int: ...
     def apply_retention(self, now_ms: int) -> int: ...
+    def cleanable(self, now_ms: int, max_offset: int | None = None) -> CleanableInfo: ...
+    def clean(
+        self, now_ms: int, config: CleanerConfig, max_offset: int | None = None
+    ) -> CleanStats: ...
     def maybe_roll(self, now_ms: int) -> None: ...
     def maybe_flush(self, now_ms: int) -> bool: ...
     def flush(self) -> None: ...

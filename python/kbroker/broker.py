@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kbroker.config import BrokerConfig, ConfigError, Value, parse_topic_configs
+from kbroker.coordinator import GroupCoordinator
 from kbroker.log import LogConfig, LogManager, TopicPartition, log_config_from_topic
+from kbroker.log.cleaner import CleanerSettings, LogCleaner
 from kbroker.log.log import TOPIC_NAME
 from kbroker.metadata import LocalMetadataStore, MetadataError, MetadataStore, TopicMetadata
 from kbroker.network.server import Server, ServerLimits
@@ -61,6 +63,7 @@ class Broker:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.server: Server | None = None
         self.producer_ids: ProducerIdAllocator
+        self.coordinator = GroupCoordinator(self)
         # Filled by the Dispatcher: the APIs ApiVersions advertises.
         self.handled_api_keys: frozenset[int] = frozenset()
         self._topic_configs: dict[str, dict[str, Value]] = {}
@@ -102,6 +105,8 @@ class Broker:
 
     async def start(self) -> None:
         self.open_storage()
+        # Before the listener: early group requests see the load in progress.
+        await self.coordinator.start()
         from kbroker.handlers import Dispatcher
 
         limits = ServerLimits(
@@ -112,9 +117,14 @@ class Broker:
         host, port = await self.server.start(self.listen.host, self.listen.port)
         if self.advertised.port == 0:
             self.advertised = Endpoint(self.advertised.host, port)
+        cleaner = LogCleaner(
+            self.logs, lambda: CleanerSettings.from_broker(self.config), self._high_watermark
+        )
         self._background.append(
             asyncio.ensure_future(
-                self.logs.run_background(lambda: self.config["log.retention.check.interval.ms"])
+                self.logs.run_background(
+                    lambda: self.config["log.retention.check.interval.ms"], cleaner=cleaner
+                )
             )
         )
         log.info(
@@ -124,6 +134,8 @@ class Broker:
 
     async def stop(self) -> None:
         """Stops accepting, finishes in-flight requests, flushes and closes the logs."""
+        # First: members waiting in JoinGroup/SyncGroup are answered NOT_COORDINATOR.
+        await self.coordinator.stop()
         if self.server is not None:
             await self.server.stop()
         for task in self._background:
@@ -134,6 +146,11 @@ class Broker:
         log.info("kbroker %d stopped cleanly", self.broker_id)
 
     # -- topics ----------------------------------------------------------------
+
+    def _high_watermark(self, tp: TopicPartition) -> int | None:
+        # The cleaner stays below it: records above may still be truncated.
+        partition = self.partitions.get(tp)
+        return None if partition is None else partition.high_watermark
 
     def log_config_for(self, topic: str) -> LogConfig:
         return log_config_from_topic(self.topic_config(topic))
@@ -220,6 +237,7 @@ class Broker:
             if partition is not None:
                 partition.close()
             self.logs.delete(tp)
+        self.coordinator.on_topic_deleted(name)
         log.info("deleted topic %s", name)
 
     def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
@@ -241,6 +259,7 @@ class Broker:
             name, {p: [self.broker_id] * rf for p in range(current, total)}
         )
         self._open_partitions(updated)
+        self.coordinator.on_partitions_added(name)
 
     def set_topic_configs(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
         """Replaces the overrides of ``name`` with ``configs`` (already merged by the caller)."""

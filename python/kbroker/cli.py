@@ -107,5 +107,146 @@ def list_settings(as_json: bool) -> None:
         click.echo(f"{row['name']:<40} {row['type']:<8} {row['default']!s:<28} {row['doc']}")
 
 
+# -- groups -------------------------------------------------------------------------
+
+_bootstrap_option = click.option(
+    "--bootstrap-server", "-b", "bootstrap", default="127.0.0.1:9092", show_default=True,
+    help="HOST:PORT of a broker.",
+)
+
+
+def _tool_errors() -> tuple[type[Exception], ...]:
+    from kbroker.coordinator.zk_import import ZkImportError
+    from kbroker.tools.client import ClientError
+
+    return ClientError, ZkImportError
+
+
+@main.group("groups")
+def groups() -> None:
+    """List, describe and delete consumer groups; import offsets from ZooKeeper."""
+
+
+@groups.command("list")
+@_bootstrap_option
+@click.option("--state", "states", multiple=True, help="Only groups in this state (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def groups_list(bootstrap: str, states: tuple[str, ...], as_json: bool) -> None:
+    """List the groups the broker coordinates."""
+    from kbroker.tools import groups as tool
+    from kbroker.tools.client import BrokerClient
+
+    try:
+        with BrokerClient(bootstrap) as client:
+            rows = tool.list_groups(client, states)
+    except _tool_errors() as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    click.echo(f"{'GROUP':<40} {'STATE':<20} PROTOCOL-TYPE")
+    for row in rows:
+        click.echo(f"{row['group']:<40} {row['state']:<20} {row['protocol_type']}")
+
+
+@groups.command("describe")
+@_bootstrap_option
+@click.argument("group_ids", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def groups_describe(bootstrap: str, group_ids: tuple[str, ...], as_json: bool) -> None:
+    """Show state, members, assignments, committed offsets and lag of groups."""
+    from kbroker.tools import groups as tool
+    from kbroker.tools.client import BrokerClient
+
+    try:
+        with BrokerClient(bootstrap) as client:
+            described = [tool.describe_group(client, g) for g in group_ids]
+    except _tool_errors() as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(described, indent=1))
+        return
+    for d in described:
+        click.echo(f"Group {d['group']}: {d['state']} ({d['protocol_type'] or '-'}/{d['protocol'] or '-'}), "
+                   f"{len(d['members'])} members")
+        for m in d["members"]:
+            owned = ", ".join(f"{t}:{','.join(map(str, ps))}" for t, ps in m["assignment"].items())
+            instance = f" instance={m['group_instance_id']}" if m["group_instance_id"] else ""
+            click.echo(f"  {m['member_id']}{instance} client={m['client_id']} host={m['host']} [{owned}]")
+        click.echo(f"  {'TOPIC':<30} {'PARTITION':>9} {'CURRENT':>12} {'LOG-END':>12} {'LAG':>8}  MEMBER")
+        for o in d["offsets"]:
+            def show(v: object) -> str:
+                return "-" if v is None else str(v)
+            click.echo(f"  {o['topic']:<30} {o['partition']:>9} {show(o['current_offset']):>12} "
+                       f"{show(o['log_end_offset']):>12} {show(o['lag']):>8}  {o['member_id'] or '-'}")
+
+
+@groups.command("delete")
+@_bootstrap_option
+@click.argument("group_ids", nargs=-1, required=True)
+def groups_delete(bootstrap: str, group_ids: tuple[str, ...]) -> None:
+    """Delete empty groups and their committed offsets."""
+    from kbroker.tools import groups as tool
+    from kbroker.tools.client import BrokerClient
+
+    try:
+        with BrokerClient(bootstrap) as client:
+            results = tool.delete_groups(client, list(group_ids))
+    except _tool_errors() as exc:
+        raise click.ClickException(str(exc)) from None
+    failed = False
+    for group, error in results.items():
+        click.echo(f"{group}: {'deleted' if error is None else error}")
+        failed |= error is not None
+    if failed:
+        sys.exit(1)
+
+
+@groups.command("import-zk")
+@_bootstrap_option
+@click.option("--zookeeper", required=True, metavar="HOST:PORT[/chroot]", help="ZooKeeper holding /consumers.")
+@click.option("--group", "group_ids", multiple=True, help="Only this group (repeatable) [all under /consumers].")
+@click.option("--overwrite", is_flag=True, help="Replace offsets the group already committed to the broker.")
+@click.option("--dry-run", is_flag=True, help="Show what would be imported; commit nothing.")
+@click.option("--zk-timeout", default=15.0, show_default=True, help="Seconds to wait for ZooKeeper.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def groups_import_zk(
+    bootstrap: str, zookeeper: str, group_ids: tuple[str, ...], overwrite: bool, dry_run: bool,
+    zk_timeout: float, as_json: bool,
+) -> None:
+    """Copy offsets stored under /consumers/GROUP/offsets/TOPIC/PARTITION in ZooKeeper
+    into the groups' committed offsets."""
+    from kbroker.coordinator.zk_import import import_offsets, read_zk_offsets
+    from kbroker.tools.client import BrokerClient
+
+    try:
+        found, unreadable = read_zk_offsets(zookeeper, group_ids, timeout=zk_timeout)
+        with BrokerClient(bootstrap) as client:
+            reports = import_offsets(client, found, unreadable, overwrite=overwrite, dry_run=dry_run)
+    except _tool_errors() as exc:
+        raise click.ClickException(str(exc)) from None
+
+    def tps(d: dict[tuple[str, int], object]) -> list[dict[str, object]]:
+        return [{"topic": t, "partition": p, "value": v} for (t, p), v in sorted(d.items())]
+
+    if as_json:
+        click.echo(json.dumps([
+            {"group": r.group, "imported": tps(dict(r.imported)), "kept": tps(dict(r.kept)),
+             "failed": tps(dict(r.failed)), "unreadable": r.unreadable}
+            for r in reports
+        ], indent=1))
+    else:
+        verb = "would import" if dry_run else "imported"
+        for r in reports:
+            click.echo(f"{r.group}: {verb} {len(r.imported)}, kept {len(r.kept)} already committed, "
+                       f"failed {len(r.failed)}, unreadable {len(r.unreadable)}")
+            for (t, p), error in sorted(r.failed.items()):
+                click.echo(f"  {t}-{p}: {error}")
+            for path in r.unreadable:
+                click.echo(f"  unreadable znode {path}")
+    if any(r.failed or r.unreadable for r in reports):
+        sys.exit(1)
+
+
 if __name__ == "__main__":
     main()

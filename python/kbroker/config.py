@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import enum
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 LONG_MAX = 2**63 - 1
+DOUBLE_MAX = sys.float_info.max
 INT_MAX = 2**31 - 1
 
 
@@ -168,6 +170,12 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
     Setting("log.cleaner.min.cleanable.ratio", _S.DOUBLE, 0.5, "Dirty ratio that makes a log eligible for cleaning.", min=0, max=1),
     Setting("log.cleaner.min.compaction.lag.ms", _S.LONG, 0, "Youngest age a record must reach before it is compacted.", min=0),
     Setting("log.cleaner.max.compaction.lag.ms", _S.LONG, LONG_MAX, "Oldest age an uncompacted record may reach.", min=1),
+    Setting("log.cleaner.enable", _S.BOOLEAN, True, "Run the log cleaner (compaction of cleanup.policy=compact topics)."),
+    Setting("log.cleaner.dedupe.buffer.size", _S.LONG, 134217728, "Memory of the cleaner's key -> offset map; more keys than fit are cleaned in passes.", min=1024),
+    Setting("log.cleaner.io.buffer.size", _S.INT, 524288, "Read and write buffer of the cleaner.", min=4096),
+    Setting("log.cleaner.io.buffer.load.factor", _S.DOUBLE, 0.9, "How full the cleaner's map may get.", min=0.1, max=0.95),
+    Setting("log.cleaner.io.max.bytes.per.second", _S.DOUBLE, DOUBLE_MAX, "Cap on the cleaner's read + write rate.", min=1),
+    Setting("log.cleaner.backoff.ms", _S.LONG, 15_000, "Sleep of the cleaner when no log needs cleaning.", min=0),
     Setting("log.message.timestamp.type", _S.STRING, "CreateTime", "CreateTime or LogAppendTime.", choices=("CreateTime", "LogAppendTime")),
     Setting("log.segment.delete.delay.ms", _S.LONG, 60_000, "Wait before a deleted segment's files are removed.", min=0),
     Setting("log.preallocate", _S.BOOLEAN, False, "Preallocate segment files."),

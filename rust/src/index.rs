@@ -260,6 +260,29 @@ impl<E: IndexEntry> Index<E> {
         Ok(())
     }
 
+    /// Writes every entry to `path` (not this index's own path) and
+    /// fdatasyncs it, then counts them as persisted: the compaction swap
+    /// writes an index under a temporary name and renames it into place.
+    pub fn write_copy(&self, path: &Path) -> Result<()> {
+        let entries = self.read();
+        let mut buf = vec![0u8; entries.len() * E::SIZE];
+        for (e, out) in entries.iter().zip(buf.chunks_exact_mut(E::SIZE)) {
+            e.encode(out);
+        }
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        file.write_all_at(&buf, 0)?;
+        file.sync_data()?;
+        let mut st = self.file_state();
+        st.file = None;
+        st.persisted = entries.len();
+        st.stale_tail = false;
+        Ok(())
+    }
+
     /// Writes pending entries and fdatasyncs the file.
     pub fn sync(&self) -> Result<()> {
         self.write_pending()?;

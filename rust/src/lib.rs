@@ -3,6 +3,7 @@
 //! The core modules are plain Rust with no knowledge of Python; `py` is the
 //! thin pyo3 layer, compiled only with the `python` feature (maturin).
 
+pub mod cleaner;
 pub mod compression;
 pub mod crc32c;
 pub mod error;

@@ -66,6 +66,21 @@ pub struct LogConfig {
     /// file.delete.delay.ms (files are deleted at once: open slices keep
     /// their file readable, so no delay is needed).
     pub file_delete_delay_ms: i64,
+    /// cleanup.policy contains "compact": the log cleaner dedupes by key.
+    pub cleanup_compact: bool,
+    /// cleanup.policy contains "delete": retention.ms/.bytes delete segments.
+    pub cleanup_delete: bool,
+    /// delete.retention.ms: how long the cleaner keeps tombstones after it
+    /// first sees them.
+    pub delete_retention_ms: i64,
+    /// min.compaction.lag.ms: segments with records younger than this are
+    /// not cleaned.
+    pub min_compaction_lag_ms: i64,
+    /// max.compaction.lag.ms: dirty records older than this make the log
+    /// due for cleaning whatever its dirty ratio; also caps segment.ms.
+    pub max_compaction_lag_ms: i64,
+    /// min.cleanable.dirty.ratio
+    pub min_cleanable_dirty_ratio: f64,
 }
 
 impl Default for LogConfig {
@@ -80,19 +95,35 @@ impl Default for LogConfig {
             flush_messages: u64::MAX,
             flush_ms: i64::MAX,
             file_delete_delay_ms: 60_000,
+            cleanup_compact: false,
+            cleanup_delete: true,
+            delete_retention_ms: 24 * 3600 * 1000,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            min_cleanable_dirty_ratio: 0.5,
         }
     }
 }
 
 impl LogConfig {
-    fn segment_config(&self) -> SegmentConfig {
+    pub(crate) fn segment_config(&self) -> SegmentConfig {
         SegmentConfig {
             index_bytes: self.segment_index_bytes,
             index_interval_bytes: self.index_interval_bytes,
         }
     }
-    fn max_segment_bytes(&self) -> u64 {
+    pub(crate) fn max_segment_bytes(&self) -> u64 {
         self.segment_bytes.clamp(1, MAX_SEGMENT_SIZE)
+    }
+    /// segment.ms, capped by max.compaction.lag.ms on compacted logs (as
+    /// Kafka does) so dirty records never wait in the active segment, which
+    /// the cleaner does not touch, past their lag.
+    fn roll_ms(&self) -> i64 {
+        if self.cleanup_compact && self.max_compaction_lag_ms > 0 {
+            self.segment_ms.min(self.max_compaction_lag_ms)
+        } else {
+            self.segment_ms
+        }
     }
 }
 
@@ -160,9 +191,15 @@ pub struct Log {
     log_end: AtomicI64,
     recovery_point: AtomicI64,
     closed: AtomicBool,
+    /// The log cleaner's checkpoint (see `cleaner.rs`): offsets below it
+    /// were cleaned; and the earliest delete horizon of a kept tombstone.
+    pub(crate) cleaner_first_dirty: AtomicI64,
+    pub(crate) cleaner_horizon: AtomicI64,
+    /// Held by the one clean running on this log.
+    pub(crate) cleaning: Mutex<()>,
 }
 
-fn sync_dir(dir: &Path) -> Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)?.sync_all()?;
     Ok(())
 }
@@ -215,6 +252,10 @@ impl Log {
     pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log> {
         fs::create_dir_all(dir)?;
         let clean = dir.join(CLEAN_SHUTDOWN_FILE).exists();
+        // An interrupted compaction swap is finished or undone first, so
+        // what follows sees one consistent set of segments.
+        crate::cleaner::recover_swaps(dir)?;
+        let (cleaner_first_dirty, cleaner_horizon) = crate::cleaner::read_cleaner_checkpoint(dir)?;
 
         // Sweep: leftovers of interrupted writes go, stray indexes go.
         let mut bases = Vec::new();
@@ -324,6 +365,9 @@ impl Log {
             log_end: AtomicI64::new(log_end),
             recovery_point: AtomicI64::new(checkpoint_rp.unwrap_or(-1)),
             closed: AtomicBool::new(false),
+            cleaner_first_dirty: AtomicI64::new(cleaner_first_dirty),
+            cleaner_horizon: AtomicI64::new(cleaner_horizon),
+            cleaning: Mutex::new(()),
         };
         if checkpoint_start != Some(log_start) {
             write_checkpoint(dir, LOG_START_OFFSET_FILE, log_start)?;
@@ -408,7 +452,7 @@ impl Log {
         !active.is_empty()
             && active
                 .roll_base_ms()
-                .is_some_and(|b| now_ms.saturating_sub(b) > cfg.segment_ms)
+                .is_some_and(|b| now_ms.saturating_sub(b) > cfg.roll_ms())
     }
 
     /// fdatasyncs every dirty segment, then moves the recovery point to the
@@ -770,6 +814,15 @@ impl Log {
         if offset >= self.log_end_offset() {
             return Ok(());
         }
+        // Data the cleaner called clean may be replaced by new appends.
+        if self.cleaner_first_dirty.load(Ordering::Acquire) > offset {
+            self.cleaner_first_dirty.store(offset, Ordering::Release);
+            crate::cleaner::write_cleaner_checkpoint(
+                &self.dir,
+                offset,
+                self.cleaner_horizon.load(Ordering::Acquire),
+            )?;
+        }
         let segs = self.snapshot();
         let keep = segs.partition_point(|s| s.base_offset() < offset);
         if keep == 0 || offset < self.log_start_offset() {
@@ -844,7 +897,8 @@ impl Log {
             .skip(1)
             .take_while(|s| s.base_offset() <= start)
             .count();
-        if w.config.retention_ms >= 0 {
+        // A compact-only log keeps everything the cleaner leaves.
+        if w.config.retention_ms >= 0 && w.config.cleanup_delete {
             while count < n {
                 let s = &segs[count];
                 let expired = !s.is_empty()
@@ -855,7 +909,7 @@ impl Log {
                 count += 1;
             }
         }
-        if w.config.retention_bytes >= 0 {
+        if w.config.retention_bytes >= 0 && w.config.cleanup_delete {
             let mut excess = segs[count.min(n)..]
                 .iter()
                 .map(|s| s.size() as i64)
@@ -953,6 +1007,70 @@ impl Log {
 
     pub fn config(&self) -> LogConfig {
         self.lock_writer().config.clone()
+    }
+
+    // -- for the log cleaner ---------------------------------------------------
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Replaces the run of segments `old` (each with the size it had when
+    /// it was cleaned) by `new`, under the writer lock. Returns false,
+    /// touching nothing, when the log is closed or the run changed meanwhile
+    /// (retention, truncation or DeleteRecords got there first). Otherwise
+    /// `commit` makes the swap durable, the list is published, the old files
+    /// are deleted and `finish` renames the new files into place; readers
+    /// holding the old segments keep reading them.
+    pub(crate) fn swap_segments(
+        &self,
+        old: &[(Arc<Segment>, u64)],
+        new: Arc<Segment>,
+        commit: impl FnOnce() -> Result<()>,
+        finish: impl FnOnce() -> Result<()>,
+    ) -> Result<bool> {
+        let _w = self.lock_writer();
+        if self.is_closed() || old.is_empty() {
+            return Ok(false);
+        }
+        let segs = self.snapshot();
+        let Some(at) = segs.iter().position(|s| Arc::ptr_eq(s, &old[0].0)) else {
+            return Ok(false);
+        };
+        // The active segment is never part of a run.
+        if at + old.len() >= segs.len() {
+            return Ok(false);
+        }
+        let unchanged = old
+            .iter()
+            .zip(&segs[at..at + old.len()])
+            .all(|((o, size), s)| Arc::ptr_eq(o, s) && s.size() == *size);
+        if !unchanged {
+            return Ok(false);
+        }
+        commit()?;
+        let mut list = Vec::with_capacity(segs.len() + 1 - old.len());
+        list.extend_from_slice(&segs[..at]);
+        list.push(new);
+        list.extend_from_slice(&segs[at + old.len()..]);
+        self.publish(list);
+        for (seg, _) in old {
+            seg.delete_files()?;
+        }
+        finish()?;
+        Ok(true)
+    }
+
+    /// Records the cleaner's progress (never past the log end, which a
+    /// truncation may have lowered meanwhile) and persists it.
+    pub(crate) fn store_cleaner_checkpoint(&self, first_dirty: i64, horizon: i64) -> Result<()> {
+        let _w = self.lock_writer();
+        let first_dirty = first_dirty.min(self.log_end_offset());
+        crate::cleaner::write_cleaner_checkpoint(&self.dir, first_dirty, horizon)?;
+        self.cleaner_first_dirty
+            .store(first_dirty, Ordering::Release);
+        self.cleaner_horizon.store(horizon, Ordering::Release);
+        Ok(())
     }
 
     // -- facts ------------------------------------------------------------------

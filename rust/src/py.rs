@@ -13,6 +13,9 @@ use pyo3::exceptions::{PyException, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
+use crate::cleaner::{
+    CleanStats as CoreCleanStats, CleanableInfo as CoreCleanableInfo, CleanerConfig as CoreCleanerConfig,
+};
 use crate::compression::Codec;
 use crate::error::Error;
 use crate::log::{AppendInfo as CoreAppendInfo, Log as CoreLog, LogConfig as CoreLogConfig, LogSlice as CoreLogSlice};
@@ -239,13 +242,19 @@ struct PyLogConfig {
     flush_messages: u64,
     flush_ms: i64,
     file_delete_delay_ms: i64,
+    cleanup_compact: bool,
+    cleanup_delete: bool,
+    delete_retention_ms: i64,
+    min_compaction_lag_ms: i64,
+    max_compaction_lag_ms: i64,
+    min_cleanable_dirty_ratio: f64,
 }
 
 #[pymethods]
 impl PyLogConfig {
     /// Every setting is optional; an unset one takes the storage default.
     #[new]
-    #[pyo3(signature = (*, segment_bytes=None, segment_ms=None, segment_index_bytes=None, index_interval_bytes=None, retention_ms=None, retention_bytes=None, flush_messages=None, flush_ms=None, file_delete_delay_ms=None))]
+    #[pyo3(signature = (*, segment_bytes=None, segment_ms=None, segment_index_bytes=None, index_interval_bytes=None, retention_ms=None, retention_bytes=None, flush_messages=None, flush_ms=None, file_delete_delay_ms=None, cleanup_compact=None, cleanup_delete=None, delete_retention_ms=None, min_compaction_lag_ms=None, max_compaction_lag_ms=None, min_cleanable_dirty_ratio=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         segment_bytes: Option<u64>,
@@ -257,6 +266,12 @@ impl PyLogConfig {
         flush_messages: Option<u64>,
         flush_ms: Option<i64>,
         file_delete_delay_ms: Option<i64>,
+        cleanup_compact: Option<bool>,
+        cleanup_delete: Option<bool>,
+        delete_retention_ms: Option<i64>,
+        min_compaction_lag_ms: Option<i64>,
+        max_compaction_lag_ms: Option<i64>,
+        min_cleanable_dirty_ratio: Option<f64>,
     ) -> Self {
         let d = PyLogConfig::from(CoreLogConfig::default());
         PyLogConfig {
@@ -269,14 +284,22 @@ impl PyLogConfig {
             flush_messages: flush_messages.unwrap_or(d.flush_messages),
             flush_ms: flush_ms.unwrap_or(d.flush_ms),
             file_delete_delay_ms: file_delete_delay_ms.unwrap_or(d.file_delete_delay_ms),
+            cleanup_compact: cleanup_compact.unwrap_or(d.cleanup_compact),
+            cleanup_delete: cleanup_delete.unwrap_or(d.cleanup_delete),
+            delete_retention_ms: delete_retention_ms.unwrap_or(d.delete_retention_ms),
+            min_compaction_lag_ms: min_compaction_lag_ms.unwrap_or(d.min_compaction_lag_ms),
+            max_compaction_lag_ms: max_compaction_lag_ms.unwrap_or(d.max_compaction_lag_ms),
+            min_cleanable_dirty_ratio: min_cleanable_dirty_ratio.unwrap_or(d.min_cleanable_dirty_ratio),
         }
     }
 
     fn __repr__(&self) -> String {
         format!(
-            "LogConfig(segment_bytes={}, segment_ms={}, segment_index_bytes={}, index_interval_bytes={}, retention_ms={}, retention_bytes={}, flush_messages={}, flush_ms={}, file_delete_delay_ms={})",
+            "LogConfig(segment_bytes={}, segment_ms={}, segment_index_bytes={}, index_interval_bytes={}, retention_ms={}, retention_bytes={}, flush_messages={}, flush_ms={}, file_delete_delay_ms={}, cleanup_compact={}, cleanup_delete={}, delete_retention_ms={}, min_compaction_lag_ms={}, max_compaction_lag_ms={}, min_cleanable_dirty_ratio={})",
             self.segment_bytes, self.segment_ms, self.segment_index_bytes, self.index_interval_bytes,
-            self.retention_ms, self.retention_bytes, self.flush_messages, self.flush_ms, self.file_delete_delay_ms
+            self.retention_ms, self.retention_bytes, self.flush_messages, self.flush_ms, self.file_delete_delay_ms,
+            py_bool(self.cleanup_compact), py_bool(self.cleanup_delete), self.delete_retention_ms,
+            self.min_compaction_lag_ms, self.max_compaction_lag_ms, self.min_cleanable_dirty_ratio
         )
     }
 }
@@ -293,6 +316,12 @@ impl From<CoreLogConfig> for PyLogConfig {
             flush_messages: c.flush_messages,
             flush_ms: c.flush_ms,
             file_delete_delay_ms: c.file_delete_delay_ms,
+            cleanup_compact: c.cleanup_compact,
+            cleanup_delete: c.cleanup_delete,
+            delete_retention_ms: c.delete_retention_ms,
+            min_compaction_lag_ms: c.min_compaction_lag_ms,
+            max_compaction_lag_ms: c.max_compaction_lag_ms,
+            min_cleanable_dirty_ratio: c.min_cleanable_dirty_ratio,
         }
     }
 }
@@ -309,6 +338,145 @@ impl From<&PyLogConfig> for CoreLogConfig {
             flush_messages: c.flush_messages,
             flush_ms: c.flush_ms,
             file_delete_delay_ms: c.file_delete_delay_ms,
+            cleanup_compact: c.cleanup_compact,
+            cleanup_delete: c.cleanup_delete,
+            delete_retention_ms: c.delete_retention_ms,
+            min_compaction_lag_ms: c.min_compaction_lag_ms,
+            max_compaction_lag_ms: c.max_compaction_lag_ms,
+            min_cleanable_dirty_ratio: c.min_cleanable_dirty_ratio,
+        }
+    }
+}
+
+fn py_bool(b: bool) -> &'static str {
+    if b {
+        "True"
+    } else {
+        "False"
+    }
+}
+
+/// Broker-wide log cleaner settings (log.cleaner.*, in snake case).
+#[pyclass(name = "CleanerConfig", module = "kbroker._kbroker", get_all, set_all)]
+#[derive(Clone)]
+struct PyCleanerConfig {
+    dedupe_buffer_bytes: usize,
+    load_factor: f64,
+    io_buffer_bytes: usize,
+    io_max_bytes_per_second: f64,
+    max_decompressed_bytes: usize,
+}
+
+#[pymethods]
+impl PyCleanerConfig {
+    /// Every setting is optional; an unset one takes the cleaner default.
+    #[new]
+    #[pyo3(signature = (*, dedupe_buffer_bytes=None, load_factor=None, io_buffer_bytes=None, io_max_bytes_per_second=None, max_decompressed_bytes=None))]
+    fn new(
+        dedupe_buffer_bytes: Option<usize>,
+        load_factor: Option<f64>,
+        io_buffer_bytes: Option<usize>,
+        io_max_bytes_per_second: Option<f64>,
+        max_decompressed_bytes: Option<usize>,
+    ) -> Self {
+        let d = CoreCleanerConfig::default();
+        PyCleanerConfig {
+            dedupe_buffer_bytes: dedupe_buffer_bytes.unwrap_or(d.dedupe_buffer_bytes),
+            load_factor: load_factor.unwrap_or(d.load_factor),
+            io_buffer_bytes: io_buffer_bytes.unwrap_or(d.io_buffer_bytes),
+            io_max_bytes_per_second: io_max_bytes_per_second.unwrap_or(d.io_max_bytes_per_second),
+            max_decompressed_bytes: max_decompressed_bytes.unwrap_or(d.max_decompressed_bytes),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "CleanerConfig(dedupe_buffer_bytes={}, load_factor={}, io_buffer_bytes={}, io_max_bytes_per_second={}, max_decompressed_bytes={})",
+            self.dedupe_buffer_bytes, self.load_factor, self.io_buffer_bytes, self.io_max_bytes_per_second, self.max_decompressed_bytes
+        )
+    }
+}
+
+impl From<&PyCleanerConfig> for CoreCleanerConfig {
+    fn from(c: &PyCleanerConfig) -> Self {
+        CoreCleanerConfig {
+            dedupe_buffer_bytes: c.dedupe_buffer_bytes,
+            load_factor: c.load_factor,
+            io_buffer_bytes: c.io_buffer_bytes,
+            io_max_bytes_per_second: c.io_max_bytes_per_second,
+            max_decompressed_bytes: c.max_decompressed_bytes,
+        }
+    }
+}
+
+/// How dirty a compacted log is, and whether a cleaning pass is due.
+#[pyclass(frozen, get_all, module = "kbroker._kbroker")]
+struct CleanableInfo {
+    clean_bytes: u64,
+    dirty_bytes: u64,
+    first_dirty_offset: i64,
+    first_uncleanable_offset: i64,
+    dirty_ratio: f64,
+    compaction_lag_due: bool,
+    delete_horizon_due: bool,
+    due: bool,
+}
+
+impl From<CoreCleanableInfo> for CleanableInfo {
+    fn from(c: CoreCleanableInfo) -> Self {
+        CleanableInfo {
+            clean_bytes: c.clean_bytes,
+            dirty_bytes: c.dirty_bytes,
+            first_dirty_offset: c.first_dirty_offset,
+            first_uncleanable_offset: c.first_uncleanable_offset,
+            dirty_ratio: c.dirty_ratio,
+            compaction_lag_due: c.compaction_lag_due,
+            delete_horizon_due: c.delete_horizon_due,
+            due: c.due,
+        }
+    }
+}
+
+/// What one cleaning pass did.
+#[pyclass(frozen, get_all, module = "kbroker._kbroker")]
+struct CleanStats {
+    segments_read: usize,
+    segments_written: usize,
+    bytes_read: u64,
+    bytes_written: u64,
+    records_read: u64,
+    records_removed: u64,
+    tombstones_dropped: u64,
+    empty_batches: u64,
+    unreadable_batches: u64,
+    map_entries: usize,
+    map_capacity: usize,
+    first_dirty_offset: i64,
+    complete: bool,
+    aborted: bool,
+    elapsed_ms: u64,
+    throttled_ms: u64,
+}
+
+impl From<CoreCleanStats> for CleanStats {
+    fn from(c: CoreCleanStats) -> Self {
+        CleanStats {
+            segments_read: c.segments_read,
+            segments_written: c.segments_written,
+            bytes_read: c.bytes_read,
+            bytes_written: c.bytes_written,
+            records_read: c.records_read,
+            records_removed: c.records_removed,
+            tombstones_dropped: c.tombstones_dropped,
+            empty_batches: c.empty_batches,
+            unreadable_batches: c.unreadable_batches,
+            map_entries: c.map_entries,
+            map_capacity: c.map_capacity,
+            first_dirty_offset: c.first_dirty_offset,
+            complete: c.complete,
+            aborted: c.aborted,
+            elapsed_ms: c.elapsed_ms,
+            throttled_ms: c.throttled_ms,
         }
     }
 }
@@ -435,6 +603,17 @@ impl Log {
         Ok(py.detach(|| self.inner.apply_retention(now_ms))?)
     }
 
+    #[pyo3(signature = (now_ms, max_offset = None))]
+    fn cleanable(&self, py: Python<'_>, now_ms: i64, max_offset: Option<i64>) -> CleanableInfo {
+        py.detach(|| self.inner.cleanable(now_ms, max_offset)).into()
+    }
+
+    #[pyo3(signature = (now_ms, config, max_offset = None))]
+    fn clean(&self, py: Python<'_>, now_ms: i64, config: &PyCleanerConfig, max_offset: Option<i64>) -> PyResult<CleanStats> {
+        let cfg = CoreCleanerConfig::from(config);
+        Ok(py.detach(|| self.inner.clean(now_ms, &cfg, max_offset))?.into())
+    }
+
     fn maybe_roll(&self, py: Python<'_>, now_ms: i64) -> PyResult<()> {
         Ok(py.detach(|| self.inner.maybe_roll(now_ms))?)
     }
@@ -505,6 +684,9 @@ fn _kbroker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_sendfile, m)?)?;
     m.add_class::<BatchInfo>()?;
     m.add_class::<PyLogConfig>()?;
+    m.add_class::<PyCleanerConfig>()?;
+    m.add_class::<CleanableInfo>()?;
+    m.add_class::<CleanStats>()?;
     m.add_class::<AppendInfo>()?;
     m.add_class::<LogSlice>()?;
     m.add_class::<Log>()?;

@@ -904,6 +904,7 @@ pub struct BatchBuilder {
     transactional: bool,
     control: bool,
     log_append_time: bool,
+    delete_horizon: bool,
     min_last_offset_delta: i32,
     records: Vec<u8>,
     count: i32,
@@ -929,6 +930,7 @@ impl BatchBuilder {
             transactional: false,
             control: false,
             log_append_time: false,
+            delete_horizon: false,
             min_last_offset_delta: 0,
             records: Vec::new(),
             count: 0,
@@ -963,6 +965,15 @@ impl BatchBuilder {
     /// Timestamp type LogAppendTime, maxTimestamp = the builder's timestamp.
     pub fn log_append_time(mut self, on: bool) -> Self {
         self.log_append_time = on;
+        self
+    }
+    /// KIP-534: marks the batch with the delete-horizon flag and stores
+    /// `horizon_ms` as firstTimestamp (the time after which the cleaner may
+    /// drop its tombstones). Call before pushing: record timestamp deltas
+    /// are then taken from the horizon, so every record keeps its timestamp.
+    pub fn delete_horizon(mut self, horizon_ms: i64) -> Self {
+        self.delete_horizon = true;
+        self.first_timestamp = Some(horizon_ms);
         self
     }
     /// Keeps lastOffsetDelta at least `delta` even if fewer records remain:
@@ -1097,6 +1108,9 @@ impl BatchBuilder {
         }
         if self.control {
             attributes |= CONTROL_MASK;
+        }
+        if self.delete_horizon {
+            attributes |= DELETE_HORIZON_MASK;
         }
         let first_timestamp = self.first_timestamp.unwrap_or(self.timestamp);
         let max_timestamp = if self.log_append_time || self.count == 0 { self.timestamp } else { self.max_timestamp };

@@ -727,6 +727,17 @@ impl Segment {
     /// records the final max timestamp in the time index and writes the
     /// pending index entries out (fdatasync is left to the next flush).
     pub fn seal(&self) -> Result<()> {
+        if self.push_final_time_entry() {
+            self.dirty.store(true, Ordering::Relaxed);
+        }
+        self.offset_index.write_pending()?;
+        self.time_index.write_pending()?;
+        Ok(())
+    }
+
+    /// Adds the time index entry for the segment's max timestamp if the
+    /// index lacks it. Returns whether it did.
+    fn push_final_time_entry(&self) -> bool {
         let max_ts = self.max_timestamp();
         let next = self.next_offset();
         if next > self.base_offset && self.time_index.last().is_none_or(|t| max_ts > t.timestamp) {
@@ -735,11 +746,23 @@ impl Segment {
                 timestamp: max_ts,
                 relative_offset: rel,
             }]);
-            self.dirty.store(true, Ordering::Relaxed);
+            return true;
         }
-        self.offset_index.write_pending()?;
-        self.time_index.write_pending()?;
-        Ok(())
+        false
+    }
+
+    /// Writes both indexes whole to `<their file name><suffix>`, fsync'ed;
+    /// the renamed copies then count as the index files.
+    pub fn write_index_copies(&self, suffix: &str) -> Result<()> {
+        let with_suffix = |p: &Path| {
+            let mut name = p.as_os_str().to_owned();
+            name.push(suffix);
+            PathBuf::from(name)
+        };
+        self.offset_index
+            .write_copy(&with_suffix(self.offset_index.path()))?;
+        self.time_index
+            .write_copy(&with_suffix(self.time_index.path()))
     }
 
     /// fdatasync of the log and both indexes, when anything changed.
@@ -978,6 +1001,85 @@ impl Segment {
             pos += size as u64;
         }
         Ok(None)
+    }
+}
+
+/// Builds a sealed segment around a log file written whole elsewhere (the
+/// log cleaner writes `<base>.log.cleaned`): index entries are collected as
+/// the batches are written, exactly as appends would have made them, so the
+/// file is never read back.
+pub struct SealedSegmentBuilder {
+    base_offset: i64,
+    cfg: SegmentConfig,
+    builder: IndexBuilder,
+    size: u64,
+    next_offset: Option<i64>,
+    first_max_ts: Option<i64>,
+}
+
+impl SealedSegmentBuilder {
+    pub fn new(base_offset: i64, cfg: SegmentConfig) -> Self {
+        SealedSegmentBuilder {
+            base_offset,
+            cfg,
+            builder: IndexBuilder {
+                base_offset,
+                interval: cfg.index_interval_bytes,
+                since: 0,
+                max_ts: -1,
+                last_time_ts: None,
+                offset_room: (cfg.index_bytes / OffsetEntry::SIZE as u64) as usize,
+                time_room: (cfg.index_bytes / TimeEntry::SIZE as u64) as usize,
+                offsets: Vec::new(),
+                times: Vec::new(),
+            },
+            size: 0,
+            next_offset: None,
+            first_max_ts: None,
+        }
+    }
+
+    /// Bytes written so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Records the next batch, written at the current end of the file.
+    pub fn on_batch(&mut self, info: &BatchInfo) {
+        if self.size == 0 {
+            self.first_max_ts = Some(info.max_timestamp);
+        }
+        self.builder.on_batch(self.size, info);
+        self.size += info.size as u64;
+        self.next_offset = Some(info.last_offset + 1);
+    }
+
+    /// The segment over `log` (which must hold exactly the batches given),
+    /// sealed as a roll leaves it; its index files are not written (see
+    /// [`Segment::write_index_copies`]).
+    pub fn finish(self, dir: &Path, log: File, now_ms: i64) -> Segment {
+        let b = self.builder;
+        let seg = Segment::assemble(
+            dir,
+            self.base_offset,
+            log,
+            self.cfg,
+            (b.offsets, 0),
+            (b.times, 0),
+        );
+        seg.size.store(self.size, Ordering::Relaxed);
+        seg.next_offset.store(
+            self.next_offset.unwrap_or(self.base_offset),
+            Ordering::Relaxed,
+        );
+        seg.max_timestamp.store(
+            if self.size == 0 { -1 } else { b.max_ts },
+            Ordering::Relaxed,
+        );
+        seg.bytes_since_index.store(b.since, Ordering::Relaxed);
+        seg.set_roll_base_from(self.first_max_ts, now_ms);
+        seg.push_final_time_entry();
+        seg
     }
 }
 

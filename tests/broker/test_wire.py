@@ -237,3 +237,13 @@ def test_random_garbage_never_kills_the_broker(broker: BrokerProcess) -> None:
         finally:
             w.close()
     still_serving(broker)
+
+
+def test_metadata_never_auto_creates_internal_topics_with_defaults(wire: Wire) -> None:
+    resp = metadata(wire, ["__consumer_offsets", "__transaction_state"])
+    by_name = {t.name: t for t in resp.topics}
+    offsets = by_name["__consumer_offsets"]
+    # Made by the group coordinator with its own settings, not as a plain topic.
+    assert offsets.error_code == 0 and offsets.is_internal
+    assert len(offsets.partitions) == 50
+    assert by_name["__transaction_state"].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

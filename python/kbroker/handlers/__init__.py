@@ -15,6 +15,7 @@ import inspect
 import logging
 import pkgutil
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from kbroker.network.server import CloseConnection, ConnectionContext, Response
@@ -36,6 +37,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Handler = Callable[["Broker", RequestHeader, Any], Any]
+
+# The connection of the request being dispatched, for handlers that record who
+# sent it (the group coordinator's client host). Read it before any await.
+current_connection: ContextVar[ConnectionContext | None] = ContextVar("current_connection", default=None)
+
+
+def client_host() -> str:
+    """The sending host as Kafka shows it ("/127.0.0.1"), or "" outside a request."""
+    ctx = current_connection.get()
+    if ctx is None:
+        return ""
+    host = ctx.peer.rsplit(":", 1)[0] if ":" in ctx.peer else ctx.peer
+    return "/" + host.strip("[]")
+
 
 # Responses that may carry records are encoded around them, so the record
 # bytes can go out zero-copy.
@@ -74,6 +89,7 @@ class Dispatcher:
         except ProtocolDecodeError as exc:
             raise CloseConnection(f"malformed request: {exc}") from None
         ctx.client_id = header.client_id
+        current_connection.set(ctx)
         handler = self.handlers.get(header.api_key)
         if handler is None:
             raise CloseConnection(f"no handler for api key {header.api_key}")

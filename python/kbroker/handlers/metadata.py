@@ -11,6 +11,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from kbroker.broker import INTERNAL_TOPICS, TopicError
+from kbroker.coordinator.records import OFFSETS_TOPIC
 from kbroker.metadata import TopicMetadata
 from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode, RequestHeader
 from kbroker.protocol.messages.admin import DescribeClusterResponse
@@ -71,7 +72,11 @@ def handle_metadata(broker: Broker, header: RequestHeader, request: Any) -> Any:
                 )
                 continue
             topic = known.get(name)
-            if topic is None and auto_create:
+            if topic is None and name == OFFSETS_TOPIC:
+                # Internal topics are made by their owner, with their own settings.
+                if broker.coordinator.ensure_offsets_topic():
+                    topic = broker.metadata.topics().get(name)
+            elif topic is None and auto_create and name not in INTERNAL_TOPICS:
                 try:
                     topic = broker.create_topic(name)
                 except TopicError as exc:

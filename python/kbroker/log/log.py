@@ -14,10 +14,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kbroker import _kbroker
-from kbroker._kbroker import AppendInfo, LogConfig, LogSlice
+from kbroker._kbroker import (
+    AppendInfo,
+    CleanableInfo,
+    CleanerConfig,
+    CleanStats,
+    LogConfig,
+    LogSlice,
+)
 from kbroker.config import LONG_MAX, Value
 
-__all__ = ["AppendInfo", "Log", "LogConfig", "LogSlice", "TopicPartition", "log_config_from_topic"]
+__all__ = [
+    "AppendInfo",
+    "CleanStats",
+    "CleanableInfo",
+    "CleanerConfig",
+    "Log",
+    "LogConfig",
+    "LogSlice",
+    "TopicPartition",
+    "log_config_from_topic",
+]
 
 # Kafka's legal topic names; they double as directory names.
 TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -57,6 +74,10 @@ def log_config_from_topic(config: Mapping[str, Value]) -> LogConfig:
         return value
 
     flush_messages = num("flush.messages")
+    policy = config["cleanup.policy"]
+    assert isinstance(policy, list), "cleanup.policy"
+    ratio = config["min.cleanable.dirty.ratio"]
+    assert isinstance(ratio, float | int), "min.cleanable.dirty.ratio"
     return LogConfig(
         segment_bytes=num("segment.bytes"),
         segment_ms=num("segment.ms"),
@@ -67,6 +88,12 @@ def log_config_from_topic(config: Mapping[str, Value]) -> LogConfig:
         flush_messages=min(flush_messages, LONG_MAX),
         flush_ms=num("flush.ms"),
         file_delete_delay_ms=num("file.delete.delay.ms"),
+        cleanup_compact="compact" in policy,
+        cleanup_delete="delete" in policy,
+        delete_retention_ms=num("delete.retention.ms"),
+        min_compaction_lag_ms=num("min.compaction.lag.ms"),
+        max_compaction_lag_ms=num("max.compaction.lag.ms"),
+        min_cleanable_dirty_ratio=float(ratio),
     )
 
 
@@ -118,6 +145,14 @@ class Log:
 
     def apply_retention(self) -> int:
         return self._log.apply_retention(now_ms())
+
+    def cleanable(self, max_offset: int | None = None) -> CleanableInfo:
+        """How dirty the log is below ``max_offset`` and whether cleaning is due."""
+        return self._log.cleanable(now_ms(), max_offset)
+
+    def clean(self, config: CleanerConfig, max_offset: int | None = None) -> CleanStats:
+        """One compaction pass below ``max_offset`` (blocking; run it in a thread)."""
+        return self._log.clean(now_ms(), config, max_offset)
 
     def maybe_roll(self) -> None:
         self._log.maybe_roll(now_ms())

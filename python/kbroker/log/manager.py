@@ -3,7 +3,8 @@
 Owns the directory (an exclusive lock so two brokers never share it), opens
 and recovers every partition found at start, creates and deletes logs, and
 runs the background work: time-based flush (flush.ms), time-based roll
-(segment.ms) and retention (retention.ms / retention.bytes).
+(segment.ms), retention (retention.ms / retention.bytes) and, given a
+`LogCleaner`, compaction.
 """
 
 from __future__ import annotations
@@ -17,8 +18,12 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kbroker.log.log import Log, LogConfig, TopicPartition, now_ms
+
+if TYPE_CHECKING:
+    from kbroker.log.cleaner import LogCleaner
 
 log = logging.getLogger(__name__)
 
@@ -158,13 +163,27 @@ class LogManager:
         return deleted
 
     async def run_background(
-        self, retention_check_interval_ms: Callable[[], int], tick_ms: int = 500
+        self,
+        retention_check_interval_ms: Callable[[], int],
+        tick_ms: int = 500,
+        cleaner: LogCleaner | None = None,
     ) -> None:
         """Runs flush/roll every tick and retention on its interval, until cancelled.
 
         The work runs in a thread (Rust releases the GIL during fsyncs) so the
-        event loop never stalls on a disk.
+        event loop never stalls on a disk. The cleaner, if given, runs beside
+        it as its own task: a long compaction never delays a flush.
         """
+        cleaning = asyncio.ensure_future(cleaner.run()) if cleaner is not None else None
+        try:
+            await self._flush_roll_retention(retention_check_interval_ms, tick_ms)
+        finally:
+            if cleaning is not None:
+                cleaning.cancel()
+
+    async def _flush_roll_retention(
+        self, retention_check_interval_ms: Callable[[], int], tick_ms: int
+    ) -> None:
         last_retention = now_ms()
         while True:
             await asyncio.sleep(tick_ms / 1000)

@@ -1,0 +1,33 @@
+"""The group coordinator: consumer groups, their rebalances and committed offsets.
+
+- `coordinator.GroupCoordinator`: owns every group of this broker and the
+  flows of the group APIs; the handlers call it.
+- `group`: one group's state machine, members and protocol selection.
+- `delayed`: DelayedJoin, InitialDelayedJoin, DelayedHeartbeat timers.
+- `records`: the ``__consumer_offsets`` record schemas (Kafka's own).
+- `store`: reading and appending ``__consumer_offsets``.
+- `consumer_protocol`: the subscription/assignment bytes of consumers.
+- `zk_import`: copying offsets old consumers kept in ZooKeeper.
+"""
+
+from kbroker.coordinator.coordinator import (
+    FetchedOffset,
+    GroupCoordinator,
+    GroupDescription,
+    GroupListing,
+    JoinRequest,
+    MemberDescription,
+)
+from kbroker.coordinator.group import GroupState, JoinResult, SyncResult
+
+__all__ = [
+    "FetchedOffset",
+    "GroupCoordinator",
+    "GroupDescription",
+    "GroupListing",
+    "GroupState",
+    "JoinRequest",
+    "JoinResult",
+    "MemberDescription",
+    "SyncResult",
+]

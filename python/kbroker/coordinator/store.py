@@ -1,0 +1,142 @@
+"""The internal topic ``__consumer_offsets`` as the coordinator's durable store.
+
+`OffsetsStore` owns the topic's I/O: creating it (compacted, with
+``offsets.topic.num.partitions`` partitions and a replication factor of
+min(``offsets.topic.replication.factor``, live brokers)), appending keyed
+records to one partition (a commit is one batch: all its offsets or none),
+and reading a partition back from its start at load time. What the records
+mean is the coordinator's business (see `records`).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from kbroker._kbroker import (
+    KBrokerError,
+    OffsetOutOfRangeError,
+    build_batch,
+    decode_records,
+    validate_batches,
+)
+from kbroker.config import as_int
+from kbroker.coordinator.records import OFFSETS_TOPIC
+from kbroker.protocol.errors import ErrorCode
+from kbroker.replication.partition import PartitionError
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta
+_BATCH_HEAD = struct.Struct(">qiibIhi")
+_BATCH_HEADER_SIZE = 61
+_LOG_OVERHEAD = 12
+_CONTROL = 0x20
+_MAX_DECOMPRESSED = 256 << 20
+
+Record = tuple[bytes, bytes | None]
+
+
+class OffsetsStore:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def partition_count(self) -> int | None:
+        """Partitions of the topic, or None while it does not exist."""
+        topic = self.broker.metadata.topics().get(OFFSETS_TOPIC)
+        return None if topic is None else len(topic.partitions)
+
+    def create(self) -> int:
+        """Creates the topic (first use of any group); returns its partition count."""
+        config = self.broker.config
+        live_brokers = 1  # a single node: the cluster issue will count registered brokers
+        partitions = as_int(config["offsets.topic.num.partitions"])
+        replication = min(as_int(config["offsets.topic.replication.factor"]), live_brokers)
+        self.broker.create_topic(
+            OFFSETS_TOPIC,
+            partitions,
+            replication,
+            {
+                "cleanup.policy": "compact",
+                "compression.type": "producer",
+                "segment.bytes": str(config["offsets.topic.segment.bytes"]),
+            },
+            internal=True,
+        )
+        return partitions
+
+    # -- writes ------------------------------------------------------------------
+
+    def append(self, index: int, records: list[Record], now_ms: int) -> ErrorCode:
+        """Appends ``records`` (key, value-or-tombstone) as one batch; NONE or the failure."""
+        if not records:
+            return ErrorCode.NONE
+        partition = self.broker.partition(OFFSETS_TOPIC, index)
+        if partition is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        no_headers: list[tuple[str, bytes | None]] = []
+        batch: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]] = [
+            (key, value, no_headers) for key, value in records
+        ]
+        data = build_batch(batch, 0, 0, now_ms)
+        max_bytes = as_int(self.broker.topic_config(OFFSETS_TOPIC)["max.message.bytes"])
+        if len(data) > max_bytes:
+            return ErrorCode.MESSAGE_TOO_LARGE
+        try:
+            infos = validate_batches(data, max_bytes)
+            partition.append_as_leader(data, infos, -1, 1, False)
+        except PartitionError as exc:
+            log.warning("append to %s-%d failed: %s", OFFSETS_TOPIC, index, exc)
+            return ErrorCode[exc.error]
+        except (KBrokerError, OSError) as exc:
+            log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, index, exc)
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        return ErrorCode.NONE
+
+    # -- reads ---------------------------------------------------------------------
+
+    async def read_partition(self, index: int) -> AsyncIterator[list[Record]]:
+        """Yields the keyed records of one partition, oldest first, a chunk at a time."""
+        partition = self.broker.partition(OFFSETS_TOPIC, index)
+        if partition is None:
+            return
+        buffer = as_int(self.broker.config["offsets.load.buffer.size"])
+        offset = partition.log.log_start_offset
+        end = partition.high_watermark
+        while offset < end:
+            try:
+                chunk = partition.read(offset, buffer, True, end)
+            except OffsetOutOfRangeError:
+                # Retention or cleaning moved the start: carry on from there.
+                start = partition.log.log_start_offset
+                if start <= offset:
+                    raise
+                offset = start
+                continue
+            if chunk is None:
+                return
+            data = chunk.read_bytes()
+            records: list[Record] = []
+            pos = 0
+            while len(data) - pos >= _BATCH_HEADER_SIZE:
+                base, length, _epoch, _magic, _crc, attributes, last_delta = _BATCH_HEAD.unpack_from(data, pos)
+                total = length + _LOG_OVERHEAD
+                if pos + total > len(data):
+                    break
+                if not attributes & _CONTROL:
+                    for _off, _ts, key, value, _headers in decode_records(
+                        data[pos : pos + total], _MAX_DECOMPRESSED
+                    ):
+                        if key is not None:
+                            records.append((key, value))
+                offset = base + last_delta + 1
+                pos += total
+            if pos == 0:
+                log.error("cannot read %s-%d at offset %d: stopping the load", OFFSETS_TOPIC, index, offset)
+                return
+            yield records

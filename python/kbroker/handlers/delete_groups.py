@@ -1,0 +1,26 @@
+"""DeleteGroups (42): removes empty groups with their committed offsets.
+
+A group with members gets NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kbroker.protocol import ApiKey, RequestHeader
+from kbroker.protocol.messages.group import DeleteGroupsResponse
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+
+def handle_delete_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    names = list(dict.fromkeys(request.groups_names))
+    results = broker.coordinator.delete_groups(names)
+    return DeleteGroupsResponse(
+        throttle_time_ms=0,
+        results=[DeleteGroupsResponse.Result(group_id=g, error_code=results[g]) for g in names],
+    )
+
+
+HANDLERS = {ApiKey.DELETE_GROUPS: handle_delete_groups}

@@ -1,0 +1,53 @@
+"""DescribeGroups (15): state, protocol and members of groups.
+
+A group the coordinator does not know is described as Dead with no error
+(the behaviour of v0-5). Member metadata and assignments are shown only
+while the group is Stable, as Kafka does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kbroker.protocol import ApiKey, RequestHeader
+from kbroker.protocol.messages.group import INT32_MIN, DescribeGroupsResponse
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+Group = DescribeGroupsResponse.Group
+Member = DescribeGroupsResponse.Group.Member
+
+# READ, DELETE and DESCRIBE as an ACL operation bit field: everything a group
+# allows, until authorization exists.
+GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+
+
+def handle_describe_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    include_ops = header.api_version >= 3 and request.include_authorized_operations
+    groups = []
+    for group_id in request.groups:
+        d = broker.coordinator.describe_group(group_id)
+        groups.append(Group(
+            error_code=d.error,
+            group_id=group_id,
+            group_state=d.state,
+            protocol_type=d.protocol_type,
+            protocol_data=d.protocol_name,
+            members=[
+                Member(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    member_metadata=m.metadata,
+                    member_assignment=m.assignment,
+                )
+                for m in d.members or []
+            ],
+            authorized_operations=GROUP_OPERATIONS if include_ops else INT32_MIN,
+        ))
+    return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)
+
+
+HANDLERS = {ApiKey.DESCRIBE_GROUPS: handle_describe_groups}

@@ -1,0 +1,61 @@
+"""FindCoordinator (10): which broker coordinates a group (or a transactional id).
+
+v0-3 ask about one key, v4+ about several (``coordinator_keys``). Groups are
+coordinated by this broker; asking creates ``__consumer_offsets`` on first
+use. Transactional ids get TRANSACTIONAL_ID_AUTHORIZATION_FAILED until
+transactions exist (as InitProducerId answers them).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
+from kbroker.protocol.messages.group import FindCoordinatorResponse
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+
+Coordinator = FindCoordinatorResponse.Coordinator
+
+
+def _find(broker: Broker, key: str, key_type: int) -> Any:
+    ep = broker.advertised
+    code, message = ErrorCode.NONE, None
+    if key_type == KEY_TYPE_TRANSACTION:
+        code, message = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported yet"
+    elif key_type != KEY_TYPE_GROUP:
+        code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
+    else:
+        check = broker.coordinator.check(key, allow_empty=True)
+        # A coordinator still loading the group's partition is the coordinator.
+        if check not in (ErrorCode.NONE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+            code, message = check, "the group coordinator is not available"
+    if code != ErrorCode.NONE:
+        return Coordinator(key=key, node_id=-1, host="", port=-1, error_code=code, error_message=message)
+    return Coordinator(
+        key=key, node_id=broker.broker_id, host=ep.host, port=ep.port, error_code=code, error_message=None
+    )
+
+
+def handle_find_coordinator(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    version = header.api_version
+    key_type = request.key_type if version >= 1 else KEY_TYPE_GROUP
+    if version >= 4:
+        found = [_find(broker, key, key_type) for key in request.coordinator_keys]
+        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=found)
+    one = _find(broker, request.key, key_type)
+    return FindCoordinatorResponse(
+        throttle_time_ms=0,
+        error_code=one.error_code,
+        error_message=one.error_message,
+        node_id=one.node_id,
+        host=one.host,
+        port=one.port,
+    )
+
+
+HANDLERS = {ApiKey.FIND_COORDINATOR: handle_find_coordinator}

@@ -1,0 +1,28 @@
+"""Heartbeat (12): a member says it is alive; the answer says whether to rejoin.
+
+REBALANCE_IN_PROGRESS tells the member to rejoin; UNKNOWN_MEMBER_ID and
+ILLEGAL_GENERATION that it was dropped or is behind.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kbroker.protocol import ApiKey, RequestHeader
+from kbroker.protocol.messages.group import HeartbeatResponse
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+
+def handle_heartbeat(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    error = broker.coordinator.heartbeat(
+        request.group_id,
+        request.member_id,
+        request.group_instance_id if header.api_version >= 3 else None,
+        request.generation_id,
+    )
+    return HeartbeatResponse(throttle_time_ms=0, error_code=error)
+
+
+HANDLERS = {ApiKey.HEARTBEAT: handle_heartbeat}

@@ -1,0 +1,27 @@
+"""ListGroups (16): every group this coordinator knows, optionally by state (v4+)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kbroker.protocol import ApiKey, RequestHeader
+from kbroker.protocol.messages.group import ListGroupsResponse
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+
+def handle_list_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    states = request.states_filter if header.api_version >= 4 else []
+    error, groups = broker.coordinator.list_groups(states)
+    return ListGroupsResponse(
+        throttle_time_ms=0,
+        error_code=error,
+        groups=[
+            ListGroupsResponse.Group(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state)
+            for g in groups
+        ],
+    )
+
+
+HANDLERS = {ApiKey.LIST_GROUPS: handle_list_groups}

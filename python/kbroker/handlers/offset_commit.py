@@ -1,0 +1,53 @@
+"""OffsetCommit (8): store a group's consumed positions, with an error per partition.
+
+Members commit within their generation (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID
+and REBALANCE_IN_PROGRESS otherwise); consumers that assign partitions
+themselves commit with generation -1 to an empty group. v2-4 may ask for a
+retention time; the metadata string and (v6+) leader epoch are kept and
+returned by OffsetFetch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kbroker.protocol import ApiKey, RequestHeader
+from kbroker.protocol.messages.group import OffsetCommitResponse
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+Topic = OffsetCommitResponse.Topic
+Partition = OffsetCommitResponse.Topic.Partition
+
+
+def handle_offset_commit(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    version = header.api_version
+    offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+    order: list[tuple[str, list[int]]] = []
+    for topic in request.topics:
+        indexes = []
+        for p in topic.partitions:
+            epoch = p.committed_leader_epoch if version >= 6 else -1
+            offsets[(topic.name, p.partition_index)] = (p.committed_offset, epoch, p.committed_metadata)
+            indexes.append(p.partition_index)
+        order.append((topic.name, indexes))
+    retention = request.retention_time_ms if 2 <= version <= 4 else -1
+    results = broker.coordinator.commit_offsets(
+        request.group_id,
+        request.member_id,
+        request.group_instance_id if version >= 7 else None,
+        request.generation_id_or_member_epoch,
+        offsets,
+        retention,
+    )
+    return OffsetCommitResponse(
+        throttle_time_ms=0,
+        topics=[
+            Topic(name=name, partitions=[Partition(partition_index=i, error_code=results[(name, i)]) for i in indexes])
+            for name, indexes in order
+        ],
+    )
+
+
+HANDLERS = {ApiKey.OFFSET_COMMIT: handle_offset_commit}

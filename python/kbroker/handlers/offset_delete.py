@@ -1,0 +1,36 @@
+"""OffsetDelete (47): removes committed offsets of topics a group no longer consumes.
+
+Partitions of topics the group's members subscribe to get
+GROUP_SUBSCRIBED_TO_TOPIC; an unknown group gets GROUP_ID_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
+from kbroker.protocol.messages.group import OffsetDeleteResponse
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+Topic = OffsetDeleteResponse.Topic
+Partition = OffsetDeleteResponse.Topic.Partition
+
+
+def handle_offset_delete(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    wanted = list(dict.fromkeys((t.name, p.partition_index) for t in request.topics for p in t.partitions))
+    error, results = broker.coordinator.delete_offsets(request.group_id, wanted)
+    if error != ErrorCode.NONE:
+        return OffsetDeleteResponse(error_code=error, throttle_time_ms=0, topics=[])
+    topics: dict[str, list[Any]] = {}
+    for name, index in wanted:
+        topics.setdefault(name, []).append(Partition(partition_index=index, error_code=results[(name, index)]))
+    return OffsetDeleteResponse(
+        error_code=ErrorCode.NONE,
+        throttle_time_ms=0,
+        topics=[Topic(name=name, partitions=parts) for name, parts in topics.items()],
+    )
+
+
+HANDLERS = {ApiKey.OFFSET_DELETE: handle_offset_delete}

@@ -1,0 +1,64 @@
+"""OffsetFetch (9): a group's committed offsets, with their metadata and leader epoch.
+
+v1 has only per-partition errors; v2-7 add a top-level error and let a null
+topic list mean "every committed offset"; v8+ ask for several groups at once.
+A partition without a committed offset gets offset -1 and no error.
+require_stable (v7+) has nothing to wait for until transactional commits exist.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kbroker.coordinator import FetchedOffset
+from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
+from kbroker.protocol.messages.group import OffsetFetchResponse
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+Topic = OffsetFetchResponse.Topic
+Partition = Topic.Partition
+
+
+def _wanted(topics: list[Any] | None) -> list[tuple[str, int]] | None:
+    if topics is None:
+        return None
+    return [(t.name, p) for t in topics for p in t.partition_indexes]
+
+
+def _topics(fetched: list[FetchedOffset], error: ErrorCode = ErrorCode.NONE) -> list[Any]:
+    by_topic: dict[str, list[Any]] = {}
+    for f in fetched:
+        c = f.committed
+        by_topic.setdefault(f.topic, []).append(Partition(
+            partition_index=f.partition,
+            committed_offset=c.offset if c is not None else -1,
+            committed_leader_epoch=c.leader_epoch if c is not None else -1,
+            metadata=c.metadata if c is not None else "",
+            error_code=error if error != ErrorCode.NONE else f.error,
+        ))
+    return [Topic(name=name, partitions=parts) for name, parts in by_topic.items()]
+
+
+def handle_offset_fetch(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    version = header.api_version
+    coordinator = broker.coordinator
+    require_stable = version >= 7 and request.require_stable
+    if version >= 8:
+        groups = []
+        for g in request.groups:
+            error, fetched = coordinator.fetch_offsets(g.group_id, _wanted(g.topics), require_stable)
+            groups.append(OffsetFetchResponse.Group(group_id=g.group_id, topics=_topics(fetched), error_code=error))
+        return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+    wanted = _wanted(request.topics)
+    error, fetched = coordinator.fetch_offsets(request.group_id, wanted, require_stable)
+    if version < 2:
+        # No top-level error before v2: every partition carries it.
+        if error != ErrorCode.NONE:
+            fetched = [FetchedOffset(t, p, None) for t, p in wanted or []]
+        return OffsetFetchResponse(throttle_time_ms=0, topics=_topics(fetched, error))
+    return OffsetFetchResponse(throttle_time_ms=0, topics=_topics(fetched), error_code=error)
+
+
+HANDLERS = {ApiKey.OFFSET_FETCH: handle_offset_fetch}

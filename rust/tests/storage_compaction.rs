@@ -1,0 +1,647 @@
+//! Log compaction: what survives a cleaning pass, what it keeps of batches
+//! (offsets, producer fields, codecs), the memory bound, and crashes at
+//! every step of the segment swap.
+
+mod storage_util;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use kbroker::cleaner::{CleanerConfig, MAP_SLOT_BYTES};
+use kbroker::compression::Codec;
+use kbroker::log::{Log, LogConfig};
+use kbroker::records::{
+    check_crc, control_key, decode_batch_records, BatchBuilder, BatchHeader, COMPRESSION_MASK,
+    DELETE_HORIZON_MASK, NO_HEADERS,
+};
+use storage_util::*;
+
+const NOW: i64 = 1_000_000;
+
+type Rec = (i64, Option<Vec<u8>>, Option<Vec<u8>>);
+
+fn compacted() -> LogConfig {
+    LogConfig {
+        segment_bytes: 600,
+        index_interval_bytes: 64,
+        cleanup_compact: true,
+        cleanup_delete: false,
+        min_cleanable_dirty_ratio: 0.0,
+        ..config()
+    }
+}
+
+/// A batch of keyed records (`None` value = tombstone) stamped `ts`.
+fn keyed(codec: Codec, recs: &[(&str, Option<&str>)], ts: i64) -> Vec<u8> {
+    let mut b = BatchBuilder::new(codec, 0, ts);
+    for (k, v) in recs {
+        b.push(ts, Some(k.as_bytes()), v.map(str::as_bytes), NO_HEADERS);
+    }
+    b.build().unwrap()
+}
+
+fn put(log: &Log, k: &str, v: Option<&str>) -> i64 {
+    log.append(&keyed(Codec::None, &[(k, v)], NOW), 0, None, NOW)
+        .unwrap()
+        .first_offset
+}
+
+/// Seals the active segment so everything written so far is cleanable.
+fn roll(log: &Log) {
+    let cfg = log.config();
+    log.set_config(LogConfig {
+        segment_ms: 0,
+        ..cfg.clone()
+    });
+    log.maybe_roll(i64::MAX / 2).unwrap();
+    log.set_config(cfg);
+}
+
+/// Every batch of the log, whole.
+fn all_batches(log: &Log) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut next = log.log_start_offset();
+    while let Some(slice) = log.read(next, 1 << 20, None, true).unwrap() {
+        let mut bytes = &slice.read_bytes().unwrap()[..];
+        while !bytes.is_empty() {
+            let h = BatchHeader::parse(bytes).unwrap();
+            check_crc(&bytes[..h.total_size()]).unwrap();
+            next = h.last_offset() + 1;
+            out.push(bytes[..h.total_size()].to_vec());
+            bytes = &bytes[h.total_size()..];
+        }
+    }
+    out
+}
+
+fn records(log: &Log) -> Vec<Rec> {
+    all_batches(log)
+        .iter()
+        .flat_map(|b| decode_batch_records(b, 1 << 26).unwrap())
+        .map(|r| (r.offset, r.key, r.value))
+        .collect()
+}
+
+/// key -> (offset, value) of the last record of each key.
+fn latest(recs: &[Rec]) -> BTreeMap<Vec<u8>, (i64, Option<Vec<u8>>)> {
+    let mut m = BTreeMap::new();
+    for (o, k, v) in recs {
+        m.insert(k.clone().unwrap(), (*o, v.clone()));
+    }
+    m
+}
+
+fn clean(log: &Log, now: i64) -> kbroker::cleaner::CleanStats {
+    log.clean(now, &CleanerConfig::default(), None).unwrap()
+}
+
+fn s(x: &str) -> Option<Vec<u8>> {
+    Some(x.as_bytes().to_vec())
+}
+
+#[test]
+fn keeps_the_latest_value_of_each_key_at_its_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), compacted());
+    for round in 0..10 {
+        for k in 0..8 {
+            put(&log, &format!("key-{k}"), Some(&format!("v{round}")));
+        }
+    }
+    roll(&log);
+    put(&log, "key-0", Some("active"));
+    let before = records(&log);
+    assert!(log.segment_count() > 4);
+    let info = log.cleanable(NOW, None);
+    assert!(info.due && info.dirty_bytes > 0 && info.clean_bytes == 0);
+
+    let stats = clean(&log, NOW);
+    assert!(stats.complete && !stats.aborted);
+    assert_eq!(stats.records_removed, 72);
+    let after = records(&log);
+    // The latest per key, at the offsets they were written at.
+    assert_eq!(latest(&after), latest(&before));
+    let cleaned: Vec<_> = after.iter().filter(|r| r.0 < 80).collect();
+    assert_eq!(cleaned.len(), 8);
+    for (o, k, v) in &cleaned {
+        assert!(*o >= 72, "{o}");
+        assert_eq!(before[*o as usize], (*o, k.clone(), v.clone()));
+    }
+    // The active segment is not touched; the log end stays.
+    assert_eq!(after.last().unwrap(), &(80, s("key-0"), s("active")));
+    assert_eq!(log.log_end_offset(), 81);
+    // Nothing is dirty any more, and the checkpoint survives a restart.
+    assert_eq!(log.cleanable(NOW, None).dirty_bytes, 0);
+    log.close().unwrap();
+    drop(log);
+    let log = open(dir.path(), compacted());
+    assert_eq!(records(&log), after);
+    assert!(!log.cleanable(NOW, None).due);
+}
+
+#[test]
+fn batches_keep_their_offset_range_and_offsets_never_move() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), compacted());
+    let batch = keyed(
+        Codec::None,
+        &[("a", Some("1")), ("b", Some("1")), ("c", Some("1"))],
+        NOW,
+    );
+    log.append(&batch, 0, None, NOW).unwrap();
+    put(&log, "a", Some("2"));
+    put(&log, "c", Some("2"));
+    roll(&log);
+    put(&log, "z", Some("active"));
+    clean(&log, NOW);
+    let batches = all_batches(&log);
+    let h = BatchHeader::parse(&batches[0]).unwrap();
+    // Only "b" is left, at offset 1, in a batch still spanning 0..=2.
+    assert_eq!((h.base_offset, h.last_offset(), h.records_count), (0, 2, 1));
+    let recs = decode_batch_records(&batches[0], 1 << 20).unwrap();
+    assert_eq!(
+        (recs[0].offset, recs[0].key.as_deref()),
+        (1, Some(&b"b"[..]))
+    );
+    let offsets: Vec<_> = records(&log).iter().map(|r| r.0).collect();
+    assert_eq!(offsets, vec![1, 3, 4, 5]);
+}
+
+#[test]
+fn tombstones_stay_for_delete_retention_then_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(
+        dir.path(),
+        LogConfig {
+            delete_retention_ms: 1_000,
+            ..compacted()
+        },
+    );
+    put(&log, "gone", Some("v"));
+    put(&log, "kept", Some("v"));
+    put(&log, "gone", None);
+    roll(&log);
+    put(&log, "other", Some("active"));
+
+    // First pass: the older value goes, the tombstone gets its horizon.
+    let first = clean(&log, NOW);
+    assert_eq!((first.records_removed, first.tombstones_dropped), (1, 0));
+    let batches = all_batches(&log);
+    let tomb = batches
+        .iter()
+        .find(|b| BatchHeader::parse(b).unwrap().base_offset == 2)
+        .unwrap();
+    let h = BatchHeader::parse(tomb).unwrap();
+    assert_ne!(h.attributes & DELETE_HORIZON_MASK, 0);
+    assert_eq!(h.first_timestamp, NOW + 1_000);
+    // The record keeps its own timestamp under the horizon.
+    assert_eq!(
+        decode_batch_records(tomb, 1 << 20).unwrap()[0].timestamp,
+        NOW
+    );
+    assert_eq!(
+        records(&log)[..2],
+        [(1, s("kept"), s("v")), (2, s("gone"), None)]
+    );
+
+    // Not yet due before the horizon; a pass then keeps it still.
+    assert!(!log.cleanable(NOW + 999, None).due);
+    assert_eq!(clean(&log, NOW + 999).tombstones_dropped, 0);
+    // Due at the horizon even with nothing dirty: the tombstone goes.
+    let info = log.cleanable(NOW + 1_000, None);
+    assert!(info.due && info.delete_horizon_due && info.dirty_bytes == 0);
+    assert_eq!(clean(&log, NOW + 1_000).tombstones_dropped, 1);
+    assert_eq!(
+        records(&log),
+        vec![(1, s("kept"), s("v")), (3, s("other"), s("active"))]
+    );
+    assert!(!log.cleanable(NOW + 5_000, None).due);
+}
+
+#[test]
+fn emptied_batches_keep_the_producer_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), compacted());
+    let produced = |pid: i64, seq: i32, recs: &[(&str, Option<&str>)]| {
+        let mut b = BatchBuilder::new(Codec::Gzip, 0, NOW).producer(pid, 3, seq);
+        for (k, v) in recs {
+            b.push(NOW, Some(k.as_bytes()), v.map(str::as_bytes), NO_HEADERS);
+        }
+        log.append(&b.build().unwrap(), 0, None, NOW).unwrap();
+    };
+    // Producer 7's first batch is wholly superseded by its second: it goes.
+    produced(7, 0, &[("a", Some("1")), ("b", Some("1"))]);
+    produced(7, 2, &[("a", Some("2")), ("b", Some("2"))]);
+    // Producer 8's only batch is superseded by producer 9's: it stays, empty.
+    produced(
+        8,
+        41,
+        &[("x", Some("1")), ("y", Some("1")), ("x", Some("2"))],
+    );
+    produced(9, 0, &[("x", Some("3")), ("y", Some("3"))]);
+    roll(&log);
+    put(&log, "z", Some("active"));
+    let stats = clean(&log, NOW);
+    assert_eq!(stats.empty_batches, 1);
+    let hs: Vec<_> = all_batches(&log)
+        .iter()
+        .map(|b| BatchHeader::parse(b).unwrap())
+        .collect();
+    let summary: Vec<_> = hs
+        .iter()
+        .map(|h| {
+            (
+                h.base_offset,
+                h.last_offset(),
+                h.records_count,
+                h.producer_id,
+                h.base_sequence,
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (2, 3, 2, 7, 2),
+            (4, 6, 0, 8, 41),
+            (7, 8, 2, 9, 0),
+            (9, 9, 1, -1, -1)
+        ]
+    );
+    let empty = &hs[1];
+    assert_eq!(empty.producer_epoch, 3);
+    // An empty batch carries no compressed payload.
+    assert_eq!(empty.attributes & COMPRESSION_MASK, 0);
+    assert_eq!(empty.total_size(), kbroker::records::HEADER_SIZE);
+}
+
+#[test]
+fn compressed_batches_stay_valid_and_keep_their_codec() {
+    for codec in [Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), compacted());
+        for round in 0..3 {
+            let v = format!("{round}");
+            let recs: Vec<(String, Option<&str>)> = (0..5)
+                .map(|k| (format!("k{k}"), Some(v.as_str())))
+                .collect();
+            let recs: Vec<(&str, Option<&str>)> =
+                recs.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+            // Round 2 updates only half the keys: its batch and round 1's
+            // are both partly superseded and get rewritten.
+            let recs = if round == 2 { &recs[..3] } else { &recs[..] };
+            log.append(&keyed(codec, recs, NOW + round), 0, None, NOW)
+                .unwrap();
+        }
+        roll(&log);
+        put(&log, "z", Some("active"));
+        let stats = clean(&log, NOW);
+        assert_eq!(stats.records_removed, 8, "{codec:?}");
+        let batches = all_batches(&log);
+        for b in &batches[..batches.len() - 1] {
+            let h = BatchHeader::parse(b).unwrap();
+            assert_eq!(h.compression_codec(), codec as u8, "{codec:?}");
+            kbroker::records::check_batch_integrity(b).unwrap();
+        }
+        let got: Vec<_> = records(&log)
+            .into_iter()
+            .map(|(o, k, v)| (o, String::from_utf8(k.unwrap()).unwrap(), v))
+            .collect();
+        let want: Vec<_> = [
+            (8, "k3", "1"),
+            (9, "k4", "1"),
+            (10, "k0", "2"),
+            (11, "k1", "2"),
+            (12, "k2", "2"),
+        ]
+        .iter()
+        .map(|(o, k, v)| (*o, k.to_string(), s(v)))
+        .chain([(13, "z".to_string(), s("active"))])
+        .collect();
+        assert_eq!(got, want, "{codec:?}");
+    }
+}
+
+#[test]
+fn control_batches_and_keyless_records_are_kept_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), compacted());
+    let mut marker = BatchBuilder::new(Codec::None, 0, NOW)
+        .producer(5, 0, 0)
+        .transactional(true)
+        .control(true);
+    marker.push(
+        NOW,
+        Some(&control_key(1)),
+        Some(&[0, 0, 0, 0, 0, 0]),
+        NO_HEADERS,
+    );
+    let marker = marker.build().unwrap();
+    log.append(&marker, 0, None, NOW).unwrap();
+    let mut keyless = BatchBuilder::new(Codec::None, 0, NOW);
+    keyless.push(NOW, None, Some(b"no key"), NO_HEADERS);
+    log.append(&keyless.build().unwrap(), 0, None, NOW).unwrap();
+    put(&log, "a", Some("1"));
+    put(&log, "a", Some("2"));
+    roll(&log);
+    put(&log, "z", Some("active"));
+    clean(&log, NOW);
+    let batches = all_batches(&log);
+    // Byte for byte, past the partition leader epoch the append stamped.
+    assert_eq!(batches[0][16..], marker[16..]);
+    let offsets: Vec<_> = records(&log).iter().map(|r| (r.0, r.1.clone())).collect();
+    assert_eq!(
+        offsets,
+        vec![
+            (0, Some(control_key(1).to_vec())),
+            (1, None),
+            (3, s("a")),
+            (4, s("z"))
+        ]
+    );
+}
+
+#[test]
+fn more_keys_than_the_map_holds_are_cleaned_in_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(
+        dir.path(),
+        LogConfig {
+            segment_bytes: 4096,
+            ..compacted()
+        },
+    );
+    for round in 0..3 {
+        for k in 0..100 {
+            put(&log, &format!("key-{k:03}"), Some(&format!("r{round}")));
+        }
+    }
+    roll(&log);
+    put(&log, "z", Some("active"));
+    let before = records(&log);
+    // Room for 64 slots filled to 0.5: 32 keys per pass.
+    let cfg = CleanerConfig {
+        dedupe_buffer_bytes: 64 * MAP_SLOT_BYTES,
+        load_factor: 0.5,
+        ..CleanerConfig::default()
+    };
+    let mut passes = 0;
+    loop {
+        let stats = log.clean(NOW, &cfg, None).unwrap();
+        passes += 1;
+        assert!(stats.map_entries <= 32 && stats.map_capacity == 32);
+        // Whatever a pass leaves, every key's latest value is there.
+        assert_eq!(latest(&records(&log)), latest(&before));
+        if stats.complete {
+            break;
+        }
+        assert!(passes < 20);
+    }
+    // 300 records of 100 keys, 32 new keys per pass.
+    assert_eq!(passes, 10);
+    let after = records(&log);
+    assert_eq!(after.len(), 101);
+    assert!(after[..100].iter().all(|r| r.2 == s("r2")));
+}
+
+#[test]
+fn compact_only_logs_ignore_time_and_size_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(
+        dir.path(),
+        LogConfig {
+            retention_ms: 1,
+            retention_bytes: 1,
+            ..compacted()
+        },
+    );
+    for k in 0..50 {
+        put(&log, &format!("k{k}"), Some("v"));
+    }
+    assert_eq!(log.apply_retention(NOW * 10).unwrap(), 0);
+    log.set_config(LogConfig {
+        cleanup_delete: true,
+        ..log.config()
+    });
+    assert!(log.apply_retention(NOW * 10).unwrap() > 0);
+}
+
+#[test]
+fn readers_keep_their_snapshot_across_a_swap() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), compacted());
+    for round in 0..5 {
+        for k in 0..4 {
+            put(&log, &format!("k{k}"), Some(&format!("{round}")));
+        }
+    }
+    roll(&log);
+    put(&log, "z", Some("active"));
+    let slice = log.read(0, 1 << 20, None, true).unwrap().unwrap();
+    let bytes_before = slice.read_bytes().unwrap();
+    clean(&log, NOW);
+    // The old segment's file is gone from the directory, not from the slice.
+    assert_eq!(slice.read_bytes().unwrap(), bytes_before);
+    assert_eq!(headers(&bytes_before)[0].base_offset, 0);
+    // New reads see the cleaned log.
+    let offsets: Vec<_> = records(&log).iter().map(|r| r.0).collect();
+    assert_eq!(offsets, vec![16, 17, 18, 19, 20]);
+}
+
+#[test]
+fn a_second_clean_merges_small_cleaned_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), compacted());
+    for round in 0..10 {
+        for k in 0..3 {
+            put(&log, &format!("k{k}"), Some(&format!("{round}")));
+        }
+        roll(&log);
+    }
+    put(&log, "z", Some("active"));
+    assert_eq!(log.segment_count(), 11);
+    // Groups are made from the segments' sizes before cleaning (as Kafka
+    // does), so the first pass merges some and later passes the rest.
+    clean(&log, NOW);
+    let after_first = log.segment_count();
+    assert!(after_first < 11);
+    put(&log, "k0", Some("again"));
+    roll(&log);
+    put(&log, "z", Some("active"));
+    clean(&log, NOW);
+    assert!(log.segment_count() < after_first);
+    assert_eq!(records(&log).len(), 5);
+}
+
+// -- crashes during the swap ------------------------------------------------
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Opens a copy of `dir` as after a crash (no clean-shutdown marker) and
+/// returns what a reader sees.
+fn reopen_copy(dir: &Path, scratch: &Path) -> (Vec<Rec>, i64) {
+    let copy = scratch.join("reopen");
+    let _ = fs::remove_dir_all(&copy);
+    copy_dir(dir, &copy);
+    let _ = fs::remove_file(copy.join(kbroker::log::CLEAN_SHUTDOWN_FILE));
+    let log = open(
+        &copy,
+        LogConfig {
+            segment_bytes: 1 << 20,
+            ..compacted()
+        },
+    );
+    let out = (records(&log), log.log_end_offset());
+    let leftovers: Vec<_> = names(&copy)
+        .into_iter()
+        .filter(|n| n.ends_with(".cleaned") || n.ends_with(".swap"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    out
+}
+
+#[test]
+fn a_crash_at_any_step_of_the_swap_leaves_old_or_new() {
+    let tmp = tempfile::tempdir().unwrap();
+    let old_dir = tmp.path().join("old");
+    let new_dir = tmp.path().join("new");
+    // Several small segments, cleaned into one group.
+    {
+        let log = open(&old_dir, compacted());
+        for round in 0..6 {
+            for k in 0..5 {
+                put(&log, &format!("k{k}"), Some(&format!("{round}")));
+            }
+        }
+        put(&log, "k0", None);
+        roll(&log);
+        put(&log, "z", Some("active"));
+        log.close().unwrap();
+    }
+    copy_dir(&old_dir, &new_dir);
+    {
+        let log = open(
+            &new_dir,
+            LogConfig {
+                segment_bytes: 1 << 20,
+                ..compacted()
+            },
+        );
+        let stats = clean(&log, NOW);
+        assert_eq!(stats.segments_written, 1);
+        log.close().unwrap();
+    }
+    let scratch = tmp.path().join("scratch");
+    fs::create_dir_all(&scratch).unwrap();
+    let old = reopen_copy(&old_dir, &scratch);
+    let new = reopen_copy(&new_dir, &scratch);
+    assert_ne!(old.0, new.0);
+    assert_eq!(latest(&old.0), latest(&new.0));
+    assert_eq!(old.1, new.1);
+
+    let seg = |base: i64, suffix: &str| format!("{base:020}{suffix}");
+    let old_bases: Vec<i64> = names(&old_dir)
+        .iter()
+        .filter_map(|n| n.strip_suffix(".log").map(|b| b.parse().unwrap()))
+        .collect();
+    let active = *old_bases.last().unwrap();
+    let group: Vec<i64> = old_bases[..old_bases.len() - 1].to_vec();
+    assert!(group.len() > 2);
+    let b = group[0];
+    let cleaned = |suffix: &str| fs::read(new_dir.join(seg(b, suffix))).unwrap();
+
+    // Builds a state: the old directory, with `edit` applied.
+    let state = |edit: &dyn Fn(&Path)| {
+        let d = scratch.join("state");
+        let _ = fs::remove_dir_all(&d);
+        copy_dir(&old_dir, &d);
+        edit(&d);
+        reopen_copy(&d, &scratch)
+    };
+    let write = |d: &Path, name: String, bytes: Vec<u8>| fs::write(d.join(name), bytes).unwrap();
+    let drop_old = |d: &Path, bases: &[i64]| {
+        for &x in bases {
+            for sfx in [".log", ".index", ".timeindex"] {
+                let _ = fs::remove_file(d.join(seg(x, sfx)));
+            }
+        }
+    };
+
+    // 1. The cleaned log half written.
+    let half = cleaned(".log")[..100].to_vec();
+    assert_eq!(
+        state(&|d| write(d, seg(b, ".log.cleaned"), half.clone())),
+        old
+    );
+    // 2. Everything written, nothing renamed.
+    let all_cleaned = |d: &Path| {
+        for sfx in [".log", ".index", ".timeindex"] {
+            write(d, seg(b, &format!("{sfx}.cleaned")), cleaned(sfx));
+        }
+    };
+    assert_eq!(state(&all_cleaned), old);
+    // 3. Indexes renamed to .swap, the log not yet: not committed.
+    let indexes_swapped = |d: &Path| {
+        write(d, seg(b, ".log.cleaned"), cleaned(".log"));
+        write(d, seg(b, ".index.swap"), cleaned(".index"));
+        write(d, seg(b, ".timeindex.swap"), cleaned(".timeindex"));
+    };
+    assert_eq!(state(&indexes_swapped), old);
+    // 4. Committed: all three .swap, old files untouched.
+    let committed = |d: &Path| {
+        for sfx in [".log", ".index", ".timeindex"] {
+            write(d, seg(b, &format!("{sfx}.swap")), cleaned(sfx));
+        }
+    };
+    assert_eq!(state(&committed), new);
+    // 5. Some old segments deleted, others not (first, middle, last).
+    for cut in [1, group.len() / 2, group.len()] {
+        assert_eq!(
+            state(&|d| {
+                committed(d);
+                drop_old(d, &group[..cut]);
+            }),
+            new,
+            "cut {cut}"
+        );
+    }
+    // 6. Old segments deleted, the index swaps renamed, the log not yet.
+    assert_eq!(
+        state(&|d| {
+            committed(d);
+            drop_old(d, &group);
+            for sfx in [".index", ".timeindex"] {
+                fs::rename(d.join(seg(b, &format!("{sfx}.swap"))), d.join(seg(b, sfx))).unwrap();
+            }
+        }),
+        new
+    );
+    // 7. Done.
+    assert_eq!(
+        state(&|d| {
+            drop_old(d, &group);
+            for sfx in [".log", ".index", ".timeindex"] {
+                write(d, seg(b, sfx), cleaned(sfx));
+            }
+        }),
+        new
+    );
+    // The active segment was never part of it.
+    assert!(!group.contains(&active));
+}
