@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import struct
 import subprocess
 import uuid
 from collections.abc import Callable
@@ -31,8 +29,9 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from kbroker.protocol import ApiKey, ErrorCode, decode_response, encode_request
+from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages import admin as msgs
+from kbroker.tools.client import BrokerClient
 from tests.broker.conftest import BrokerProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -423,7 +422,7 @@ def test_dynamic_broker_configs(broker_factory: Callable[..., BrokerProcess]) ->
 
     # Described under the cluster-default name (""): only what was set dynamically.
     R = msgs.DescribeConfigsRequest
-    with Wire(b.bootstrap) as w:
+    with wire(b.bootstrap) as w:
         (defaults,) = w.request(
             ApiKey.DESCRIBE_CONFIGS, 4, R(resources=[R.Resource(4, "", None)])
         ).results
@@ -538,36 +537,8 @@ def test_kafka_python_admin(kb: BrokerProcess) -> None:
 # -- protocol-level details no client exposes -----------------------------------------------
 
 
-class Wire:
-    """One connection speaking kbroker's own codec, for exact versions and fields."""
-
-    def __init__(self, bootstrap: str) -> None:
-        host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=WAIT)
-        self.corr = 0
-
-    def __enter__(self) -> Wire:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.sock.close()
-
-    def _read(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("closed by broker")
-            buf += chunk
-        return bytes(buf)
-
-    def request(self, api_key: int, version: int, body: Any) -> Any:
-        self.corr += 1
-        self.sock.sendall(encode_request(api_key, version, self.corr, "admin-test", body))
-        (size,) = struct.unpack(">i", self._read(4))
-        corr, resp = decode_response(api_key, version, self._read(size))
-        assert corr == self.corr
-        return resp
+def wire(bootstrap: str) -> BrokerClient:
+    return BrokerClient(bootstrap, WAIT, client_id="admin-test")
 
 
 def _create_request(name: str, partitions: int, configs: dict[str, str], validate: bool = False) -> Any:
@@ -588,7 +559,7 @@ def _create_request(name: str, partitions: int, configs: dict[str, str], validat
 
 
 def test_wire_create_topics_v7_and_delete_by_id(kb: BrokerProcess) -> None:
-    with Wire(kb.bootstrap) as w:
+    with wire(kb.bootstrap) as w:
         resp = w.request(ApiKey.CREATE_TOPICS, 7, _create_request("wired", 3, {"retention.ms": "999"}))
         (t,) = resp.topics
         assert t.error_code == ErrorCode.NONE
@@ -619,7 +590,7 @@ def test_wire_create_topics_v7_and_delete_by_id(kb: BrokerProcess) -> None:
 
 def test_wire_describe_configs_v4_synonyms_and_docs(broker_factory: Callable[..., BrokerProcess]) -> None:
     b = broker_factory(NO_AUTO_CREATE, "log.segment.bytes=2097152")
-    with Wire(b.bootstrap) as w:
+    with wire(b.bootstrap) as w:
         w.request(ApiKey.CREATE_TOPICS, 5, _create_request("syn", 1, {"segment.bytes": "1048576"}))
         R = msgs.DescribeConfigsRequest
         req = R(
@@ -656,7 +627,7 @@ def test_wire_describe_configs_v4_synonyms_and_docs(broker_factory: Callable[...
 def test_wire_delete_records_unknown_partition(kb: BrokerProcess) -> None:
     create(admin(kb), NewTopic("dr", 1, 1))
     R = msgs.DeleteRecordsRequest
-    with Wire(kb.bootstrap) as w:
+    with wire(kb.bootstrap) as w:
         resp = w.request(
             ApiKey.DELETE_RECORDS, 2,
             R(topics=[R.Topic("dr", [R.Topic.Partition(0, 0), R.Topic.Partition(5, 0)]),
@@ -673,7 +644,7 @@ def test_wire_delete_records_unknown_partition(kb: BrokerProcess) -> None:
 def test_wire_every_version_answers(kb: BrokerProcess) -> None:
     """Each declared version of each admin API gets a well-formed, correct answer."""
     ZERO = uuid.UUID(int=0)
-    with Wire(kb.bootstrap) as w:
+    with wire(kb.bootstrap) as w:
         for v in range(2, 8):
             name = f"v{v}"
             (t,) = w.request(ApiKey.CREATE_TOPICS, v, _create_request(name, 2, {"retention.ms": "1000"})).topics

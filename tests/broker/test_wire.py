@@ -22,46 +22,31 @@ from kbroker.protocol.messages.core import (
     MetadataRequest,
     ProduceRequest,
 )
+from kbroker.tools.client import BrokerClient
 from tests.broker.conftest import BrokerProcess
 
 
-class Wire:
-    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
-        host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        self.corr = 0
+class Wire(BrokerClient):
+    """kbroker's own client, plus raw bytes: to send what real clients never would."""
 
-    def close(self) -> None:
-        self.sock.close()
+    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+        super().__init__(bootstrap, timeout, client_id="wire-test")
+
+    @property
+    def sock(self) -> socket.socket:
+        return self._sock
 
     def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        self._sock.sendall(data)
 
     def read_frame(self) -> bytes:
-        head = self._read_exactly(4)
-        (size,) = struct.unpack(">i", head)
-        return self._read_exactly(size)
-
-    def _read_exactly(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("closed by broker")
-            buf += chunk
-        return bytes(buf)
-
-    def request(self, api_key: int, version: int, body: Any) -> Any:
-        self.corr += 1
-        self.send_raw(encode_request(api_key, version, self.corr, "wire-test", body))
-        corr, resp = decode_response(api_key, version, self.read_frame())
-        assert corr == self.corr
-        return resp
+        (size,) = struct.unpack(">i", self._read(4))
+        return self._read(size)
 
     def is_closed(self, timeout: float = 5.0) -> bool:
-        self.sock.settimeout(timeout)
+        self._sock.settimeout(timeout)
         try:
-            return self.sock.recv(1) == b""
+            return self._sock.recv(1) == b""
         except (ConnectionResetError, BrokenPipeError):
             return True
         except TimeoutError:
