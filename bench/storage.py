@@ -3,7 +3,8 @@
     python -m bench.storage [--dir DIR] [--size-mb N] [--quick] [--json OUT]
 
 Measures, on the same disk and in the same run:
-  * raw sequential write: buffered (write + one fdatasync at the end) and O_DIRECT;
+  * raw sequential write: buffered (write + one fdatasync at the end) and O_DIRECT,
+    and 4 KiB append + fdatasync latency (bench/disk.py, shared with the harness);
   * Log.append throughput for 100 B and 1 KiB records in batches of 16 KiB..1 MiB,
     as MB/s, records/s and a fraction of the buffered raw speed (same fdatasync at the end);
   * CRC-32C GB/s through the binding at 1 KiB and 1 MiB;
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import mmap
 import os
 import shutil
 import socket
@@ -28,50 +28,11 @@ from typing import Any
 
 from kbroker._kbroker import Log, LogConfig, build_batch, crc32c
 
-MB = 1 << 20
+from .disk import MB, fsync_latency, raw_buffered_write, raw_direct_write
 
 
 def _best_of(runs: int, fn: Callable[[], float]) -> float:
     return max(fn() for _ in range(runs))
-
-
-def raw_buffered_write(path: Path, total: int, chunk: int = MB) -> float:
-    """MB/s of write() in ``chunk`` pieces then one fdatasync."""
-    buf = os.urandom(chunk)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        start = time.perf_counter()
-        for _ in range(total // chunk):
-            os.write(fd, buf)
-        os.fdatasync(fd)
-        elapsed = time.perf_counter() - start
-    finally:
-        os.close(fd)
-        path.unlink()
-    return total / MB / elapsed
-
-
-def raw_direct_write(path: Path, total: int, chunk: int = MB) -> float | None:
-    """MB/s of O_DIRECT writes (None where the filesystem refuses O_DIRECT)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
-    except OSError:
-        return None
-    buf = mmap.mmap(-1, chunk)  # page-aligned, as O_DIRECT requires
-    buf.write(os.urandom(chunk))
-    try:
-        start = time.perf_counter()
-        for _ in range(total // chunk):
-            os.write(fd, buf)
-        os.fdatasync(fd)
-        elapsed = time.perf_counter() - start
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-        buf.close()
-        path.unlink()
-    return total / MB / elapsed
 
 
 def make_batch(record_size: int, batch_bytes: int) -> tuple[bytes, int]:
@@ -186,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     emit({"bench": "disk.buffered_write", "mb_s": round(buffered, 1), "dir": str(args.dir)})
     direct = raw_direct_write(scratch, total)
     emit({"bench": "disk.direct_write", "mb_s": None if direct is None else round(direct, 1)})
+    p50, p99 = fsync_latency(scratch, 200 if args.quick else 2000)
+    emit({"bench": "disk.fsync_4k", "p50_ms": round(p50, 3), "p99_ms": round(p99, 3)})
     for record_size in (100, 1024):
         for batch_kib in (16, 256, 1024):
             best: dict[str, float] = {}

@@ -1,0 +1,266 @@
+"""Runs the workloads on every system, alternating A/B, and writes the results.
+
+Order: the disk baseline; then, for each repetition, the base session (see
+bench/workloads.py) and the flush session on each system, the first system
+alternating between repetitions; then the fixed-rate session, whose rate is
+50% of the lower of the systems' median ``omb.max`` rates. Each session
+starts a fresh broker on a fresh data directory and stops it afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from . import disk, loadgen, systems
+from .profile import perf_record
+from .workloads import FULL, QUICK, Sizes, Workload, base_session, flush_session, rate_session
+
+MB = 1_000_000  # throughput in MB/s is decimal, as Kafka's tools print it
+QUANTILES = [q / 100 for q in range(0, 100)] + [0.995, 0.999, 0.9999, 1.0]
+
+
+@dataclass
+class Options:
+    out: Path
+    data_root: Path
+    systems: list[str]
+    sizes: Sizes
+    pin: str = "split"  # split: broker on CPU 0, clients on the rest; none: no pinning
+    flush_messages: int = 10_000
+    only: list[str] | None = None  # workload name prefixes to run
+    disk_bytes: int = 1 << 30
+    plots: bool = True
+    rate: float = 0  # omb.rate50's records/s; 0: 50% of the lower median omb.max
+    profile: bool = False  # perf on every kbroker session (bench/profile.py)
+
+
+def loadavg() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def cpu_split(pin: str) -> tuple[set[int] | None, set[int] | None]:
+    """(broker CPUs, client CPUs)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if pin == "none" or len(cpus) < 2:
+        return None, None
+    return {cpus[0]}, set(cpus[1:])
+
+
+class Progress:
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.t0 = time.monotonic()
+
+    def step(self, text: str) -> None:
+        self.done += 1
+        self.say(f"[{self.done}/{self.total}] {text}")
+
+    def say(self, text: str) -> None:
+        mins, secs = divmod(int(time.monotonic() - self.t0), 60)
+        print(f"{mins:3d}:{secs:02d} {text}", file=sys.stderr, flush=True)
+
+
+def latency_summary(prefix: str, samples: list[float]) -> dict[str, Any]:
+    if not samples:
+        return {}
+    s = sorted(samples)
+    return {
+        f"{prefix}_samples": len(s),
+        f"{prefix}_p50_ms": round(disk.percentile(s, 0.5), 3),
+        f"{prefix}_p99_ms": round(disk.percentile(s, 0.99), 3),
+        f"{prefix}_p999_ms": round(disk.percentile(s, 0.999), 3),
+        f"{prefix}_max_ms": round(s[-1], 3),
+        f"{prefix}_quantiles_ms": [round(disk.percentile(s, q), 3) for q in QUANTILES],
+    }
+
+
+class Runner:
+    def __init__(self, opts: Options, emit: Callable[[dict[str, Any]], None], progress: Progress) -> None:
+        self.opts = opts
+        self.emit = emit
+        self.progress = progress
+        self.broker_cpus, self.client_cpus = cpu_split(opts.pin)
+        self.disk: dict[str, Any] = {}
+        self.rows: list[dict[str, Any]] = []
+
+    def wanted(self, w: Workload) -> bool:
+        return self.opts.only is None or any(w.name.startswith(p) for p in self.opts.only)
+
+    @contextmanager
+    def broker(self, system: str, settings: dict[str, str], label: str) -> Iterator[systems.Broker]:
+        log = self.opts.out / "logs" / f"{system}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with systems.launcher(system)(self.opts.data_root, settings, self.broker_cpus, log) as b:
+            if self.opts.profile and system == "kbroker":
+                with perf_record(b.proc.pid, self.opts.out / f"profile-{label}.perf.data"):
+                    yield b
+            else:
+                yield b
+
+    def session(self, system: str, rep: int, workloads: list[Workload], settings: dict[str, str],
+                policy: str, rate: float = 0) -> None:
+        todo = [w for w in workloads if self.wanted(w)]
+        if not todo:
+            return
+        topics: dict[str, str] = {}
+        with self.broker(system, settings, f"{system}-rep{rep}-{todo[0].name}") as b:
+            self.warm_up(b)
+            for w in todo:
+                row = self.run_one(b, w, topics, rate)
+                row.update(rep=rep, flush_policy=policy)
+                self.rows.append(row)
+                self.emit(row)
+                self.progress.step(
+                    f"{system:<7} rep {rep} {w.name:<30} {row.get('records_s', 0):>10,.0f} rec/s "
+                    f"{row.get('mb_s', 0):>8.1f} MB/s"
+                    + (f"  publish p99 {row['publish_p99_ms']} ms" if "publish_p99_ms" in row else "")
+                    + (f"  e2e p99 {row['e2e_p99_ms']} ms" if "e2e_p99_ms" in row else "")
+                )
+
+    def warm_up(self, b: systems.Broker) -> None:
+        """Untimed traffic first (as OMB's warm-up phase): JIT compilation, page faults, connections."""
+        n = self.opts.sizes.warmup_records
+        for size in (100, 1024):
+            topic = f"warmup-{size}-{uuid.uuid4().hex[:6]}"
+            loadgen.create_topic(b.bootstrap, topic, 6)
+            loadgen.produce(b.bootstrap, topic, n if size == 100 else n // 4, size, "1", 1)
+            loadgen.consume(b.bootstrap, topic, 1)
+
+    def run_one(self, b: systems.Broker, w: Workload, topics: dict[str, str], rate: float) -> dict[str, Any]:
+        topic = f"{w.name.replace('.', '-')}-{uuid.uuid4().hex[:6]}"
+        if w.kind == "consume":
+            topic = topics[w.source]
+        else:
+            loadgen.create_topic(b.bootstrap, topic, w.partitions)
+            topics[w.name] = topic
+        probe_topic = f"probe-{uuid.uuid4().hex[:6]}"
+        if w.probe:
+            loadgen.create_topic(b.bootstrap, probe_topic, 1)
+        latencies: dict[str, list[float]] = {}
+        row: dict[str, Any] = {}
+        probe = loadgen.LatencyProbe(b.bootstrap, probe_topic, w.record_bytes, w.acks) if w.probe else None
+        with probe or _null():
+            b.reset_peak_rss()
+            before = b.usage()
+            if w.kind == "produce":
+                r = loadgen.produce(b.bootstrap, topic, w.records, w.record_bytes, w.acks, w.producers)
+                records, elapsed, client_cpu = r.records, r.elapsed, r.client_cpu_s
+                row["errors"] = r.errors
+            elif w.kind == "rate":
+                total = int(rate * w.seconds)
+                r = loadgen.produce(b.bootstrap, topic, total, w.record_bytes, w.acks, w.producers, rate)
+                records, elapsed, client_cpu = r.records, r.elapsed, r.client_cpu_s
+                row.update(errors=r.errors, target_rate=round(rate))
+            elif w.kind == "consume":
+                c = loadgen.consume(b.bootstrap, topic, w.consumers)
+                records, elapsed, client_cpu = c.records, c.elapsed, c.client_cpu_s
+                row["complete"] = all(n == c.per_consumer[0] for n in c.per_consumer) and c.records > 0
+            elif w.kind == "prodcons":
+                with loadgen.KcatConsumers(b.bootstrap, topic, w.consumers, count=w.records) as group:
+                    r = loadgen.produce(b.bootstrap, topic, w.records, w.record_bytes, w.acks, w.producers)
+                    c = group.wait(900)
+                records, elapsed = r.records, r.elapsed
+                client_cpu = (r.client_cpu_s + c.client_cpu_s) * r.elapsed / max(r.elapsed, c.elapsed)
+                row.update(errors=r.errors, consumed_records_s=round(c.records / c.elapsed),
+                           consumed_mb_s=round(c.records * w.record_bytes / c.elapsed / MB, 1))
+            elif w.kind == "e2e":
+                t0 = time.perf_counter()
+                time.sleep(w.seconds)
+                records, elapsed, client_cpu = 0, time.perf_counter() - t0, 0.0
+            else:
+                raise ValueError(w.kind)
+            after = b.usage()
+            if probe is not None:
+                latencies = probe.stop()
+        broker_cpu = after.get("cpu_s", 0) - before.get("cpu_s", 0)
+        mb_s = records * w.record_bytes / elapsed / MB if records else 0.0
+        n_client = len(self.client_cpus or os.sched_getaffinity(0))
+        row = {
+            "system": b.system, "version": b.version, "workload": w.name,
+            "settings": {k: v for k, v in asdict(w).items() if v not in ("", 0, False)} | {"broker": b.settings},
+            "records": records, "elapsed_s": round(elapsed, 3),
+            "records_s": round(records / elapsed) if records else 0, "mb_s": round(mb_s, 1),
+            **row,
+            "disk_fraction": round(mb_s * MB / (self.disk["buffered_write_mb_s"] * (1 << 20)), 3)
+            if self.disk.get("buffered_write_mb_s") and w.kind in ("produce", "rate", "prodcons") else None,
+            "broker_cpu_s": round(broker_cpu, 2),
+            "broker_cpu_util": round(broker_cpu / elapsed, 2),
+            "broker_cpu_s_per_gb": round(broker_cpu / (records * w.record_bytes / 1e9), 2) if records else None,
+            "broker_peak_rss_mb": round(after.get("peak_rss_mb", 0), 1),
+            "client_cpu_s": round(client_cpu, 2),
+            "client_cpu_util": round(client_cpu / elapsed / n_client, 2),
+            "pin": {"broker": sorted(self.broker_cpus or []), "clients": sorted(self.client_cpus or [])},
+            **latency_summary("publish", latencies.get("publish_ms", [])),
+            **latency_summary("e2e", latencies.get("e2e_ms", [])),
+            "loadavg": loadavg(),
+        }
+        return row
+
+    def median_of(self, system: str, workload: str, key: str = "records_s") -> float:
+        vals = [r[key] for r in self.rows if r["system"] == system and r["workload"] == workload]
+        return statistics.median(vals) if vals else 0.0
+
+
+@contextmanager
+def _null() -> Iterator[None]:
+    yield
+
+
+def run(opts: Options) -> list[dict[str, Any]]:
+    """Runs everything; returns the rows also written to ``out/results.jsonl``."""
+    opts.out.mkdir(parents=True, exist_ok=True)
+    jsonl = opts.out / "results.jsonl"
+    jsonl.write_text("")
+    rows: list[dict[str, Any]] = []
+
+    def emit(row: dict[str, Any]) -> None:
+        rows.append(row)
+        with open(jsonl, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+
+    s = opts.sizes
+    progress = Progress(0)
+    runner = Runner(opts, emit, progress)
+    per_rep = [w for w in base_session(s) + flush_session(s) + rate_session(s) if runner.wanted(w)]
+    progress.total = len(opts.systems) * s.reps * len(per_rep)
+    if runner.client_cpus:
+        os.sched_setaffinity(0, runner.client_cpus)  # the harness and its load processes
+    progress.say(f"disk baseline on {opts.data_root} ({opts.disk_bytes >> 20} MiB) ...")
+    runner.disk = disk.baseline(opts.data_root, opts.disk_bytes, runs=1 if s.reps == 1 else 2)
+    emit({"type": "disk", **runner.disk})
+    emit({"type": "machine", "cpus": os.cpu_count(), "loadavg": loadavg(), "pin": opts.pin,
+          "broker_cpus": sorted(runner.broker_cpus or []), "client_cpus": sorted(runner.client_cpus or []),
+          "python": sys.version.split()[0], "time": time.strftime("%Y-%m-%d %H:%M:%S")})
+    progress.say(f"disk: {json.dumps(runner.disk)}")
+    flush = {"log.flush.interval.messages": str(opts.flush_messages)}
+    for rep in range(1, s.reps + 1):
+        order = opts.systems if rep % 2 else list(reversed(opts.systems))
+        for system in order:
+            runner.session(system, rep, base_session(s), {}, "page cache")
+        for system in order:
+            runner.session(system, rep, flush_session(s), flush, f"flush every {opts.flush_messages} messages")
+    maxima = [runner.median_of(system, "omb.max") for system in opts.systems]
+    rate = opts.rate or 0.5 * min((m for m in maxima if m > 0), default=0)
+    if rate > 0:
+        why = "--rate" if opts.rate else "50% of the lower median omb.max"
+        progress.say(f"fixed rate: {rate:,.0f} records/s ({why})")
+        for rep in range(1, s.reps + 1):
+            order = opts.systems if rep % 2 else list(reversed(opts.systems))
+            for system in order:
+                runner.session(system, rep, rate_session(s), {}, "page cache", rate)
+    return rows
+
+
+def sizes_for(quick: bool) -> Sizes:
+    return QUICK if quick else FULL

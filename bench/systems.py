@@ -1,0 +1,236 @@
+"""Broker launchers: a kbroker node and an Apache Kafka KRaft node, run the same way.
+
+Each launcher is a context manager that starts one broker on a fresh data
+directory under the data root, on a free loopback port, pinned to the broker
+CPUs, and always stops it (SIGTERM, then SIGKILL) and removes its data, also
+on errors and Ctrl-C. ``usage()`` reads the broker's CPU time and peak RSS
+from /proc; ``reset_peak_rss()`` starts a new peak for the next run.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+KAFKA_VERSION = "4.1.1"  # keep in step with bench/kafka/pom.xml
+REPO = Path(__file__).resolve().parent.parent
+
+# As Kafka's own start script (kafka-server-start.sh / kafka-run-class.sh) runs the broker.
+KAFKA_JVM_OPTS = [
+    "-Xmx1G", "-Xms1G",
+    "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true",
+    "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def kafka_lib(version: str = KAFKA_VERSION) -> Path:
+    """Where bench/kafka/fetch.sh puts Kafka's jars (KBROKER_BENCH_KAFKA_LIB overrides)."""
+    env = os.environ.get("KBROKER_BENCH_KAFKA_LIB")
+    if env:
+        return Path(env)
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return cache / "kbroker-bench" / f"kafka-{version}" / "lib"
+
+
+def kafka_available(version: str = KAFKA_VERSION) -> bool:
+    lib = kafka_lib(version)
+    return shutil.which("java") is not None and any(lib.glob("kafka_2.13-*.jar"))
+
+
+def fetch_kafka(version: str = KAFKA_VERSION) -> None:
+    """Runs bench/kafka/fetch.sh (Maven; cached, a no-op when the jars are there)."""
+    subprocess.run(["bash", str(REPO / "bench" / "kafka" / "fetch.sh"), version], check=True)
+
+
+def _pin(cpus: set[int] | None) -> Callable[[], None] | None:
+    if not cpus:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{what} exited with {proc.returncode} before listening") from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not listen on {port} within {timeout:.0f} s") from None
+            time.sleep(0.1)
+
+
+def _stop(proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+class Broker:
+    """A running broker process: its address, pid and resource use."""
+
+    def __init__(self, system: str, version: str, bootstrap: str, proc: subprocess.Popen[bytes],
+                 data_dir: Path, settings: dict[str, str]) -> None:
+        self.system = system
+        self.version = version
+        self.bootstrap = bootstrap
+        self.proc = proc
+        self.data_dir = data_dir
+        self.settings = settings
+
+    def usage(self) -> dict[str, float]:
+        """CPU seconds (user+system, all threads) and peak RSS in MiB so far."""
+        pid = self.proc.pid
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            with open(f"/proc/{pid}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+            return {
+                "cpu_s": cpu,
+                "peak_rss_mb": int(status["VmHWM"].split()[0]) / 1024,
+                "rss_mb": int(status["VmRSS"].split()[0]) / 1024,
+            }
+        except (OSError, KeyError, IndexError, ValueError):
+            return {}
+
+    def reset_peak_rss(self) -> None:
+        """Makes VmHWM start again from the current RSS (Linux clear_refs 5)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            pass
+
+    def data_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.data_dir.rglob("*") if p.is_file())
+
+
+def _fresh_dir(root: Path, system: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{system}-", dir=root))
+
+
+def kbroker_python() -> str:
+    """The Python that runs the broker (KBROKER_BENCH_PYTHON: e.g. a venv built from a fixed commit)."""
+    return os.environ.get("KBROKER_BENCH_PYTHON") or sys.executable
+
+
+@functools.cache
+def kbroker_version() -> str:
+    """kbroker's version and the commit it was built from (KBROKER_BENCH_VERSION overrides)."""
+    if os.environ.get("KBROKER_BENCH_VERSION"):
+        return os.environ["KBROKER_BENCH_VERSION"]
+    version = subprocess.run([kbroker_python(), "-c", "import kbroker; print(kbroker.__version__)"],
+                             capture_output=True, text=True).stdout.strip() or "?"
+    git = ["git", "-C", str(REPO)]
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    if not commit or kbroker_python() != sys.executable:
+        return version
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", "python", "rust"],
+                           capture_output=True, text=True).stdout.strip()
+    return f"{version} ({commit}{'+dirty' if dirty else ''})"
+
+
+@contextmanager
+def kbroker_node(data_root: Path, settings: dict[str, str], cpus: set[int] | None,
+                 log_path: Path | None = None) -> Iterator[Broker]:
+    data = _fresh_dir(data_root, "kbroker")
+    port = free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    cmd = [kbroker_python(), "-m", "kbroker.cli", "serve", "--data-dir", str(data / "log"),
+           "--listen", bootstrap, "--log-level", "WARNING"]
+    for key, value in settings.items():
+        cmd += ["--set", f"{key}={value}"]
+    log = open(log_path or os.devnull, "ab")  # noqa: SIM115 - closed in finally
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            preexec_fn=_pin(cpus))
+    try:
+        _wait_for_port(port, proc, "kbroker")
+        yield Broker("kbroker", kbroker_version(), bootstrap, proc, data, settings)
+    finally:
+        _stop(proc)
+        log.close()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def kafka_properties(data: Path, port: int, controller_port: int, settings: dict[str, str]) -> dict[str, str]:
+    """A single KRaft node (broker + controller), internal topics with one replica."""
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "log.dirs": str(data / "log"),
+        "offsets.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    props.update(settings)
+    return props
+
+
+@contextmanager
+def kafka_node(data_root: Path, settings: dict[str, str], cpus: set[int] | None,
+               log_path: Path | None = None, version: str = KAFKA_VERSION) -> Iterator[Broker]:
+    lib = kafka_lib(version)
+    classpath = f"{lib}/*"
+    data = _fresh_dir(data_root, "kafka")
+    port, controller_port = free_port(), free_port()
+    props = kafka_properties(data, port, controller_port, settings)
+    conf = data / "server.properties"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    log = open(log_path or os.devnull, "ab")  # noqa: SIM115 - closed in finally
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        java = ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath]
+        cluster_id = subprocess.run([*java, "kafka.tools.StorageTool", "random-uuid"], check=True,
+                                    capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf),
+                        "--standalone"], check=True, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(["java", *KAFKA_JVM_OPTS, "-cp", classpath, "kafka.Kafka", str(conf)],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                preexec_fn=_pin(cpus))
+        _wait_for_port(port, proc, "kafka")
+        yield Broker("kafka", version, f"127.0.0.1:{port}", proc, data, settings)
+    finally:
+        if proc is not None:
+            _stop(proc)
+        log.close()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def launcher(system: str) -> Any:
+    return {"kbroker": kbroker_node, "kafka": kafka_node}[system]

@@ -1,0 +1,85 @@
+"""The workloads, modelled on published broker benchmarks, and their sizes.
+
+* ``kreps.*``  Jay Kreps, "Benchmarking Apache Kafka: 2 Million Writes Per
+  Second" (2014): 100-byte records, 6 partitions; one producer with acks=1
+  and acks=all, three producers; a consumer alone on data already written;
+  a producer and a consumer together; end-to-end latency with no load.
+* ``omb.*``    OpenMessaging Benchmark style: 1 KiB records, one topic of 16
+  partitions; the maximum rate, then a fixed rate at 50% of the measured
+  maximum (the lower of the systems' medians, so every system gets the same
+  rate); publish and end-to-end latency p50/p99/p99.9 from a probe.
+* ``catchup.*`` several GiB of 1 KiB records written first, then read from
+  offset 0 by one consumer and by three (each reads everything): the
+  sendfile path.
+* ``flush.*``  the same produce workloads with log.flush.interval.messages=M
+  on both brokers (the other runs keep data in the page cache only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    kind: str  # produce | consume | prodcons | e2e | rate
+    record_bytes: int
+    partitions: int
+    producers: int = 0
+    consumers: int = 0
+    acks: str = "1"
+    records: int = 0  # produce: records written; consume: read from ``source``
+    seconds: float = 0  # e2e and rate: how long
+    source: str = ""  # consume: the workload whose topic is read
+    probe: bool = False  # run the latency probe alongside
+
+
+@dataclass(frozen=True)
+class Sizes:
+    kreps_records: int
+    prodcons_records: int
+    e2e_seconds: float
+    omb_records: int
+    rate_seconds: float
+    catchup_records: int  # 1 KiB each
+    reps: int
+    warmup_records: int  # untimed, at the start of every broker session
+
+
+
+
+# FULL: ~11 minutes for two systems on 2 vCPUs; QUICK: about a minute.
+FULL = Sizes(kreps_records=2_000_000, prodcons_records=1_000_000, e2e_seconds=10, omb_records=1_000_000,
+             rate_seconds=15, catchup_records=3 << 20, reps=3, warmup_records=400_000)
+QUICK = Sizes(kreps_records=100_000, prodcons_records=50_000, e2e_seconds=2, omb_records=40_000,
+              rate_seconds=3, catchup_records=48_000, reps=1, warmup_records=20_000)
+
+
+def base_session(s: Sizes) -> list[Workload]:
+    """One broker, page cache only: Kreps, OMB at max rate, catch-up."""
+    return [
+        Workload("kreps.produce.p1.acks1", "produce", 100, 6, producers=1, acks="1", records=s.kreps_records),
+        Workload("kreps.produce.p1.acksall", "produce", 100, 6, producers=1, acks="all", records=s.kreps_records),
+        Workload("kreps.produce.p3.acks1", "produce", 100, 6, producers=3, acks="1", records=s.kreps_records),
+        Workload("kreps.consume.c1", "consume", 100, 6, consumers=1, source="kreps.produce.p3.acks1"),
+        Workload("kreps.prodcons.p1c1", "prodcons", 100, 6, producers=1, consumers=1, records=s.prodcons_records),
+        Workload("kreps.e2e", "e2e", 100, 1, seconds=s.e2e_seconds, probe=True),
+        Workload("omb.max", "produce", 1024, 16, producers=2, acks="1", records=s.omb_records, probe=True),
+        Workload("catchup.fill", "produce", 1024, 16, producers=2, acks="1", records=s.catchup_records),
+        Workload("catchup.c1", "consume", 1024, 16, consumers=1, source="catchup.fill"),
+        Workload("catchup.c3", "consume", 1024, 16, consumers=3, source="catchup.fill"),
+    ]
+
+
+def flush_session(s: Sizes) -> list[Workload]:
+    """The produce workloads again on a broker that flushes every M messages."""
+    return [
+        Workload("flush.kreps.produce.p1.acks1", "produce", 100, 6, producers=1, acks="1", records=s.kreps_records),
+        Workload("flush.omb.max", "produce", 1024, 16, producers=2, acks="1", records=s.omb_records),
+    ]
+
+
+def rate_session(s: Sizes) -> list[Workload]:
+    """OMB at a fixed rate (set once every system's maximum is known)."""
+    return [Workload("omb.rate50", "rate", 1024, 16, producers=2, acks="1", seconds=s.rate_seconds, probe=True)]

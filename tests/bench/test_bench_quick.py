@@ -1,0 +1,76 @@
+"""The benchmark harness end to end (`python -m bench --quick`), so it never rots.
+
+Runs Apache Kafka too when bench/kafka/fetch.sh has fetched its jars
+(tests/run.sh does), kbroker alone otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from bench.workloads import QUICK, base_session, flush_session, rate_session
+
+from bench import systems
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(cmdline)
+    return found
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat (the catch-up consumer) is not installed")
+def test_quick_run_measures_every_workload_on_every_system(tmp_path: Path) -> None:
+    out, data = tmp_path / "out", tmp_path / "data"
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(out), "--data-dir", str(data)],
+                          cwd=REPO, capture_output=True, text=True, timeout=230)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "[1/" in proc.stderr  # progress is shown
+
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    disk = next(r for r in rows if r.get("type") == "disk")
+    assert disk["buffered_write_mb_s"] > 0 and disk["fsync_4k_p99_ms"] > 0
+    expected = {"kbroker", "kafka"} if systems.kafka_available() else {"kbroker"}
+    runs = [r for r in rows if "workload" in r]
+    assert {r["system"] for r in runs} == expected
+    names = {w.name for w in base_session(QUICK) + flush_session(QUICK) + rate_session(QUICK)}
+    for system in expected:
+        mine = {r["workload"]: r for r in runs if r["system"] == system}
+        assert set(mine) == names
+        for name, r in mine.items():
+            assert r["broker_peak_rss_mb"] > 0 and r["broker_cpu_s"] >= 0, name
+            if name != "kreps.e2e":
+                assert r["records_s"] > 0 and r["mb_s"] > 0, name
+                assert r.get("errors", 0) == 0, name
+        assert mine["catchup.c1"]["complete"] and mine["catchup.c3"]["complete"]
+        assert mine["catchup.c3"]["records"] == 3 * mine["catchup.fill"]["records"]
+        assert mine["omb.rate50"]["publish_p99_ms"] > 0 and mine["kreps.e2e"]["e2e_p99_ms"] > 0
+        assert mine["flush.omb.max"]["settings"]["broker"]["log.flush.interval.messages"] == "10000"
+
+    report = (out / "report.md").read_text()
+    assert "| kreps.produce.p1.acks1 |" in report and "## Latency" in report
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        assert (out / "throughput.png").stat().st_size > 0 and (out / "latency_cdf.png").stat().st_size > 0
+    # Brokers, the Kafka JVM and load processes are gone with the run.
+    assert _processes_mentioning(str(tmp_path)) == []
