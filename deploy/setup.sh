@@ -2,8 +2,9 @@
 # Installs what kbroker needs on a fresh machine and builds it into ./.venv.
 # Safe to run again: every step checks before it acts.
 #   deploy/setup.sh           runtime only
-#   deploy/setup.sh test      also the test tools, real Kafka clients and the benchmark's
-#                             Apache Kafka jars (bench/kafka/fetch.sh)
+#   deploy/setup.sh test      also the test tools, real Kafka clients, the benchmark's
+#                             Apache Kafka jars (bench/kafka/fetch.sh), PySpark and
+#                             Spark's Kafka connector jars (python -m kbroker.spark)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-}"
@@ -37,7 +38,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
 spec="."
-[ "$extras" = "test" ] && spec=".[test,bench]"
+[ "$extras" = "test" ] && spec=".[test,bench,spark]"
 say "building and installing kbroker ($spec)"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e "$spec"
 
@@ -48,5 +49,12 @@ if [ "$extras" = "test" ]; then
         bench/kafka/fetch.sh || say "could not fetch Apache Kafka: the benchmark test runs kbroker alone"
     else
         say "no java/mvn: the benchmark test runs kbroker alone"
+    fi
+    # Spark's Kafka connector (matching the PySpark of the spark extra) for tests/spark:
+    # ~17 MB and ~10 s the first time, cached outside git (kbroker/spark/jars.py).
+    if command -v mvn >/dev/null 2>&1; then
+        .venv/bin/python -m kbroker.spark >/dev/null
+    else
+        say "no mvn: cannot fetch Spark's Kafka connector for tests/spark"
     fi
 fi
