@@ -5,6 +5,7 @@ know Spark's commit log)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -180,7 +181,9 @@ def kill_mid_batch(bs: str, topic: str, output: Path, *, whole_tree: bool) -> li
                     below = descendants(proc.pid)
                     if whole_tree:
                         for pid in [proc.pid, *below]:
-                            os.kill(pid, signal.SIGKILL)
+                            # A short-lived child may be gone already.
+                            with contextlib.suppress(ProcessLookupError):
+                                os.kill(pid, signal.SIGKILL)
                     else:
                         os.kill(proc.pid, signal.SIGKILL)
                     proc.wait()
