@@ -26,7 +26,7 @@ TopicResponse = ListOffsetsResponse.Topic
 PartitionResponse = ListOffsetsResponse.Topic.Partition
 
 
-def _lookup(partition: Partition, timestamp: int, committed: bool, version: int) -> tuple[int, int]:
+def _lookup(partition: Partition, timestamp: int, committed: bool) -> tuple[int, int]:
     """(timestamp, offset) answering one partition's query."""
     bound = partition.last_stable_offset if committed else partition.high_watermark
     if timestamp == LATEST:
@@ -65,7 +65,7 @@ def handle_list_offsets(broker: Broker, header: RequestHeader, request: Any) -> 
             else:
                 try:
                     partition.check_leader_epoch(p.current_leader_epoch if version >= 4 else -1)
-                    ts, offset = _lookup(partition, p.timestamp, committed, version)
+                    ts, offset = _lookup(partition, p.timestamp, committed)
                     epoch = partition.leader_epoch
                 except PartitionError as exc:
                     code = ErrorCode[exc.error]

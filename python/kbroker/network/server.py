@@ -213,14 +213,16 @@ class KafkaConnection(asyncio.Protocol):
             fut.add_done_callback(functools.partial(self._release, size))
             self._pending.append(fut)
             self._ensure_writer()
-        elif self._pending or self._writer_task is not None:
+        elif (
+            self._pending
+            or self._writer_task is not None
+            or (result is not None and self._needs_sendfile(result))
+        ):
+            # Behind earlier answers, or zero-copy: the writer task sends it in order.
             self._pending.append(result)
             self._ensure_writer()
-        elif result is not None and not self._needs_sendfile(result):
-            self._write_now(result)
         elif result is not None:
-            self._pending.append(result)
-            self._ensure_writer()
+            self._write_now(result)
 
     def _release(self, size: int, _fut: object = None) -> None:
         self._pending_bytes -= size

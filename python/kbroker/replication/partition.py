@@ -126,7 +126,7 @@ class Partition:
     def _maybe_advance_high_watermark(self) -> None:
         # With this broker as the only in-sync replica, the HW is the log end.
         # Followers in the ISR (the cluster issue) will hold it back.
-        if self.state.isr == [self.broker_id] or len(self.state.isr) <= 1:
+        if len(self.state.isr) <= 1:
             new_hw = self.log.log_end_offset
             if new_hw > self.high_watermark:
                 self.high_watermark = new_hw
