@@ -259,3 +259,31 @@ def test_fetch_large_catch_up_uses_whole_batches(broker: BrokerProcess) -> None:
     finally:
         c.close()
     assert seen == 20_000
+
+
+def test_altered_limits_take_effect_on_produce(broker: BrokerProcess) -> None:
+    """Topic overrides and dynamic broker defaults reach the produce path at once."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def alter(resource: ConfigResource) -> None:
+        admin.incremental_alter_configs([resource])[resource].result(timeout=15)
+
+    def produce_error(topic: str, size: int) -> Any:
+        [(err, _)] = produce(broker.bootstrap, topic, [(b"k", b"x" * size)],
+                             **{"compression.type": "none", "message.max.bytes": 1_000_000})
+        return None if err is None else err.code()
+
+    overridden, defaulted = topic_name(), topic_name()
+    create_topic(broker.bootstrap, overridden)
+    create_topic(broker.bootstrap, defaulted)
+    assert produce_error(overridden, 50_000) is None
+    alter(ConfigResource("topic", overridden, incremental_configs=[
+        ConfigEntry("max.message.bytes", "10000", incremental_operation=AlterConfigOpType.SET)]))
+    assert produce_error(overridden, 50_000) == KafkaError.MSG_SIZE_TOO_LARGE
+    assert produce_error(defaulted, 50_000) is None
+    alter(ConfigResource("broker", "0", incremental_configs=[
+        ConfigEntry("message.max.bytes", "20000", incremental_operation=AlterConfigOpType.SET)]))
+    assert produce_error(defaulted, 50_000) == KafkaError.MSG_SIZE_TOO_LARGE
+    assert produce_error(defaulted, 5_000) is None
