@@ -10,6 +10,9 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "ruff"
 ruff check python tests bench
+ruff format --check python tests bench
+step "cargo fmt"
+cargo fmt --all --check
 step "mypy"
 mypy
 python -m mypy.stubtest kbroker._kbroker
