@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import signal
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +20,21 @@ from kbroker.config import BrokerConfig, ConfigError, Value, parse_topic_configs
 from kbroker.coordinator import GroupCoordinator
 from kbroker.log import LogConfig, LogManager, TopicPartition, log_config_from_topic
 from kbroker.log.cleaner import CleanerSettings, LogCleaner
-from kbroker.log.log import TOPIC_NAME
-from kbroker.metadata import LocalMetadataStore, MetadataError, MetadataStore, TopicMetadata
+from kbroker.log.log import TOPIC_NAME, Log
+from kbroker.log.manager import DataDirLocked
+from kbroker.log.partition_metadata import (
+    PARTITION_METADATA_FILE,
+    PartitionMetadataError,
+    read_partition_metadata,
+    write_partition_metadata,
+)
+from kbroker.metadata import (
+    LocalMetadataStore,
+    MetadataError,
+    MetadataStore,
+    StateFileError,
+    TopicMetadata,
+)
 from kbroker.network.server import Server, ServerLimits
 from kbroker.producer_ids import ProducerIdAllocator
 from kbroker.replication.partition import Partition
@@ -27,6 +42,26 @@ from kbroker.replication.partition import Partition
 log = logging.getLogger("kbroker")
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+MAX_PARTITIONS_PER_TOPIC = 100_000
+
+
+def collision_key(name: str) -> str:
+    """Topics whose names differ only in '.' and '_' collide (their metric names would)."""
+    return name.replace(".", "_")
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    """A validated CreateTopics entry."""
+
+    name: str
+    num_partitions: int
+    replication_factor: int
+    configs: Mapping[str, str | None]
+    parsed: dict[str, Value]
+    internal: bool = False
 
 
 class TopicError(Exception):
@@ -70,6 +105,11 @@ class Broker:
         # topic -> (broker config generation, its overrides, effective config)
         self._effective: dict[str, tuple[int, dict[str, Value], dict[str, Value]]] = {}
         self._background: list[asyncio.Task[None]] = []
+        # Topics whose logs are being created, and their partitions (not yet in self.partitions).
+        self._creating: set[str] = set()
+        self._reserved_partitions = 0
+        # collision_key(name) -> name, of every topic
+        self._collisions: dict[str, str] = {}
 
     # -- start and stop ------------------------------------------------------
 
@@ -88,18 +128,114 @@ class Broker:
             self._topic_configs[topic.name] = parse_topic_configs(topic.configs)
         self.logs = LogManager(self.data_dir, self.log_config_for)
         self.logs.open()
-        known = {TopicPartition(t.name, p) for t in store.topics().values() for p in t.partitions}
-        for tp in [tp for tp in self.logs.partitions() if tp not in known]:
-            log.warning("deleting log %s of a topic that no longer exists", tp)
-            self.logs.delete(tp)
+        self._reconcile_logs(store.loaded_existing)
         for topic in store.topics().values():
+            self._collisions[collision_key(topic.name)] = topic.name
             self._open_partitions(topic)
+
+    def _reconcile_logs(self, had_metadata: bool) -> None:
+        """Matches the partition directories on disk with the metadata.
+
+        A directory is removed only when its ``partition.metadata`` names a
+        topic that was deleted. A directory the metadata does not know is
+        adopted, never deleted: its topic is rebuilt from the directories
+        (its id from ``partition.metadata``, its partition count from the
+        directories, its configs the broker defaults), with a warning.
+        """
+        store = self.metadata
+        deleted = store.deleted_topic_ids()
+        unknown: dict[str, dict[int, uuid.UUID | None]] = {}
+        for tp, lg in sorted(self.logs.partitions().items()):
+            try:
+                dir_id = read_partition_metadata(lg.dir)
+            except PartitionMetadataError as exc:
+                log.warning("%s: it is written anew", exc)
+                (lg.dir / PARTITION_METADATA_FILE).unlink()
+                dir_id = None
+            topic = store.topics().get(tp.topic)
+            if (
+                dir_id is not None
+                and dir_id in deleted
+                and (topic is None or topic.topic_id != dir_id)
+            ):
+                log.info(
+                    "removing %s: topic %s (id %s) was deleted", lg.dir, deleted[dir_id], dir_id
+                )
+                self.logs.delete(tp)
+                continue
+            if topic is None:
+                unknown.setdefault(tp.topic, {})[tp.partition] = dir_id
+                continue
+            if dir_id is not None and dir_id != topic.topic_id:
+                raise StateFileError(
+                    lg.dir / PARTITION_METADATA_FILE,
+                    f"the directory belongs to topic id {dir_id}, but topic {tp.topic!r} has id "
+                    f"{topic.topic_id}",
+                    "move the directory out of the data directory (to keep its data aside) and start again",
+                )
+            if tp.partition not in topic.partitions:
+                missing = range(len(topic.partitions), tp.partition + 1)
+                log.warning(
+                    "adopting %s: the metadata did not record partition(s) %s of topic %s",
+                    lg.dir,
+                    ",".join(map(str, missing)),
+                    tp.topic,
+                )
+                rf = len(next(iter(topic.partitions.values())).replicas)
+                store.add_partitions(tp.topic, {p: [self.broker_id] * rf for p in missing})
+        for name, found in unknown.items():
+            self._adopt_topic(name, found, had_metadata)
+        for topic_id in list(deleted):
+            store.forget_deleted(topic_id)
+
+    def _adopt_topic(
+        self, name: str, found: Mapping[int, uuid.UUID | None], had_metadata: bool
+    ) -> None:
+        ids = {i for i in found.values() if i is not None}
+        if len(ids) > 1:
+            raise StateFileError(
+                self.data_dir / f"{name}-*",
+                f"the directories of topic {name!r} belong to different topic ids "
+                f"({', '.join(sorted(map(str, ids)))})",
+                "move the directories of the topic you do not want out of the data directory",
+            )
+        topic_id = ids.pop() if ids else uuid.uuid4()
+        internal = name in INTERNAL_TOPICS
+        configs = dict(self.coordinator.internal_topic_configs(name)) if internal else {}
+        count = max(found) + 1
+        self.metadata.create_topic(
+            name,
+            {p: [self.broker_id] for p in range(count)},
+            configs,
+            internal=internal,
+            topic_id=topic_id,
+        )
+        self._topic_configs[name] = parse_topic_configs(configs)
+        log.warning(
+            "rebuilt topic %s (id %s, %d partitions) from its directories: %s",
+            name,
+            topic_id,
+            count,
+            "the metadata did not record it" if had_metadata else "the metadata files were missing",
+        )
 
     def _open_partitions(self, topic: TopicMetadata) -> None:
         for p, state in topic.partitions.items():
             tp = TopicPartition(topic.name, p)
             if tp not in self.partitions and self.broker_id in state.replicas:
-                self.partitions[tp] = Partition(self.logs.get_or_create(tp), state, self.broker_id)
+                self.partitions[tp] = Partition(
+                    self._open_log(tp, topic.topic_id), state, self.broker_id
+                )
+
+    def _open_log(self, tp: TopicPartition, topic_id: uuid.UUID) -> Log:
+        """Opens or creates a partition's log, its directory naming its topic (any thread)."""
+        lg = self.logs.get_or_create(tp)
+        if not (lg.dir / PARTITION_METADATA_FILE).exists():
+            write_partition_metadata(lg.dir, topic_id)
+        return lg
+
+    def partition_count(self) -> int:
+        return len(self.partitions)
 
     async def start(self) -> None:
         self.open_storage()
@@ -145,6 +281,7 @@ class Broker:
         for partition in self.partitions.values():
             partition.close()
         await asyncio.to_thread(self.logs.close)
+        await asyncio.to_thread(self.metadata.close)
         log.info("kbroker %d stopped cleanly", self.broker_id)
 
     # -- topics ----------------------------------------------------------------
@@ -184,7 +321,7 @@ class Broker:
         """Validates a CreateTopics entry; returns (partitions, replication factor, configs)."""
         if not TOPIC_NAME.match(name) or name in (".", ".."):
             raise TopicError("INVALID_TOPIC_EXCEPTION", f"{name!r} is not a legal topic name")
-        if name in self.metadata.topics():
+        if name in self.metadata.topics() or name in self._creating:
             raise TopicError("TOPIC_ALREADY_EXISTS", f"topic {name!r} already exists")
         if num_partitions == -1:
             num_partitions = self.config["num.partitions"]
@@ -192,8 +329,10 @@ class Broker:
             replication_factor = self.config["default.replication.factor"]
         if num_partitions <= 0:
             raise TopicError("INVALID_PARTITIONS", "the number of partitions must be at least 1")
-        if num_partitions > 100_000:
-            raise TopicError("INVALID_PARTITIONS", "at most 100000 partitions per topic")
+        if num_partitions > MAX_PARTITIONS_PER_TOPIC:
+            raise TopicError(
+                "INVALID_PARTITIONS", f"at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic"
+            )
         if replication_factor <= 0:
             raise TopicError(
                 "INVALID_REPLICATION_FACTOR", "the replication factor must be at least 1"
@@ -209,6 +348,22 @@ class Broker:
             raise TopicError("INVALID_CONFIG", str(exc)) from None
         return num_partitions, replication_factor, parsed
 
+    def colliding_topic(self, name: str) -> str | None:
+        """An existing topic whose name collides with ``name``, if any."""
+        other = self._collisions.get(collision_key(name))
+        return other if other != name else None
+
+    def check_partition_budget(self, adding: int) -> None:
+        """Refuses ``adding`` more partitions when this broker would then serve more than it may."""
+        limit = self.config["max.broker.partitions"]
+        have = len(self.partitions) + self._reserved_partitions
+        if have + adding > limit:
+            raise TopicError(
+                "POLICY_VIOLATION",
+                f"this broker serves {have} partitions; {adding} more would exceed "
+                f"max.broker.partitions={limit}",
+            )
+
     def create_topic(
         self,
         name: str,
@@ -217,38 +372,197 @@ class Broker:
         configs: Mapping[str, str | None] | None = None,
         internal: bool = False,
     ) -> TopicMetadata:
+        """Creates a (small) topic at once, on the event loop: auto-creation and internal topics.
+
+        The metadata change is written in the background; CreateTopics uses
+        `create_topics`, which opens the logs off the event loop and answers
+        once the change is on disk.
+        """
         partitions, rf, parsed = self.check_new_topic(
             name, num_partitions, replication_factor, configs or {}
         )
-        assignment = {p: [self.broker_id] * rf for p in range(partitions)}
-        stored = {k: v for k, v in (configs or {}).items() if v is not None}
+        self.check_partition_budget(partitions)
+        topic_id = uuid.uuid4()
+        tps = [TopicPartition(name, p) for p in range(partitions)]
+        self._topic_configs[name] = parsed  # the logs open with the topic's settings
         try:
-            topic = self.metadata.create_topic(name, assignment, stored, internal=internal)
+            logs = [self._open_log(tp, topic_id) for tp in tps]
+        except OSError as exc:
+            self._topic_configs.pop(name, None)
+            self._discard_logs(tps)
+            raise TopicError(
+                "KAFKA_STORAGE_ERROR", f"cannot create the logs of {name!r}: {exc}"
+            ) from None
+        return self._register_topic(
+            NewTopic(name, partitions, rf, configs or {}, parsed, internal), topic_id, logs
+        )
+
+    def _register_topic(self, new: NewTopic, topic_id: uuid.UUID, logs: list[Log]) -> TopicMetadata:
+        assignment = {
+            p: [self.broker_id] * new.replication_factor for p in range(new.num_partitions)
+        }
+        stored = {k: v for k, v in new.configs.items() if v is not None}
+        try:
+            topic = self.metadata.create_topic(
+                new.name, assignment, stored, internal=new.internal, topic_id=topic_id
+            )
         except MetadataError as exc:
             raise TopicError(exc.error, str(exc)) from None
-        self._topic_configs[name] = parsed
-        self._open_partitions(topic)
-        log.info("created topic %s with %d partitions", name, partitions)
+        self._topic_configs[new.name] = new.parsed
+        self._collisions[collision_key(new.name)] = new.name
+        for p, lg in enumerate(logs):
+            self.partitions[TopicPartition(new.name, p)] = Partition(
+                lg, topic.partitions[p], self.broker_id
+            )
+        log.info("created topic %s with %d partitions", new.name, new.num_partitions)
         return topic
 
-    def delete_topic(self, name: str) -> None:
+    def _discard_logs(self, tps: list[TopicPartition]) -> None:
+        """Removes the directories of partitions whose creation failed (any thread)."""
+        for tp in tps:
+            try:
+                self.logs.discard(tp)
+            except OSError as exc:
+                log.error("cannot remove the partly created log %s: %s", tp, exc)
+
+    async def create_topics(self, new: list[NewTopic]) -> dict[str, TopicMetadata | TopicError]:
+        """Creates validated topics together: logs opened in a thread, one metadata write.
+
+        Each topic's result is its metadata or the TopicError that refused it.
+        """
+        results: dict[str, TopicMetadata | TopicError] = {}
+        ready: list[NewTopic] = []
+        for t in new:
+            if t.name in self.metadata.topics() or t.name in self._creating:
+                results[t.name] = TopicError(
+                    "TOPIC_ALREADY_EXISTS", f"topic {t.name!r} already exists"
+                )
+                continue
+            try:
+                self.check_partition_budget(t.num_partitions)
+            except TopicError as exc:
+                results[t.name] = exc
+                continue
+            self._creating.add(t.name)
+            self._reserved_partitions += t.num_partitions
+            self._topic_configs[t.name] = t.parsed  # the logs open with the topic's settings
+            ready.append(t)
+        ids = {t.name: uuid.uuid4() for t in ready}
+        try:
+            opened = await asyncio.to_thread(self._open_topic_logs, ready, ids)
+            for i, t in enumerate(ready):
+                logs_or_error = opened[t.name]
+                if isinstance(logs_or_error, TopicError):
+                    self._topic_configs.pop(t.name, None)
+                    results[t.name] = logs_or_error
+                    continue
+                self._creating.discard(t.name)
+                self._reserved_partitions -= t.num_partitions
+                try:
+                    results[t.name] = self._register_topic(t, ids[t.name], logs_or_error)
+                except TopicError as exc:
+                    results[t.name] = exc
+                if i % 64 == 63:
+                    await asyncio.sleep(0)  # others' requests between large batches
+        finally:
+            for t in ready:
+                if t.name in self._creating:
+                    self._creating.discard(t.name)
+                    self._reserved_partitions -= t.num_partitions
+                    if t.name not in self.metadata.topics():
+                        self._topic_configs.pop(t.name, None)
+        if any(isinstance(r, TopicMetadata) for r in results.values()):
+            try:
+                await self.metadata.durable()
+            except OSError as exc:
+                for name, r in results.items():
+                    if isinstance(r, TopicMetadata):
+                        results[name] = TopicError(
+                            "KAFKA_STORAGE_ERROR",
+                            f"topic {name!r} was created but its metadata is not yet on disk ({exc}); "
+                            "the write is retried",
+                        )
+        return results
+
+    def _open_topic_logs(
+        self, new: list[NewTopic], ids: Mapping[str, uuid.UUID]
+    ) -> dict[str, list[Log] | TopicError]:
+        """Opens the logs of new topics (in a worker thread); a topic that fails leaves no directory."""
+        opened: dict[str, list[Log] | TopicError] = {}
+        for t in new:
+            tps = [TopicPartition(t.name, p) for p in range(t.num_partitions)]
+            try:
+                opened[t.name] = [self._open_log(tp, ids[t.name]) for tp in tps]
+            except OSError as exc:
+                self._discard_logs(tps)
+                opened[t.name] = TopicError(
+                    "KAFKA_STORAGE_ERROR", f"cannot create the logs of {t.name!r}: {exc}"
+                )
+        return opened
+
+    def check_delete_topic(self, name: str) -> None:
         if name not in self.metadata.topics():
             raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
         if not self.config["delete.topic.enable"]:
             raise TopicError("TOPIC_DELETION_DISABLED", "delete.topic.enable is false")
-        topic = self.metadata.topics()[name]
-        self.metadata.delete_topic(name)
-        self._topic_configs.pop(name, None)
-        for p in topic.partitions:
-            tp = TopicPartition(name, p)
-            partition = self.partitions.pop(tp, None)
-            if partition is not None:
-                partition.close()
-            self.logs.delete(tp)
-        self.coordinator.on_topic_deleted(name)
-        log.info("deleted topic %s", name)
 
-    def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
+    async def delete_topics(self, names: list[str]) -> dict[str, TopicError | None]:
+        """Deletes topics: the deletion is on disk before any of their files go.
+
+        Files go in a thread. Should the broker stop before they are gone,
+        the directories, which name the deleted topic's id, are removed at
+        the next start.
+        """
+        results: dict[str, TopicError | None] = {}
+        gone: list[TopicMetadata] = []
+        for name in names:
+            try:
+                self.check_delete_topic(name)
+            except TopicError as exc:
+                results[name] = exc
+                continue
+            topic = self.metadata.delete_topic(name)
+            self._collisions.pop(collision_key(name), None)
+            self._topic_configs.pop(name, None)
+            self._effective.pop(name, None)
+            for p in topic.partitions:
+                partition = self.partitions.pop(TopicPartition(name, p), None)
+                if partition is not None:
+                    partition.close()
+            self.coordinator.on_topic_deleted(name)
+            gone.append(topic)
+            results[name] = None
+        if not gone:
+            return results
+        try:
+            await self.metadata.durable()
+        except OSError as exc:
+            for topic in gone:
+                results[topic.name] = TopicError(
+                    "KAFKA_STORAGE_ERROR",
+                    f"topic {topic.name!r} was deleted but the deletion is not yet on disk ({exc}); "
+                    "its files stay until it is",
+                )
+            return results
+        tps = [TopicPartition(t.name, p) for t in gone for p in t.partitions]
+        await asyncio.to_thread(self._remove_logs, tps)
+        for topic in gone:
+            self.metadata.forget_deleted(topic.topic_id)
+            log.info("deleted topic %s", topic.name)
+        return results
+
+    def _remove_logs(self, tps: list[TopicPartition]) -> None:
+        for tp in tps:
+            try:
+                self.logs.delete(tp)
+            except OSError as exc:
+                log.error(
+                    "cannot remove the log of deleted partition %s (removed at next start): %s",
+                    tp,
+                    exc,
+                )
+
+    def check_add_partitions(self, name: str, total: int) -> TopicMetadata:
         topic = self.metadata.topics().get(name)
         if topic is None:
             raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
@@ -258,19 +572,55 @@ class Broker:
                 "INVALID_PARTITIONS",
                 f"topic {name!r} has {current} partitions; the new count must be larger, not {total}",
             )
-        if total > 100_000:
-            raise TopicError("INVALID_PARTITIONS", "at most 100000 partitions per topic")
-        if validate_only:
-            return
+        if total > MAX_PARTITIONS_PER_TOPIC:
+            raise TopicError(
+                "INVALID_PARTITIONS", f"at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic"
+            )
+        self.check_partition_budget(total - current)
+        return topic
+
+    async def add_partitions(self, name: str, total: int) -> None:
+        """Grows ``name`` to ``total`` partitions (validated with `check_add_partitions`)."""
+        topic = self.check_add_partitions(name, total)
+        current = len(topic.partitions)
         rf = len(next(iter(topic.partitions.values())).replicas)
+        tps = [TopicPartition(name, p) for p in range(current, total)]
+        self._reserved_partitions += len(tps)
+        try:
+            logs = await asyncio.to_thread(
+                lambda: [self._open_log(tp, topic.topic_id) for tp in tps]
+            )
+        except OSError as exc:
+            await asyncio.to_thread(self._discard_logs, tps)
+            raise TopicError(
+                "KAFKA_STORAGE_ERROR", f"cannot create the new partitions of {name!r}: {exc}"
+            ) from None
+        finally:
+            self._reserved_partitions -= len(tps)
+        if self.metadata.topics().get(name) is not topic or len(topic.partitions) != current:
+            await asyncio.to_thread(self._discard_logs, tps)
+            raise TopicError(
+                "INVALID_PARTITIONS", f"topic {name!r} changed while partitions were added"
+            )
         updated = self.metadata.add_partitions(
             name, {p: [self.broker_id] * rf for p in range(current, total)}
         )
-        self._open_partitions(updated)
+        for tp, lg in zip(tps, logs, strict=True):
+            self.partitions[tp] = Partition(lg, updated.partitions[tp.partition], self.broker_id)
         self.coordinator.on_partitions_added(name)
+        try:
+            await self.metadata.durable()
+        except OSError as exc:
+            raise TopicError(
+                "KAFKA_STORAGE_ERROR",
+                f"partitions were added but the change is not yet on disk ({exc}); the write is retried",
+            ) from None
 
     def set_topic_configs(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
-        """Replaces the overrides of ``name`` with ``configs`` (already merged by the caller)."""
+        """Replaces the overrides of ``name`` with ``configs`` (already merged by the caller).
+
+        The change is written in the background: the caller awaits `metadata.durable()`.
+        """
         if name not in self.metadata.topics():
             raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
         try:
@@ -287,12 +637,26 @@ class Broker:
         return self.partitions.get(TopicPartition(topic, index))
 
 
+def raise_open_files_limit() -> None:
+    """Raises the soft limit on open files to the hard limit (logs live in files)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open files limit from %d to %d: %s", soft, hard, exc)
+            return
+        log.info("raised the open files limit from %d to %d", soft, hard)
+
+
 def run_broker(config: BrokerConfig, log_level: str = "INFO") -> int:
     """The daemon: runs until SIGTERM/SIGINT, then shuts down cleanly. Returns the exit code."""
     logging.basicConfig(
         level=getattr(logging, log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+
+    raise_open_files_limit()
 
     async def main() -> int:
         broker = Broker(config)
@@ -302,16 +666,9 @@ def run_broker(config: BrokerConfig, log_level: str = "INFO") -> int:
             loop.add_signal_handler(sig, stop.set)
         try:
             await broker.start()
-        except OSError as exc:
+        except (OSError, DataDirLocked, MetadataError, StateFileError) as exc:
             log.error("cannot start: %s", exc)
             return 1
-        except Exception as exc:
-            from kbroker.log.manager import DataDirLocked
-
-            if isinstance(exc, DataDirLocked | MetadataError):
-                log.error("cannot start: %s", exc)
-                return 1
-            raise
         await stop.wait()
         log.info("shutting down")
         await broker.stop()

@@ -361,6 +361,15 @@ _pipeline_bootstrap = click.option(
 @main.group("pipeline")
 def pipeline() -> None:
     """Spark Structured Streaming jobs over kbroker topics (needs kbroker[spark])."""
+    try:
+        import py4j  # noqa: F401
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the Spark pipelines need {exc.name or 'PySpark'}, which the `spark` extra installs: "
+            "pip install 'kbroker[spark]'"
+        ) from None
 
 
 @pipeline.command("archive")

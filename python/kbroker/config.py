@@ -181,6 +181,13 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("delete.topic.enable", _S.BOOLEAN, True, "Allow topic deletion."),
     Setting(
+        "max.broker.partitions",
+        _S.INT,
+        100_000,
+        "Most partitions this broker serves (KIP-578's name); CreateTopics and CreatePartitions beyond it are refused with POLICY_VIOLATION.",
+        min=1,
+    ),
+    Setting(
         "message.max.bytes", _S.INT, 1048588, "Largest record batch the broker accepts.", min=0
     ),
     Setting("log.segment.bytes", _S.INT, 1073741824, "Size of a log segment file.", min=14),

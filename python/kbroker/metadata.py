@@ -1,27 +1,43 @@
 """Cluster metadata: topics, their partitions and replica assignments, configs.
 
 `MetadataStore` is the interface the broker uses; `LocalMetadataStore` keeps
-the metadata of a single node in its data directory (no ZooKeeper). A
-ZooKeeper-backed store sits beside it for clusters.
+the metadata of a single node in its data directory (no ZooKeeper).
 
 Runtime partition state that changes with every write (the high watermark)
-lives with the partition, not here; what is here changes rarely and is
-written durably before it is acted on.
+lives with the partition, not here; what is here changes rarely. A change
+takes effect in memory at once and is written by a background thread;
+``await store.durable()`` returns once every change made so far is on disk,
+and requests that change metadata await it before they are answered.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import errno
 import json
+import logging
 import os
+import re
+import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+log = logging.getLogger(__name__)
+
 META_PROPERTIES = "meta.properties"
+# The snapshot: the whole metadata as of one change sequence number.
 METADATA_FILE = "__kbroker_metadata.json"
+# The change log: one JSON line per change after the snapshot.
+METADATA_LOG = "__kbroker_metadata.log"
+# The change log is folded into a new snapshot once it outgrows both.
+SNAPSHOT_MIN_LOG_BYTES = 4 << 20
+
+
+CLUSTER_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")
 
 
 def new_cluster_id() -> str:
@@ -40,10 +56,10 @@ class PartitionState:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "replicas": self.replicas,
+            "replicas": list(self.replicas),
             "leader": self.leader,
             "leader_epoch": self.leader_epoch,
-            "isr": self.isr,
+            "isr": list(self.isr),
         }
 
     @classmethod
@@ -68,17 +84,22 @@ class TopicMetadata:
         return {
             "topic_id": str(self.topic_id),
             "partitions": {str(p): s.to_json() for p, s in sorted(self.partitions.items())},
-            "configs": self.configs,
+            "configs": dict(self.configs),
             "internal": self.internal,
         }
 
     @classmethod
     def from_json(cls, name: str, data: Mapping[str, Any]) -> TopicMetadata:
+        configs = data.get("configs", {})
+        if not isinstance(configs, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in configs.items()
+        ):
+            raise ValueError(f"configs of topic {name!r} are not a map of strings")
         return cls(
             name=name,
             topic_id=uuid.UUID(data["topic_id"]),
             partitions={int(p): PartitionState.from_json(s) for p, s in data["partitions"].items()},
-            configs=dict(data.get("configs", {})),
+            configs=dict(configs),
             internal=bool(data.get("internal", False)),
         )
 
@@ -91,6 +112,14 @@ class MetadataError(Exception):
         self.error = error
 
 
+class StateFileError(Exception):
+    """A state file the broker cannot trust: names the file, what is wrong, and what to do."""
+
+    def __init__(self, path: Path, problem: str, advice: str = "") -> None:
+        super().__init__(f"{path}: {problem}" + (f"; {advice}" if advice else ""))
+        self.path = path
+
+
 class MetadataStore(Protocol):
     """What the broker needs from wherever cluster metadata is kept."""
 
@@ -99,15 +128,26 @@ class MetadataStore(Protocol):
 
     def topics(self) -> Mapping[str, TopicMetadata]: ...
 
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None: ...
+
     def create_topic(
         self,
         name: str,
         assignment: Mapping[int, list[int]],
         configs: Mapping[str, str],
         internal: bool = False,
+        topic_id: uuid.UUID | None = None,
     ) -> TopicMetadata: ...
 
-    def delete_topic(self, name: str) -> None: ...
+    def delete_topic(self, name: str) -> TopicMetadata: ...
+
+    def deleted_topic_ids(self) -> Mapping[uuid.UUID, str]:
+        """Topics deleted whose partition directories may still be on disk."""
+        ...
+
+    def forget_deleted(self, topic_id: uuid.UUID) -> None:
+        """Records that every directory of the deleted topic ``topic_id`` is gone."""
+        ...
 
     def add_partitions(self, name: str, assignment: Mapping[int, list[int]]) -> TopicMetadata: ...
 
@@ -120,61 +160,411 @@ class MetadataStore(Protocol):
     def set_partition_state(self, name: str, partition: int, state: PartitionState) -> None: ...
 
     def allocate_producer_ids(self, count: int) -> int:
-        """Reserves ``count`` producer ids no broker will hand out again; returns the first."""
+        """Reserves ``count`` producer ids no broker will hand out again; returns the first.
+
+        Not durable until ``durable()`` returns: await it before handing one out.
+        """
+        ...
+
+    async def durable(self) -> None:
+        """Returns once every change made so far is on disk; raises OSError if it cannot be."""
+        ...
+
+    def close(self) -> None:
+        """Writes what is queued, where the disk allows, and stops writing."""
         ...
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+def _fsync_dir(path: Path) -> None:
+    dir_fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
 
 
-class LocalMetadataStore:
-    """A single node's metadata, in one JSON file in the data directory.
+def write_atomically(path: Path, text: str) -> None:
+    """Writes ``text`` to ``path`` so that a crash leaves the old or the new file, never a mix."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
 
-    Every change rewrites the file atomically (temp file, fsync, rename,
-    fsync of the directory), so a crash leaves either the old or the new
-    metadata, never a mix.
+
+# -- the persisted form ----------------------------------------------------------
+#
+# The snapshot is {"seq", "topics", "broker_configs", "next_producer_id",
+# "deleted_topics"}; a change-log line is {"seq": N, <one change>} with the
+# change one of {"put_topic": name, "topic": {...}}, {"delete_topic": name,
+# "topic_id": id}, {"forget_deleted": id}, {"broker_configs": {...}},
+# {"next_producer_id": n}. Every change sets absolute values, so replaying a
+# line the snapshot already holds changes nothing.
+
+
+@dataclass
+class _Persisted:
+    """The metadata in its JSON form: what the snapshot holds and the change log updates."""
+
+    seq: int = 0
+    topics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    broker_configs: dict[str, str] = field(default_factory=dict)
+    next_producer_id: int = 0
+    deleted_topics: dict[str, str] = field(default_factory=dict)
+
+    def apply(self, change: Mapping[str, Any]) -> None:
+        self.seq = int(change["seq"])
+        if "put_topic" in change:
+            self.topics[str(change["put_topic"])] = dict(change["topic"])
+        elif "delete_topic" in change:
+            self.topics.pop(str(change["delete_topic"]), None)
+            self.deleted_topics[str(change["topic_id"])] = str(change["delete_topic"])
+        elif "forget_deleted" in change:
+            self.deleted_topics.pop(str(change["forget_deleted"]), None)
+        elif "broker_configs" in change:
+            self.broker_configs = {str(k): str(v) for k, v in change["broker_configs"].items()}
+        elif "next_producer_id" in change:
+            self.next_producer_id = int(change["next_producer_id"])
+        else:
+            raise ValueError(f"unknown change {sorted(change)}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "topics": self.topics,
+            "broker_configs": self.broker_configs,
+            "next_producer_id": self.next_producer_id,
+            "deleted_topics": self.deleted_topics,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> _Persisted:
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        topics = data.get("topics", {})
+        configs = data.get("broker_configs", {})
+        deleted = data.get("deleted_topics", {})
+        for what, value in (
+            ("topics", topics),
+            ("broker_configs", configs),
+            ("deleted_topics", deleted),
+        ):
+            if not isinstance(value, dict):
+                raise ValueError(f"{what!r} is not a JSON object")
+        return cls(
+            seq=int(data.get("seq", 0)),
+            topics={str(k): dict(v) for k, v in topics.items()},
+            broker_configs={str(k): str(v) for k, v in configs.items()},
+            next_producer_id=int(data.get("next_producer_id", 0)),
+            deleted_topics={str(k): str(v) for k, v in deleted.items()},
+        )
+
+
+_RESTORE_ADVICE = (
+    "restore it from a backup, or move it away and start again to rebuild the topic list "
+    "from the partition directories (topic configs and broker settings kept in it are then lost)"
+)
+
+
+def _read_persisted(data_dir: Path) -> _Persisted:
+    """Loads the snapshot and replays the change log after it."""
+    snapshot_path = data_dir / METADATA_FILE
+    state = _Persisted()
+    if snapshot_path.exists():
+        try:
+            state = _Persisted.from_json(json.loads(snapshot_path.read_bytes()))
+            for name, topic in state.topics.items():
+                TopicMetadata.from_json(name, topic)
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+            raise StateFileError(
+                snapshot_path, f"not valid kbroker metadata ({exc})", _RESTORE_ADVICE
+            ) from None
+    log_path = data_dir / METADATA_LOG
+    if not log_path.exists():
+        return state
+    raw = log_path.read_bytes()
+    pos = 0
+    line_no = 0
+    while pos < len(raw):
+        end = raw.find(b"\n", pos)
+        line_no += 1
+        # Only the last line can be torn, and only short of a whole JSON value.
+        torn = end < 0 or not raw[end + 1 :].strip(b"\0\n ")
+        try:
+            if end < 0:
+                raise ValueError("no line end")
+            change = json.loads(raw[pos:end])
+            torn = False
+            if not isinstance(change, dict):
+                raise ValueError("not a JSON object")
+            if int(change["seq"]) > state.seq:
+                state.apply(change)
+                if "put_topic" in change:
+                    TopicMetadata.from_json(str(change["put_topic"]), change["topic"])
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+            if not torn:
+                raise StateFileError(
+                    log_path, f"line {line_no} is not a valid change ({exc})", _RESTORE_ADVICE
+                ) from None
+            # A torn last line: the change was never acknowledged.
+            log.warning(
+                "%s: dropping an incomplete last change (line %d, %d bytes at byte %d): %s",
+                log_path,
+                line_no,
+                len(raw) - pos,
+                pos,
+                exc,
+            )
+            with open(log_path, "r+b") as f:
+                f.truncate(pos)
+                os.fsync(f.fileno())
+            break
+        pos = end + 1
+    return state
+
+
+def read_meta_properties(path: Path) -> dict[str, str]:
+    """Parses a meta.properties file; StateFileError when it is unreadable or incomplete."""
+    advice = (
+        "it records the cluster id and broker id of this data directory: restore it from a "
+        "backup, or, if this directory holds no data you need, remove it"
+    )
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise StateFileError(path, "not a text file", advice) from None
+    props: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "=" not in line:
+            raise StateFileError(path, f"line {line!r} is not key=value", advice)
+        key, _, value = line.partition("=")
+        props[key.strip()] = value.strip()
+    if props.get("version") != "0":
+        raise StateFileError(path, f"version {props.get('version')!r} is not 0", advice)
+    if not CLUSTER_ID.match(props.get("cluster.id", "")):
+        raise StateFileError(
+            path, f"cluster.id {props.get('cluster.id')!r} is not a 22-character id", advice
+        )
+    if not props.get("broker.id", "").isdigit():
+        raise StateFileError(path, f"broker.id {props.get('broker.id')!r} is not a number", advice)
+    return props
+
+
+class _Journal:
+    """Writes metadata changes in the background: append, fsync, fold into a snapshot.
+
+    Changes come from the event loop (``submit``); one thread writes whatever
+    has accumulated with one write and one fsync, so many changes made
+    together cost one disk flush. The thread keeps its own copy of the
+    persisted form, so writing a snapshot never reads the event loop's state.
+    A failed write (a full disk) is undone, reported to the waiters, and
+    retried with backoff; the changes stay queued.
+    """
+
+    RETRY_MIN_S = 0.1
+    RETRY_MAX_S = 5.0
+
+    def __init__(self, data_dir: Path, state: _Persisted) -> None:
+        self._dir = data_dir
+        self._state = state
+        self._log_path = data_dir / METADATA_LOG
+        self._cond = threading.Condition()
+        self._pending: list[dict[str, Any]] = []
+        self._submitted = state.seq
+        self._written = state.seq
+        self._error: OSError | None = None
+        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self._snapshot_size = 0
+
+    @property
+    def seq(self) -> int:
+        return self._submitted
+
+    def start(self) -> None:
+        snapshot = self._dir / METADATA_FILE
+        self._snapshot_size = snapshot.stat().st_size if snapshot.exists() else 0
+        self._thread = threading.Thread(target=self._run, name="metadata-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, change: dict[str, Any]) -> None:
+        with self._cond:
+            self._submitted += 1
+            change["seq"] = self._submitted
+            self._pending.append(change)
+            self._cond.notify()
+
+    async def durable(self) -> None:
+        loop = asyncio.get_running_loop()
+        with self._cond:
+            target = self._submitted
+            if self._written >= target:
+                return
+            if self._error is not None:
+                raise self._error
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.append((target, loop, fut))
+        await fut
+
+    def close(self) -> None:
+        """Writes what is queued (unless the disk refuses) and stops the thread."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    # -- the writer thread -------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = self.RETRY_MIN_S
+        out: Any = None
+        try:
+            while True:
+                with self._cond:
+                    while not self._pending and not self._closing:
+                        self._cond.wait()
+                    if not self._pending:
+                        return
+                    batch = list(self._pending)
+                try:
+                    if out is None:
+                        out = open(self._log_path, "ab")  # noqa: SIM115 - closed below
+                    self._write(out, batch)
+                except Exception as exc:
+                    error = exc if isinstance(exc, OSError) else OSError(errno.EIO, repr(exc))
+                    self._report(None, error)
+                    log.error(
+                        "cannot write metadata changes to %s (retrying in %.1fs): %s",
+                        self._log_path,
+                        backoff,
+                        exc,
+                    )
+                    with self._cond:
+                        if self._closing:
+                            return
+                        self._cond.wait(backoff)
+                    backoff = min(backoff * 2, self.RETRY_MAX_S)
+                    continue
+                backoff = self.RETRY_MIN_S
+                with self._cond:
+                    del self._pending[: len(batch)]
+                self._report(batch[-1]["seq"], None)
+        finally:
+            if out is not None:
+                out.close()
+
+    def _write(self, out: Any, batch: list[dict[str, Any]]) -> None:
+        data = b"".join(
+            json.dumps(c, separators=(",", ":"), sort_keys=True).encode() + b"\n" for c in batch
+        )
+        good = out.tell()
+        try:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        except OSError:
+            # Nothing half-written may stay: the next attempt appends from here.
+            try:
+                out.truncate(good)
+                out.seek(good)
+            except (OSError, ValueError):
+                pass
+            raise
+        for change in batch:
+            self._state.apply(change)
+        log_size = good + len(data)
+        if log_size > max(SNAPSHOT_MIN_LOG_BYTES, self._snapshot_size):
+            try:
+                self._snapshot(out)
+            except OSError as exc:
+                log.warning("cannot fold the metadata change log into a snapshot yet: %s", exc)
+
+    def _snapshot(self, out: Any) -> None:
+        text = json.dumps(self._state.to_json(), sort_keys=True, separators=(",", ":"))
+        write_atomically(self._dir / METADATA_FILE, text)
+        self._snapshot_size = len(text)
+        # Lines the snapshot holds are skipped on load by their sequence number,
+        # so a crash before this truncation is harmless.
+        out.truncate(0)
+        out.seek(0)
+        os.fsync(out.fileno())
+
+    def _report(self, written: int | None, error: OSError | None) -> None:
+        with self._cond:
+            if written is not None:
+                self._written = written
+            self._error = error
+            ready = [w for w in self._waiters if error is not None or w[0] <= self._written]
+            self._waiters = [w for w in self._waiters if w not in ready]
+        for _, loop, fut in ready:
+            loop.call_soon_threadsafe(_settle, fut, error)
+
+
+def _settle(fut: asyncio.Future[None], error: OSError | None) -> None:
+    if fut.done():
+        return
+    if error is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(OSError(error.errno, f"metadata not written: {error.strerror or error}"))
+
+
+class LocalMetadataStore:
+    """A single node's metadata, in its data directory.
+
+    A snapshot (``__kbroker_metadata.json``) and a log of the changes made
+    since (``__kbroker_metadata.log``, one JSON line each): a change costs
+    one appended line, whatever the number of topics, and the log is folded
+    into a new snapshot (atomically: temp file, fsync, rename) once it
+    outgrows it. A crash loses at most changes not yet acknowledged; a torn
+    last line is dropped at the next start, with a warning.
     """
 
     def __init__(self, data_dir: Path, broker_id: int) -> None:
         self._dir = data_dir
-        self._path = data_dir / METADATA_FILE
         self._broker_id = broker_id
         self._topics: dict[str, TopicMetadata] = {}
+        self._by_id: dict[uuid.UUID, TopicMetadata] = {}
+        self._deleted: dict[uuid.UUID, str] = {}
         self._broker_configs: dict[str, str] = {}
         self._cluster_id = ""
         self._next_producer_id = 0
+        self._journal: _Journal | None = None
+        self.loaded_existing = False
 
     def load(self) -> None:
+        """Reads meta.properties and the metadata; StateFileError names a damaged file."""
         self._dir.mkdir(parents=True, exist_ok=True)
         self._cluster_id = self._load_meta_properties()
-        if self._path.exists():
-            data = json.loads(self._path.read_text(encoding="utf-8"))
-            self._topics = {
-                name: TopicMetadata.from_json(name, t) for name, t in data.get("topics", {}).items()
-            }
-            self._broker_configs = dict(data.get("broker_configs", {}))
-            self._next_producer_id = int(data.get("next_producer_id", 0))
+        state = _read_persisted(self._dir)
+        self.loaded_existing = (self._dir / METADATA_FILE).exists() or (
+            self._dir / METADATA_LOG
+        ).exists()
+        self._topics = {name: TopicMetadata.from_json(name, t) for name, t in state.topics.items()}
+        self._by_id = {t.topic_id: t for t in self._topics.values()}
+        self._deleted = {uuid.UUID(i): name for i, name in state.deleted_topics.items()}
+        self._broker_configs = dict(state.broker_configs)
+        self._next_producer_id = state.next_producer_id
+        self._journal = _Journal(self._dir, state)
+        self._journal.start()
+
+    def close(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
 
     def _load_meta_properties(self) -> str:
         """Reads or creates meta.properties (cluster id and broker id)."""
         path = self._dir / META_PROPERTIES
         if path.exists():
-            props = dict(
-                line.split("=", 1)
-                for line in path.read_text(encoding="utf-8").splitlines()
-                if "=" in line and not line.startswith("#")
-            )
+            props = read_meta_properties(path)
             stored_broker = int(props.get("broker.id", self._broker_id))
             if stored_broker != self._broker_id:
                 raise MetadataError(
@@ -183,18 +573,19 @@ class LocalMetadataStore:
                 )
             return props["cluster.id"]
         cluster_id = new_cluster_id()
-        _write_atomically(
-            path, f"version=0\ncluster.id={cluster_id}\nbroker.id={self._broker_id}\n"
-        )
+        write_atomically(path, f"version=0\ncluster.id={cluster_id}\nbroker.id={self._broker_id}\n")
         return cluster_id
 
-    def _save(self) -> None:
-        data = {
-            "topics": {name: t.to_json() for name, t in sorted(self._topics.items())},
-            "broker_configs": self._broker_configs,
-            "next_producer_id": self._next_producer_id,
-        }
-        _write_atomically(self._path, json.dumps(data, indent=1, sort_keys=True))
+    def _record(self, change: dict[str, Any]) -> None:
+        assert self._journal is not None, "load() first"
+        self._journal.submit(change)
+
+    def _put(self, topic: TopicMetadata) -> None:
+        self._record({"put_topic": topic.name, "topic": topic.to_json()})
+
+    async def durable(self) -> None:
+        assert self._journal is not None, "load() first"
+        await self._journal.durable()
 
     @property
     def cluster_id(self) -> str:
@@ -203,18 +594,22 @@ class LocalMetadataStore:
     def topics(self) -> Mapping[str, TopicMetadata]:
         return self._topics
 
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
+        return self._by_id.get(topic_id)
+
     def create_topic(
         self,
         name: str,
         assignment: Mapping[int, list[int]],
         configs: Mapping[str, str],
         internal: bool = False,
+        topic_id: uuid.UUID | None = None,
     ) -> TopicMetadata:
         if name in self._topics:
             raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic {name!r} already exists")
         topic = TopicMetadata(
             name=name,
-            topic_id=uuid.uuid4(),
+            topic_id=topic_id or uuid.uuid4(),
             partitions={
                 p: PartitionState(replicas=list(r), leader=r[0], leader_epoch=0, isr=list(r))
                 for p, r in assignment.items()
@@ -223,38 +618,52 @@ class LocalMetadataStore:
             internal=internal,
         )
         self._topics[name] = topic
-        self._save()
+        self._by_id[topic.topic_id] = topic
+        self._put(topic)
         return topic
 
-    def delete_topic(self, name: str) -> None:
-        if self._topics.pop(name, None) is None:
+    def delete_topic(self, name: str) -> TopicMetadata:
+        topic = self._topics.pop(name, None)
+        if topic is None:
             raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
-        self._save()
+        self._by_id.pop(topic.topic_id, None)
+        self._deleted[topic.topic_id] = name
+        self._record({"delete_topic": name, "topic_id": str(topic.topic_id)})
+        return topic
+
+    def deleted_topic_ids(self) -> Mapping[uuid.UUID, str]:
+        return self._deleted
+
+    def forget_deleted(self, topic_id: uuid.UUID) -> None:
+        if self._deleted.pop(topic_id, None) is not None:
+            self._record({"forget_deleted": str(topic_id)})
 
     def add_partitions(self, name: str, assignment: Mapping[int, list[int]]) -> TopicMetadata:
         topic = self._topics[name]
         for p, r in assignment.items():
             topic.partitions[p] = PartitionState(replicas=list(r), leader=r[0], isr=list(r))
-        self._save()
+        self._put(topic)
         return topic
 
     def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
-        self._topics[name].configs = dict(configs)
-        self._save()
+        topic = self._topics[name]
+        topic.configs = dict(configs)
+        self._put(topic)
 
     def broker_configs(self) -> Mapping[str, str]:
         return self._broker_configs
 
     def set_broker_configs(self, configs: Mapping[str, str]) -> None:
         self._broker_configs = dict(configs)
-        self._save()
+        self._record({"broker_configs": dict(configs)})
 
     def set_partition_state(self, name: str, partition: int, state: PartitionState) -> None:
-        self._topics[name].partitions[partition] = state
-        self._save()
+        topic = self._topics[name]
+        topic.partitions[partition] = state
+        self._put(topic)
 
     def allocate_producer_ids(self, count: int) -> int:
         first = self._next_producer_id
         self._next_producer_id += count
-        self._save()
+        self._record({"next_producer_id": self._next_producer_id})
         return first

@@ -17,10 +17,13 @@ class ProducerIdAllocator:
         self._next = 0
         self._end = 0
 
-    def next_id(self) -> int:
+    async def next_id(self) -> int:
+        """A new producer id; a new block is on disk before any id of it is handed out."""
         if self._next >= self._end:
-            self._next = self._store.allocate_producer_ids(BLOCK)
-            self._end = self._next + BLOCK
+            first = self._store.allocate_producer_ids(BLOCK)
+            self._next, self._end = first, first + BLOCK
         pid = self._next
         self._next += 1
+        # At once when the block is on disk; otherwise when it is.
+        await self._store.durable()
         return pid

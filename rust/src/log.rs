@@ -285,6 +285,10 @@ impl Log {
 
         let checkpoint_rp = read_checkpoint(dir, RECOVERY_POINT_FILE)?;
         let checkpoint_start = read_checkpoint(dir, LOG_START_OFFSET_FILE)?;
+        // A new log: nothing to recover, and nothing to sync or checkpoint
+        // (a missing checkpoint reads as offset 0, which is what it would say).
+        let fresh =
+            !clean && bases.is_empty() && checkpoint_rp.is_none() && checkpoint_start.is_none();
         // Segments from this index on are scanned batch by batch.
         let first_to_recover = if clean {
             bases.len()
@@ -363,12 +367,19 @@ impl Log {
             }),
             log_start: AtomicI64::new(log_start),
             log_end: AtomicI64::new(log_end),
-            recovery_point: AtomicI64::new(checkpoint_rp.unwrap_or(-1)),
+            recovery_point: AtomicI64::new(if fresh {
+                0
+            } else {
+                checkpoint_rp.unwrap_or(-1)
+            }),
             closed: AtomicBool::new(false),
             cleaner_first_dirty: AtomicI64::new(cleaner_first_dirty),
             cleaner_horizon: AtomicI64::new(cleaner_horizon),
             cleaning: Mutex::new(()),
         };
+        if fresh {
+            return Ok(log);
+        }
         if checkpoint_start != Some(log_start) {
             write_checkpoint(dir, LOG_START_OFFSET_FILE, log_start)?;
         }

@@ -496,12 +496,12 @@ def test_topic_changes_reach_groups(tmp_path: Path) -> None:
             broker.create_topic("other", 1, 1)
             co = broker.coordinator
             [a] = await stable_group(broker, "g", 1)
-            broker.add_partitions("other", 2)
+            await broker.add_partitions("other", 2)
             assert co.heartbeat("g", a.member_id, None, a.generation_id) == E.NONE
-            broker.add_partitions("t", 4)
+            await broker.add_partitions("t", 4)
             assert co.heartbeat("g", a.member_id, None, a.generation_id) == E.REBALANCE_IN_PROGRESS
             co.commit_offsets("simple", "", None, -1, {("other", 0): (3, -1, None)})
-            broker.delete_topic("other")
+            assert await broker.delete_topics(["other"]) == {"other": None}
             assert "simple" not in co.groups
 
     run(body())

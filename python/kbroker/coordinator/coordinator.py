@@ -39,6 +39,7 @@ from kbroker.coordinator.delayed import (
 )
 from kbroker.coordinator.group import Group, GroupState, JoinResult, Member, SyncResult
 from kbroker.coordinator.records import (
+    OFFSETS_TOPIC,
     CommittedOffset,
     GroupKey,
     GroupRecord,
@@ -188,6 +189,10 @@ class GroupCoordinator:
     def partition_of(self, group_id: str) -> int:
         assert self._partitions is not None
         return partition_for(group_id, self._partitions)
+
+    def internal_topic_configs(self, name: str) -> dict[str, str]:
+        """The settings of an internal topic this coordinator owns (none for others)."""
+        return self.store.topic_configs() if name == OFFSETS_TOPIC else {}
 
     def ensure_offsets_topic(self) -> bool:
         """Creates ``__consumer_offsets`` on first use; False when it cannot exist yet."""

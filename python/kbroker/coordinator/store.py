@@ -58,17 +58,17 @@ class OffsetsStore:
         partitions = as_int(config["offsets.topic.num.partitions"])
         replication = min(as_int(config["offsets.topic.replication.factor"]), live_brokers)
         self.broker.create_topic(
-            OFFSETS_TOPIC,
-            partitions,
-            replication,
-            {
-                "cleanup.policy": "compact",
-                "compression.type": "producer",
-                "segment.bytes": str(config["offsets.topic.segment.bytes"]),
-            },
-            internal=True,
+            OFFSETS_TOPIC, partitions, replication, self.topic_configs(), internal=True
         )
         return partitions
+
+    def topic_configs(self) -> dict[str, str]:
+        """The topic-level settings ``__consumer_offsets`` is created with."""
+        return {
+            "cleanup.policy": "compact",
+            "compression.type": "producer",
+            "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"]),
+        }
 
     # -- writes ------------------------------------------------------------------
 

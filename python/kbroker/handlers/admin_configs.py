@@ -534,7 +534,23 @@ def _alter_all(
                 resource_name=res.resource_name,
             )
         )
-    return response_cls(throttle_time_ms=0, responses=results)
+    if request.validate_only:
+        return response_cls(throttle_time_ms=0, responses=results)
+    return _when_durable(broker, response_cls(throttle_time_ms=0, responses=results))
+
+
+async def _when_durable(broker: Broker, response: Any) -> Any:
+    """Answers once the changes are on disk; a change that could not be written is reported."""
+    try:
+        await broker.metadata.durable()
+    except OSError as exc:
+        for result in response.responses:
+            if result.error_code == ErrorCode.NONE:
+                result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                result.error_message = (
+                    f"applied, but not yet written to disk ({exc}); it is retried"
+                )
+    return response
 
 
 def handle_alter_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:

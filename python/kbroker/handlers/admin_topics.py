@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kbroker.broker import INTERNAL_TOPICS, TopicError
+from kbroker.broker import INTERNAL_TOPICS, NewTopic, TopicError, collision_key
 from kbroker.handlers.admin_configs import topic_config_entries
 from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode, RequestHeader
 from kbroker.protocol.messages.admin import (
@@ -95,42 +95,37 @@ def _topic_shape(broker: Broker, t: Any) -> tuple[int, int]:
     return len(indexes), rf
 
 
-def _create_one(broker: Broker, t: Any, validate_only: bool, version: int) -> Any:
-    Result = CreateTopicsResponse.Topic
+def _check_one(broker: Broker, t: Any) -> NewTopic:
+    """Validates one CreateTopics entry; TopicError refuses it."""
     name = t.name
-    try:
-        nulls = [c.name for c in t.configs if c.value is None]
-        if nulls:
-            raise TopicError(
-                "INVALID_REQUEST", f"Null value not supported for topic configs: {','.join(nulls)}"
-            )
-        if name == METADATA_TOPIC:
-            raise TopicError("INVALID_REQUEST", f"Creation of internal topic {name} is prohibited.")
-        partitions, rf = _topic_shape(broker, t)
-        configs = {c.name: c.value for c in t.configs}
-        partitions, rf, parsed = broker.check_new_topic(name, partitions, rf, configs)
-        collides = name.replace(".", "_")
-        for other in broker.metadata.topics():
-            if other.replace(".", "_") == collides:
-                raise TopicError(
-                    "INVALID_TOPIC_EXCEPTION",
-                    f"Topic '{name}' collides with existing topic: {other}",
-                )
-        topic_id = ZERO_UUID
-        if not validate_only:
-            topic_id = broker.create_topic(
-                name, partitions, rf, configs, internal=name in INTERNAL_TOPICS
-            ).topic_id
-    except TopicError as exc:
-        return Result(name=name, error_code=_code(exc.error), error_message=str(exc))
+    nulls = [c.name for c in t.configs if c.value is None]
+    if nulls:
+        raise TopicError(
+            "INVALID_REQUEST", f"Null value not supported for topic configs: {','.join(nulls)}"
+        )
+    if name == METADATA_TOPIC:
+        raise TopicError("INVALID_REQUEST", f"Creation of internal topic {name} is prohibited.")
+    partitions, rf = _topic_shape(broker, t)
+    configs = {c.name: c.value for c in t.configs}
+    partitions, rf, parsed = broker.check_new_topic(name, partitions, rf, configs)
+    other = broker.colliding_topic(name)
+    if other is not None:
+        raise TopicError(
+            "INVALID_TOPIC_EXCEPTION", f"Topic '{name}' collides with existing topic: {other}"
+        )
+    return NewTopic(name, partitions, rf, configs, parsed, internal=name in INTERNAL_TOPICS)
+
+
+def _result(broker: Broker, new: NewTopic, topic_id: uuid.UUID, version: int) -> Any:
+    Result = CreateTopicsResponse.Topic
     Config = Result.Config
     return Result(
-        name=name,
+        name=new.name,
         topic_id=topic_id,
         error_code=ErrorCode.NONE,
         error_message=None,
-        num_partitions=partitions,
-        replication_factor=rf,
+        num_partitions=new.num_partitions,
+        replication_factor=new.replication_factor,
         configs=[
             Config(
                 name=e.name,
@@ -139,24 +134,57 @@ def _create_one(broker: Broker, t: Any, validate_only: bool, version: int) -> An
                 config_source=e.source,
                 is_sensitive=e.sensitive,
             )
-            for e in topic_config_entries(broker.config, parsed)
+            for e in topic_config_entries(broker.config, new.parsed)
         ]
         if version >= 5
         else [],
     )
 
 
-def handle_create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def _refused(name: str, exc: TopicError) -> Any:
+    return CreateTopicsResponse.Topic(
+        name=name, error_code=_code(exc.error), error_message=str(exc)
+    )
+
+
+async def handle_create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    """Validates every entry, then creates the valid ones together (see `Broker.create_topics`)."""
     Result = CreateTopicsResponse.Topic
-    dupes = _duplicates([t.name for t in request.topics])
-    results = [
-        _create_one(broker, t, request.validate_only, header.api_version)
-        for t in request.topics
-        if t.name not in dupes
-    ]
+    dupes = set(_duplicates([t.name for t in request.topics]))
+    outcome: dict[str, Any] = {}
+    valid: list[NewTopic] = []
+    seen: set[str] = set()
+    for t in request.topics:
+        if t.name in dupes:
+            continue
+        try:
+            new = _check_one(broker, t)
+            key = collision_key(new.name)
+            if key in seen:
+                raise TopicError(
+                    "INVALID_TOPIC_EXCEPTION",
+                    f"Topic '{new.name}' collides with another topic of this request",
+                )
+            seen.add(key)
+        except TopicError as exc:
+            outcome[t.name] = _refused(t.name, exc)
+            continue
+        valid.append(new)
+        if request.validate_only:
+            outcome[t.name] = _result(broker, new, ZERO_UUID, header.api_version)
+    if valid and not request.validate_only:
+        created = await broker.create_topics(valid)
+        for new in valid:
+            done = created[new.name]
+            outcome[new.name] = (
+                _refused(new.name, done)
+                if isinstance(done, TopicError)
+                else _result(broker, new, done.topic_id, header.api_version)
+            )
+    results = [outcome[t.name] for t in request.topics if t.name in outcome]
     results += [
         Result(name=n, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name.")
-        for n in dupes
+        for n in dict.fromkeys(t.name for t in request.topics if t.name in dupes)
     ]
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)
 
@@ -229,23 +257,34 @@ def handle_delete_topics(broker: Broker, header: RequestHeader, request: Any) ->
             )
         else:
             targets[topic.topic_id] = n
+    return _delete(broker, targets, results)
+
+
+async def _delete(broker: Broker, targets: dict[uuid.UUID, str], results: list[Any]) -> Any:
+    Result = DeleteTopicsResponse.Result
+    done = await broker.delete_topics(list(targets.values()))
     for topic_id, name in targets.items():
-        try:
-            broker.delete_topic(name)
-        except TopicError as exc:
-            fail(name, topic_id, _code(exc.error), str(exc))
-        else:
+        error = done[name]
+        if error is None:
             results.append(Result(name=name, topic_id=topic_id, error_code=ErrorCode.NONE))
+        else:
+            results.append(
+                Result(
+                    name=name,
+                    topic_id=topic_id,
+                    error_code=_code(error.error),
+                    error_message=str(error),
+                )
+            )
     return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
 
 # -- CreatePartitions --------------------------------------------------------------
 
 
-def _add_partitions(broker: Broker, t: Any, validate_only: bool) -> None:
-    broker.add_partitions(t.name, t.count, validate_only=True)
+async def _add_partitions(broker: Broker, t: Any, validate_only: bool) -> None:
+    topic = broker.check_add_partitions(t.name, t.count)
     if t.assignments is not None:
-        topic = broker.metadata.topics()[t.name]
         current = len(topic.partitions)
         rf = len(next(iter(topic.partitions.values())).replicas)
         if len(t.assignments) != t.count - current:
@@ -257,10 +296,10 @@ def _add_partitions(broker: Broker, t: Any, validate_only: bool) -> None:
         for a in t.assignments:
             _check_assignment(broker, a.broker_ids, rf)
     if not validate_only:
-        broker.add_partitions(t.name, t.count)
+        await broker.add_partitions(t.name, t.count)
 
 
-def handle_create_partitions(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def handle_create_partitions(broker: Broker, header: RequestHeader, request: Any) -> Any:
     Result = CreatePartitionsResponse.Result
     dupes = _duplicates([t.name for t in request.topics])
     results = []
@@ -268,7 +307,7 @@ def handle_create_partitions(broker: Broker, header: RequestHeader, request: Any
         if t.name in dupes:
             continue
         try:
-            _add_partitions(broker, t, request.validate_only)
+            await _add_partitions(broker, t, request.validate_only)
         except TopicError as exc:
             results.append(Result(name=t.name, error_code=_code(exc.error), error_message=str(exc)))
         else:

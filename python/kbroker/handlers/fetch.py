@@ -43,13 +43,12 @@ class _Reader:
         self.committed = self.version >= 4 and request.isolation_level == READ_COMMITTED
         # (topic response, [(partition request, Partition | None, error)])
         self.plan: list[tuple[Any, list[tuple[Any, Partition | None, ErrorCode]]]] = []
-        by_id = (
-            {t.topic_id: t.name for t in broker.metadata.topics().values()}
-            if self.version >= 13
-            else {}
-        )
         for topic in request.topics:
-            name = by_id.get(topic.topic_id) if self.version >= 13 else topic.topic
+            if self.version >= 13:
+                known = broker.metadata.topic_by_id(topic.topic_id)
+                name = None if known is None else known.name
+            else:
+                name = topic.topic
             entries: list[tuple[Any, Partition | None, ErrorCode]] = []
             for p in topic.partitions:
                 if name is None:

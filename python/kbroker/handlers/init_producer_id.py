@@ -7,6 +7,7 @@ are refused until transactions exist.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
@@ -14,6 +15,8 @@ from kbroker.protocol.messages.core import InitProducerIdResponse
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
+
+log = logging.getLogger(__name__)
 
 MAX_EPOCH = 32767
 
@@ -35,7 +38,16 @@ def handle_init_producer_id(broker: Broker, header: RequestHeader, request: Any)
         and 0 <= request.producer_epoch < MAX_EPOCH - 1
     ):
         return _response(ErrorCode.NONE, request.producer_id, request.producer_epoch + 1)
-    return _response(ErrorCode.NONE, broker.producer_ids.next_id(), 0)
+    return _new_producer(broker)
+
+
+async def _new_producer(broker: Broker) -> Any:
+    try:
+        producer_id = await broker.producer_ids.next_id()
+    except OSError as exc:
+        log.error("cannot reserve producer ids: %s", exc)
+        return _response(ErrorCode.KAFKA_STORAGE_ERROR)
+    return _response(ErrorCode.NONE, producer_id, 0)
 
 
 HANDLERS = {ApiKey.INIT_PRODUCER_ID: handle_init_producer_id}

@@ -59,14 +59,13 @@ def handle_metadata(broker: Broker, header: RequestHeader, request: Any) -> Any:
     if requested is None or (version == 0 and not requested):
         topics = [_topic_entry(t) for _, t in sorted(known.items())]
     else:
-        by_id = {t.topic_id: t for t in known.values()}
         auto_create = (
             request.allow_auto_topic_creation and broker.config["auto.create.topics.enable"]
         )
         for wanted in requested:
             name = wanted.name
             if name is None:
-                found = by_id.get(wanted.topic_id)
+                found = broker.metadata.topic_by_id(wanted.topic_id)
                 topics.append(
                     _topic_entry(found)
                     if found

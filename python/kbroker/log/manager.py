@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -116,9 +117,18 @@ class LogManager:
         if victim is None:
             return
         victim.close()
-        doomed = victim.dir.with_name(victim.dir.name + DELETED_SUFFIX)
+        doomed = victim.dir.with_name(f"{victim.dir.name}.{uuid.uuid4().hex}{DELETED_SUFFIX}")
         os.replace(victim.dir, doomed)
         shutil.rmtree(doomed, ignore_errors=True)
+
+    def discard(self, tp: TopicPartition) -> None:
+        """Removes whatever a failed creation of ``tp`` left: its log, if open, and its directory."""
+        self.delete(tp)
+        partial = self.data_dir / tp.dirname
+        if partial.exists():
+            doomed = partial.with_name(f"{partial.name}.{uuid.uuid4().hex}{DELETED_SUFFIX}")
+            os.replace(partial, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
 
     def update_config(self, topic: str) -> None:
         """Re-reads the storage config of every partition of ``topic``."""

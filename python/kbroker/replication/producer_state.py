@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from pathlib import Path
 # (a producer has at most 5 requests in flight per partition).
 RECENT_BATCHES = 5
 INT32_MAX = 2**31 - 1
+log = logging.getLogger(__name__)
+
 SNAPSHOT_FILE = "producer-state.json"
 
 
@@ -174,6 +177,8 @@ class ProducerStateManager:
     def load_snapshot(self, directory: Path, log_end: int) -> int:
         """Loads a snapshot; returns the offset to rebuild from (0 if none fits)."""
         path = directory / SNAPSHOT_FILE
+        if not path.exists():
+            return 0
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             offset = int(data["offset"])
@@ -188,7 +193,8 @@ class ProducerStateManager:
                     )
                     entry.last_timestamp = max(entry.last_timestamp, ts)
                 producers[int(pid)] = entry
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("%s: unreadable (%s); producer state is rebuilt from the log", path, exc)
             return 0
         self._producers = producers
         return offset

@@ -1,0 +1,108 @@
+"""Many topics at once: created together off the event loop, durable once acknowledged,
+and bounded by max.broker.partitions (issue 10, items 5 and 6).
+
+The figures (time to create 10,000 topics, a producer's latency meanwhile,
+Apache Kafka's for the same) come from `python -m bench.topics`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+WAIT = 120
+TOPICS = 600
+
+
+def _created(futures: dict[str, object]) -> int:
+    ok = 0
+    for f in futures.values():
+        f.result(WAIT)  # type: ignore[attr-defined]
+        ok += 1
+    return ok
+
+
+def test_topics_in_one_request_and_in_many_survive_a_crash(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    b = broker_factory("max.broker.partitions=5000")
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    _created(admin.create_topics([NewTopic("probe", 1, 1)]))
+    failures: list[object] = []
+    delivered = [0]
+    stop = threading.Event()
+
+    def probe() -> None:
+        p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 0})
+
+        def done(err: object, _msg: object) -> None:
+            if err is None:
+                delivered[0] += 1
+            else:
+                failures.append(err)
+
+        while not stop.is_set():
+            p.produce("probe", b"x", on_delivery=done)
+            p.poll(0.005)
+        p.flush(30)
+
+    t = threading.Thread(target=probe)
+    t.start()
+    try:
+        one = admin.create_topics(
+            [NewTopic(f"one.{i}", 1, 1) for i in range(TOPICS)], request_timeout=WAIT
+        )
+        assert _created(one) == TOPICS
+        many = [
+            admin.create_topics([NewTopic(f"many.{i}", 2, 1)], request_timeout=WAIT)
+            for i in range(TOPICS)
+        ]
+        assert sum(_created(f) for f in many) == TOPICS
+    finally:
+        stop.set()
+        t.join(60)
+    assert not failures
+    assert delivered[0] > 0
+
+    # Acknowledged creations are on disk: a crash right after loses none.
+    b.kill()
+    b.start()
+    md = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=WAIT)
+    names = set(md.topics)
+    assert {f"one.{i}" for i in range(TOPICS)} <= names
+    assert {f"many.{i}" for i in range(TOPICS)} <= names
+    assert len(md.topics["many.7"].partitions) == 2
+
+
+def test_partitions_beyond_the_broker_limit_are_refused_before_anything_is_made(  # type: ignore[no-untyped-def]
+    broker_factory,
+) -> None:
+    b = broker_factory("max.broker.partitions=100")
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    _created(admin.create_topics([NewTopic("small", 60, 1)]))
+    big = admin.create_topics([NewTopic("big", 50_000, 1)])["big"]
+    try:
+        big.result(WAIT)
+        raise AssertionError("50,000 partitions were accepted beyond max.broker.partitions")
+    except KafkaException as exc:
+        err = exc.args[0]
+        assert err.code() == KafkaError.POLICY_VIOLATION
+        assert "max.broker.partitions=100" in err.str()
+    grow = admin.create_partitions([NewPartitions("small", 101)])["small"]
+    try:
+        grow.result(WAIT)
+        raise AssertionError("growing past max.broker.partitions was accepted")
+    except KafkaException as exc:
+        assert exc.args[0].code() == KafkaError.POLICY_VIOLATION
+    # Nothing was made for the refused requests, and what fits still works.
+    assert not any(p.name.startswith("big-") for p in b.data_dir.iterdir())
+    assert sum(1 for p in b.data_dir.iterdir() if p.name.startswith("small-")) == 60
+    _created(admin.create_partitions([NewPartitions("small", 100)]))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        md = admin.list_topics(timeout=WAIT)
+        if len(md.topics["small"].partitions) == 100:
+            break
+        time.sleep(0.2)
+    assert len(md.topics["small"].partitions) == 100
