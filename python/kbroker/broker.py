@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -214,13 +214,41 @@ class Broker:
         )
         assignment = {p: [self.broker_id] * rf for p in range(partitions)}
         stored = {k: v for k, v in (configs or {}).items() if v is not None}
-        try:
-            topic = self.metadata.create_topic(name, assignment, stored, internal=internal)
-        except MetadataError as exc:
-            raise TopicError(exc.error, str(exc)) from None
         self._topic_configs[name] = parsed
+        try:
+            topic = self._with_new_logs(
+                name, assignment, lambda: self.metadata.create_topic(name, assignment, stored, internal=internal)
+            )
+        except TopicError:
+            del self._topic_configs[name]
+            raise
         self._open_partitions(topic)
         log.info("created topic %s with %d partitions", name, partitions)
+        return topic
+
+    def _with_new_logs(
+        self, name: str, assignment: Mapping[int, list[int]], record: Callable[[], TopicMetadata]
+    ) -> TopicMetadata:
+        """Creates the logs of the new partitions ``assignment`` gives this broker, then ``record``s them.
+
+        Logs first, all or nothing: if creating any log or recording fails,
+        the new logs are deleted again (no metadata without logs, no partial
+        directories), and a storage error becomes KAFKA_STORAGE_ERROR.
+        """
+        tps = [TopicPartition(name, p) for p, replicas in assignment.items() if self.broker_id in replicas]
+        try:
+            self.logs.create_all(tps)
+            try:
+                topic = record()
+            except BaseException:
+                self.logs.delete_all(tps)
+                raise
+        except MetadataError as exc:
+            raise TopicError(exc.error, str(exc)) from None
+        except OSError as exc:
+            self.logs.errors.failed("creating partitions of", name, exc)
+            raise TopicError("KAFKA_STORAGE_ERROR", f"cannot create the partitions of {name!r}: {exc}") from None
+        self.logs.errors.succeeded("creating partitions of", name)
         return topic
 
     def delete_topic(self, name: str) -> None:
@@ -229,7 +257,10 @@ class Broker:
         if not self.config["delete.topic.enable"]:
             raise TopicError("TOPIC_DELETION_DISABLED", "delete.topic.enable is false")
         topic = self.metadata.topics()[name]
-        self.metadata.delete_topic(name)
+        try:
+            self.metadata.delete_topic(name)
+        except OSError as exc:
+            raise TopicError("KAFKA_STORAGE_ERROR", f"cannot record the deletion of {name!r}: {exc}") from None
         self._topic_configs.pop(name, None)
         for p in topic.partitions:
             tp = TopicPartition(name, p)
@@ -255,9 +286,8 @@ class Broker:
         if validate_only:
             return
         rf = len(next(iter(topic.partitions.values())).replicas)
-        updated = self.metadata.add_partitions(
-            name, {p: [self.broker_id] * rf for p in range(current, total)}
-        )
+        added = {p: [self.broker_id] * rf for p in range(current, total)}
+        updated = self._with_new_logs(name, added, lambda: self.metadata.add_partitions(name, added))
         self._open_partitions(updated)
         self.coordinator.on_partitions_added(name)
 
@@ -271,7 +301,10 @@ class Broker:
             raise TopicError("INVALID_CONFIG", str(exc)) from None
         if validate_only:
             return
-        self.metadata.set_topic_configs(name, configs)
+        try:
+            self.metadata.set_topic_configs(name, configs)
+        except OSError as exc:
+            raise TopicError("KAFKA_STORAGE_ERROR", f"cannot record the configs of {name!r}: {exc}") from None
         self._topic_configs[name] = parsed
         self.logs.update_config(name)
 

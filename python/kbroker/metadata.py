@@ -128,11 +128,15 @@ class MetadataStore(Protocol):
 
 def _write_atomically(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk keeps no half-written copy
+        raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -145,7 +149,8 @@ class LocalMetadataStore:
 
     Every change rewrites the file atomically (temp file, fsync, rename,
     fsync of the directory), so a crash leaves either the old or the new
-    metadata, never a mix.
+    metadata, never a mix. A change whose write fails (OSError: a full disk)
+    is undone in memory too before the error is raised.
     """
 
     def __init__(self, data_dir: Path, broker_id: int) -> None:
@@ -225,31 +230,56 @@ class LocalMetadataStore:
             internal=internal,
         )
         self._topics[name] = topic
-        self._save()
+        try:
+            self._save()
+        except OSError:
+            del self._topics[name]
+            raise
         return topic
 
     def delete_topic(self, name: str) -> None:
-        if self._topics.pop(name, None) is None:
+        topic = self._topics.pop(name, None)
+        if topic is None:
             raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
-        self._save()
+        try:
+            self._save()
+        except OSError:
+            self._topics[name] = topic
+            raise
 
     def add_partitions(self, name: str, assignment: Mapping[int, list[int]]) -> TopicMetadata:
         topic = self._topics[name]
+        before = dict(topic.partitions)
         for p, r in assignment.items():
             topic.partitions[p] = PartitionState(replicas=list(r), leader=r[0], isr=list(r))
-        self._save()
+        try:
+            self._save()
+        except OSError:
+            topic.partitions = before
+            raise
         return topic
 
     def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
-        self._topics[name].configs = dict(configs)
-        self._save()
+        topic = self._topics[name]
+        before = topic.configs
+        topic.configs = dict(configs)
+        try:
+            self._save()
+        except OSError:
+            topic.configs = before
+            raise
 
     def broker_configs(self) -> Mapping[str, str]:
         return self._broker_configs
 
     def set_broker_configs(self, configs: Mapping[str, str]) -> None:
+        before = self._broker_configs
         self._broker_configs = dict(configs)
-        self._save()
+        try:
+            self._save()
+        except OSError:
+            self._broker_configs = before
+            raise
 
     def set_partition_state(self, name: str, partition: int, state: PartitionState) -> None:
         self._topics[name].partitions[partition] = state
@@ -258,5 +288,9 @@ class LocalMetadataStore:
     def allocate_producer_ids(self, count: int) -> int:
         first = self._next_producer_id
         self._next_producer_id += count
-        self._save()
+        try:
+            self._save()
+        except OSError:
+            self._next_producer_id = first
+            raise
         return first

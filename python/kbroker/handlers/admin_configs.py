@@ -355,7 +355,10 @@ def _set_broker(broker: Broker, configs: Mapping[str, str], validate_only: bool)
         return
     config = broker.config
     before = dict(broker.metadata.broker_configs())
-    broker.metadata.set_broker_configs(normalized)
+    try:
+        broker.metadata.set_broker_configs(normalized)
+    except OSError as exc:
+        raise ResourceError("KAFKA_STORAGE_ERROR", f"cannot record the broker configs: {exc}") from None
     for name in before.keys() - normalized.keys():
         config.set(name, None)
     for name, text in normalized.items():

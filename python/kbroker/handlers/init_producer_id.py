@@ -31,7 +31,14 @@ def handle_init_producer_id(broker: Broker, header: RequestHeader, request: Any)
     # An idempotent producer recovering from an error (v3+) bumps its epoch.
     if header.api_version >= 3 and request.producer_id >= 0 and 0 <= request.producer_epoch < MAX_EPOCH - 1:
         return _response(ErrorCode.NONE, request.producer_id, request.producer_epoch + 1)
-    return _response(ErrorCode.NONE, broker.producer_ids.next_id(), 0)
+    try:
+        producer_id = broker.producer_ids.next_id()
+    except OSError as exc:
+        # The next block of ids could not be recorded: retriable for the client.
+        broker.logs.errors.failed("allocating", "producer ids", exc)
+        return _response(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    broker.logs.errors.succeeded("allocating", "producer ids")
+    return _response(ErrorCode.NONE, producer_id, 0)
 
 
 HANDLERS = {ApiKey.INIT_PRODUCER_ID: handle_init_producer_id}

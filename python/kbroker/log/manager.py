@@ -15,7 +15,8 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +40,51 @@ class DataDirLocked(RuntimeError):
     """Another process holds the data directory."""
 
 
+class StorageErrors:
+    """Logs storage failures without flooding the log.
+
+    Failures are keyed by what failed (``"append to", tp``). A key gets at
+    most one ERROR line per ``interval_s``: the first failure of an episode
+    says it failed, a long episode says every interval that it still fails,
+    and the first success after a reported episode says (INFO) that it works
+    again. A full disk hit by every produce request, or a nearly full one
+    where appends fail and succeed by turns, thus costs a handful of lines.
+    """
+
+    def __init__(self, interval_s: float = 60.0) -> None:
+        self._interval_s = interval_s
+        # (what, subject) of each failure episode -> [failures, was it reported]
+        self._failing: dict[tuple[str, Hashable], list[int]] = {}
+        # (what, subject) -> monotonic time of its last ERROR line
+        self._last_reported: dict[tuple[str, Hashable], float] = {}
+        self._lock = threading.Lock()
+
+    def failed(self, what: str, subject: Hashable, exc: BaseException) -> None:
+        key = (what, subject)
+        now = time.monotonic()
+        with self._lock:
+            episode = self._failing.setdefault(key, [0, 0])
+            episode[0] += 1
+            last = self._last_reported.get(key)
+            if last is not None and now - last < self._interval_s:
+                return
+            self._last_reported[key] = now
+            failures, reported = episode
+            episode[1] = 1
+        if reported:
+            log.error("%s %s still failing (%d failures): %s", what, subject, failures, exc)
+        else:
+            log.error("%s %s failed: %s", what, subject, exc)
+
+    def succeeded(self, what: str, subject: Hashable) -> None:
+        if not self._failing:
+            return
+        with self._lock:
+            episode = self._failing.pop((what, subject), None)
+        if episode is not None and episode[1]:
+            log.info("%s %s works again (after %d failures)", what, subject, episode[0])
+
+
 class LogManager:
     def __init__(self, data_dir: Path, config_for: ConfigFor, recovery_threads: int = 2) -> None:
         """``config_for(topic)`` gives the storage config a topic's logs use."""
@@ -48,6 +94,7 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._lock = threading.Lock()
         self._lock_fd: int | None = None
+        self.errors = StorageErrors()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -101,13 +148,45 @@ class LogManager:
         return self._logs.get(tp)
 
     def get_or_create(self, tp: TopicPartition) -> Log:
+        """The log of ``tp``, created if new; a failed creation leaves no directory behind."""
         with self._lock:
             existing = self._logs.get(tp)
             if existing is not None:
                 return existing
-            created = Log.open(self.data_dir, tp, self._config_for(tp.topic))
+            path = self.data_dir / tp.dirname
+            new = not path.exists()
+            try:
+                created = Log.open(self.data_dir, tp, self._config_for(tp.topic))
+            except BaseException:
+                if new:
+                    shutil.rmtree(path, ignore_errors=True)
+                raise
             self._logs[tp] = created
             return created
+
+    def create_all(self, tps: Iterable[TopicPartition]) -> None:
+        """Creates the logs of ``tps``: all of them or, when any fails, none.
+
+        On an error (a full disk: OSError) the logs this call created are
+        deleted again and the error is raised.
+        """
+        created: list[TopicPartition] = []
+        try:
+            for tp in tps:
+                if self.get(tp) is None:
+                    self.get_or_create(tp)
+                    created.append(tp)
+        except BaseException:
+            self.delete_all(created)
+            raise
+
+    def delete_all(self, tps: Iterable[TopicPartition]) -> None:
+        """Deletes the logs of ``tps``, logging (not raising) what could not be removed."""
+        for tp in tps:
+            try:
+                self.delete(tp)
+            except OSError as exc:
+                log.error("could not delete the log of %s: %s", tp, exc)
 
     def delete(self, tp: TopicPartition) -> None:
         """Removes a partition's log and its files."""
@@ -115,7 +194,11 @@ class LogManager:
             victim = self._logs.pop(tp, None)
         if victim is None:
             return
-        victim.close()
+        try:
+            victim.close()
+        except OSError as exc:
+            # Its files go anyway; closing only saves state for a next open.
+            log.warning("closing %s before deleting it failed: %s", tp, exc)
         doomed = victim.dir.with_name(victim.dir.name + DELETED_SUFFIX)
         os.replace(victim.dir, doomed)
         shutil.rmtree(doomed, ignore_errors=True)
@@ -150,7 +233,9 @@ class LogManager:
                 log_.maybe_flush()
                 log_.maybe_roll()
             except OSError as exc:
-                log.error("flush/roll of %s failed: %s", log_.tp, exc)
+                self.errors.failed("flush/roll of", log_.tp, exc)
+            else:
+                self.errors.succeeded("flush/roll of", log_.tp)
 
     def apply_retention(self) -> int:
         """One retention pass; returns the number of segments deleted."""
@@ -159,7 +244,9 @@ class LogManager:
             try:
                 deleted += log_.apply_retention()
             except OSError as exc:
-                log.error("retention of %s failed: %s", log_.tp, exc)
+                self.errors.failed("retention of", log_.tp, exc)
+            else:
+                self.errors.succeeded("retention of", log_.tp)
         return deleted
 
     async def run_background(
