@@ -25,8 +25,12 @@ from confluent_kafka import Consumer, TopicPartition
 
 from kbroker._kbroker import build_batch, decode_records
 from kbroker.protocol import ApiKey, ErrorCode
-from kbroker.protocol.messages.admin import CreateTopicsRequest
-from kbroker.protocol.messages.core import FetchRequest
+from kbroker.protocol.messages.admin import (
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+)
+from kbroker.protocol.messages.core import FetchRequest, InitProducerIdRequest
 from kbroker.protocol.messages.group import OffsetCommitRequest
 from tests.broker.conftest import BrokerProcess
 from tests.broker.test_groups_wire import find, join
@@ -296,12 +300,21 @@ def test_group_coordinator_heals_once_space_is_back(small_disk: Path, broker_fac
         assert again.committed([TopicPartition("events", 0)], timeout=20)[0].offset == 10
 
 
-def test_topic_creation_on_a_full_disk_leaves_nothing_and_works_later(
+def init_producer_id(w: Wire) -> int:
+    req = InitProducerIdRequest(
+        transactional_id=None, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1
+    )
+    return int(w.request(ApiKey.INIT_PRODUCER_ID, 4, req).error_code)
+
+
+def test_metadata_changes_on_a_full_disk_leave_nothing_and_work_later(
     small_disk: Path, broker_factory: Any
 ) -> None:
     data = small_disk  # the broker log goes beside it, off the small disk
     broker: BrokerProcess = broker_factory(*SETTINGS, data_dir=data)
     with contextlib.closing(Wire(broker.bootstrap)) as w:
+        assert create_topic(w, "kept", 2) == ErrorCode.NONE
+        assert produce(w, "kept", [b"k"]) == (ErrorCode.NONE, 0)
         filler = fill(small_disk)
         for _ in range(5):
             assert create_topic(w, "later", 4) == ErrorCode.KAFKA_STORAGE_ERROR
@@ -311,15 +324,36 @@ def test_topic_creation_on_a_full_disk_leaves_nothing_and_works_later(
         (entry,) = metadata(w, ["auto"]).topics
         assert entry.error_code == ErrorCode.KAFKA_STORAGE_ERROR
         assert not list(data.glob("auto-*"))
+        # Growing or deleting a topic fails whole: the topic stays as it was.
+        grow = CreatePartitionsRequest(
+            topics=[CreatePartitionsRequest.Topic(name="kept", count=5, assignments=None)],
+            timeout_ms=5000,
+            validate_only=False,
+        )
+        grown = w.request(ApiKey.CREATE_PARTITIONS, 3, grow).results[0]
+        assert grown.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        assert sorted(p.name for p in data.glob("kept-*")) == ["kept-0", "kept-1"]
+        delete = DeleteTopicsRequest(topic_names=["kept"], timeout_ms=5000)
+        deleted = w.request(ApiKey.DELETE_TOPICS, 4, delete).responses[0]
+        assert deleted.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        (kept,) = metadata(w, ["kept"]).topics
+        assert kept.error_code == ErrorCode.NONE and len(kept.partitions) == 2
+        assert fetch_all(w, "kept") == [(0, b"k")]
+        # Idempotent producers cannot get an id (its block is recorded first): retriable.
+        assert init_producer_id(w) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+
         filler.unlink()
         assert create_topic(w, "later", 4) == ErrorCode.NONE
         assert produce(w, "later", [b"x"]) == (ErrorCode.NONE, 0)
+        assert w.request(ApiKey.CREATE_PARTITIONS, 3, grow).results[0].error_code == 0
+        assert init_producer_id(w) == ErrorCode.NONE
     assert broker.stop() == 0
     assert_no_traceback(broker)
     broker.start()
     with contextlib.closing(Wire(broker.bootstrap)) as w:
         assert fetch_all(w, "later") == [(0, b"x")]
-        assert "auto" not in {t.name for t in metadata(w, None).topics}
+        topics = {t.name: len(t.partitions) for t in metadata(w, None).topics}
+        assert topics == {"kept": 5, "later": 4}
 
 
 def test_failed_appends_leave_exactly_the_acknowledged_records(
