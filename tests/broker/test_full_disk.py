@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kbroker._kbroker import build_batch, decode_records
 from kbroker.protocol import ApiKey, ErrorCode
@@ -264,13 +264,13 @@ def test_group_coordinator_heals_once_space_is_back(small_disk: Path, broker_fac
         filler.unlink()
         got: list[bytes] = []
 
-        def consumed_all() -> bool:
+        def consumed(count: int) -> bool:
             msg = consumer.poll(0.5)  # type: ignore[union-attr]
             if msg is not None and msg.error() is None:
                 got.append(msg.value())
-            return len(got) >= 10
+            return len(got) >= count
 
-        wait_for(consumed_all, 60, "the group to form and consume after space came back")
+        wait_for(lambda: consumed(10), 60, "the group to form and consume after space came back")
         assert got == [b"e%d" % i for i in range(10)]
         committed = consumer.commit(asynchronous=False)
         assert committed is not None and all(tp.error is None for tp in committed)
@@ -284,6 +284,33 @@ def test_group_coordinator_heals_once_space_is_back(small_disk: Path, broker_fac
             assert commit_wide(w, "standalone", 2) == {ErrorCode.NOT_COORDINATOR}
         filler.unlink()
         assert commit_wide(w, "standalone", 3) == {ErrorCode.NONE}
+
+        # A real producer: its writes fail while the disk is full (and the group
+        # keeps consuming); once space is back they go through, and the consumer
+        # gets exactly those.
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "message.timeout.ms": 3000})
+        reports: list[tuple[bytes, Any]] = []
+        filler = fill(small_disk)
+        for i in range(5):
+            producer.produce(
+                "events",
+                b"full-%d-" % i + b"f" * 8192,
+                on_delivery=lambda e, m: reports.append((m.value(), e)),
+            )
+        assert producer.flush(20) == 0
+        assert len(reports) == 5 and all(e is not None for _, e in reports), reports
+        assert not consumed(11)
+        filler.unlink()
+        reports.clear()
+        sent = [b"back-%d-" % i + b"b" * 8192 for i in range(5)]
+        for value in sent:
+            producer.produce(
+                "events", value, on_delivery=lambda e, m: reports.append((m.value(), e))
+            )
+        assert producer.flush(20) == 0
+        assert [e for _, e in reports] == [None] * 5, reports
+        wait_for(lambda: consumed(15), 30, "the records written once space was back")
+        assert got[10:] == sent
     finally:
         if consumer is not None:
             consumer.close()
