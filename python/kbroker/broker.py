@@ -219,7 +219,7 @@ class Broker:
             topic = self._with_new_logs(
                 name, assignment, lambda: self.metadata.create_topic(name, assignment, stored, internal=internal)
             )
-        except TopicError:
+        except BaseException:
             del self._topic_configs[name]
             raise
         self._open_partitions(topic)

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,10 +52,15 @@ class StorageErrors:
     where appends fail and succeed by turns, thus costs a handful of lines.
     """
 
+    @dataclass(slots=True)
+    class _Episode:
+        failures: int = 0
+        reported: bool = False
+
     def __init__(self, interval_s: float = 60.0) -> None:
         self._interval_s = interval_s
-        # (what, subject) of each failure episode -> [failures, was it reported]
-        self._failing: dict[tuple[str, Hashable], list[int]] = {}
+        # (what, subject) -> its failure episode, while it lasts
+        self._failing: dict[tuple[str, Hashable], StorageErrors._Episode] = {}
         # (what, subject) -> monotonic time of its last ERROR line
         self._last_reported: dict[tuple[str, Hashable], float] = {}
         self._lock = threading.Lock()
@@ -63,14 +69,14 @@ class StorageErrors:
         key = (what, subject)
         now = time.monotonic()
         with self._lock:
-            episode = self._failing.setdefault(key, [0, 0])
-            episode[0] += 1
+            episode = self._failing.setdefault(key, StorageErrors._Episode())
+            episode.failures += 1
             last = self._last_reported.get(key)
             if last is not None and now - last < self._interval_s:
                 return
             self._last_reported[key] = now
-            failures, reported = episode
-            episode[1] = 1
+            failures, reported = episode.failures, episode.reported
+            episode.reported = True
         if reported:
             log.error("%s %s still failing (%d failures): %s", what, subject, failures, exc)
         else:
@@ -81,8 +87,8 @@ class StorageErrors:
             return
         with self._lock:
             episode = self._failing.pop((what, subject), None)
-        if episode is not None and episode[1]:
-            log.info("%s %s works again (after %d failures)", what, subject, episode[0])
+        if episode is not None and episode.reported:
+            log.info("%s %s works again (after %d failures)", what, subject, episode.failures)
 
 
 class LogManager:
