@@ -42,19 +42,20 @@ SETTINGS = (
     "offsets.topic.num.partitions=3",
     "group.initial.rebalance.delay.ms=0",
 )
+DISK_BYTES = 16 << 20
 # Lines a storage failure may log while it lasts (rate limited, not one per request).
 MAX_ERROR_LINES = 6
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 16 MiB tmpfs, unmounted at teardown whatever happened."""
+    """A DISK_BYTES tmpfs, unmounted at teardown whatever happened."""
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("needs root to mount a tmpfs")
     mount_point = tmp_path / "disk"
     mount_point.mkdir()
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount_point)],
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(mount_point)],
         capture_output=True,
         text=True,
         timeout=30,
@@ -74,12 +75,14 @@ def fill(disk: Path, leave: int = 0) -> Path:
     try:
         for size in (1 << 20, 4096):
             chunk = b"\xff" * size
-            while True:
+            for _ in range(DISK_BYTES // size + 1):
                 try:
                     os.write(fd, chunk)
                 except OSError as exc:
                     assert exc.errno == errno.ENOSPC, exc
                     break
+            else:
+                raise AssertionError(f"{disk} did not fill up")
         if leave:
             os.ftruncate(fd, max(0, os.fstat(fd).st_size - leave))
     finally:
