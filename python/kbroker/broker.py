@@ -88,9 +88,7 @@ class Broker:
             self._topic_configs[topic.name] = parse_topic_configs(topic.configs)
         self.logs = LogManager(self.data_dir, self.log_config_for)
         self.logs.open()
-        known = {
-            TopicPartition(t.name, p) for t in store.topics().values() for p in t.partitions
-        }
+        known = {TopicPartition(t.name, p) for t in store.topics().values() for p in t.partitions}
         for tp in [tp for tp in self.logs.partitions() if tp not in known]:
             log.warning("deleting log %s of a topic that no longer exists", tp)
             self.logs.delete(tp)
@@ -129,7 +127,11 @@ class Broker:
         )
         log.info(
             "kbroker %d serving on %s:%d (cluster %s, %d partitions)",
-            self.broker_id, host, port, self.metadata.cluster_id, len(self.partitions),
+            self.broker_id,
+            host,
+            port,
+            self.metadata.cluster_id,
+            len(self.partitions),
         )
 
     async def stop(self) -> None:
@@ -173,7 +175,11 @@ class Broker:
         return self._topic_configs.get(topic, {})
 
     def check_new_topic(
-        self, name: str, num_partitions: int, replication_factor: int, configs: Mapping[str, str | None]
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str | None],
     ) -> tuple[int, int, dict[str, Value]]:
         """Validates a CreateTopics entry; returns (partitions, replication factor, configs)."""
         if not TOPIC_NAME.match(name) or name in (".", ".."):
@@ -189,7 +195,9 @@ class Broker:
         if num_partitions > 100_000:
             raise TopicError("INVALID_PARTITIONS", "at most 100000 partitions per topic")
         if replication_factor <= 0:
-            raise TopicError("INVALID_REPLICATION_FACTOR", "the replication factor must be at least 1")
+            raise TopicError(
+                "INVALID_REPLICATION_FACTOR", "the replication factor must be at least 1"
+            )
         if replication_factor > 1:
             raise TopicError(
                 "INVALID_REPLICATION_FACTOR",
@@ -217,7 +225,9 @@ class Broker:
         self._topic_configs[name] = parsed
         try:
             topic = self._with_new_logs(
-                name, assignment, lambda: self.metadata.create_topic(name, assignment, stored, internal=internal)
+                name,
+                assignment,
+                lambda: self.metadata.create_topic(name, assignment, stored, internal=internal),
             )
         except BaseException:
             del self._topic_configs[name]
@@ -235,7 +245,11 @@ class Broker:
         the new logs are deleted again (no metadata without logs, no partial
         directories), and a storage error becomes KAFKA_STORAGE_ERROR.
         """
-        tps = [TopicPartition(name, p) for p, replicas in assignment.items() if self.broker_id in replicas]
+        tps = [
+            TopicPartition(name, p)
+            for p, replicas in assignment.items()
+            if self.broker_id in replicas
+        ]
         try:
             self.logs.create_all(tps)
             try:
@@ -247,7 +261,9 @@ class Broker:
             raise TopicError(exc.error, str(exc)) from None
         except OSError as exc:
             self.logs.errors.failed("creating partitions of", name, exc)
-            raise TopicError("KAFKA_STORAGE_ERROR", f"cannot create the partitions of {name!r}: {exc}") from None
+            raise TopicError(
+                "KAFKA_STORAGE_ERROR", f"cannot create the partitions of {name!r}: {exc}"
+            ) from None
         self.logs.errors.succeeded("creating partitions of", name)
         return topic
 
@@ -260,7 +276,9 @@ class Broker:
         try:
             self.metadata.delete_topic(name)
         except OSError as exc:
-            raise TopicError("KAFKA_STORAGE_ERROR", f"cannot record the deletion of {name!r}: {exc}") from None
+            raise TopicError(
+                "KAFKA_STORAGE_ERROR", f"cannot record the deletion of {name!r}: {exc}"
+            ) from None
         self._topic_configs.pop(name, None)
         for p in topic.partitions:
             tp = TopicPartition(name, p)
@@ -287,7 +305,9 @@ class Broker:
             return
         rf = len(next(iter(topic.partitions.values())).replicas)
         added = {p: [self.broker_id] * rf for p in range(current, total)}
-        updated = self._with_new_logs(name, added, lambda: self.metadata.add_partitions(name, added))
+        updated = self._with_new_logs(
+            name, added, lambda: self.metadata.add_partitions(name, added)
+        )
         self._open_partitions(updated)
         self.coordinator.on_partitions_added(name)
 
@@ -304,7 +324,9 @@ class Broker:
         try:
             self.metadata.set_topic_configs(name, configs)
         except OSError as exc:
-            raise TopicError("KAFKA_STORAGE_ERROR", f"cannot record the configs of {name!r}: {exc}") from None
+            raise TopicError(
+                "KAFKA_STORAGE_ERROR", f"cannot record the configs of {name!r}: {exc}"
+            ) from None
         self._topic_configs[name] = parsed
         self.logs.update_config(name)
 

@@ -113,7 +113,9 @@ def test_reading_pauses_while_pending_requests_exceed_the_bound() -> None:
 def test_oversized_and_negative_frames_close_the_connection() -> None:
     for bad in (struct.pack(">i", 2_000_000), struct.pack(">i", -1)):
         calls: list[bytes] = []
-        conn, transport = connect(lambda d, c, calls=calls: calls.append(bytes(d)), max_request_bytes=1_000_000)
+        conn, transport = connect(
+            lambda d, c, calls=calls: calls.append(bytes(d)), max_request_bytes=1_000_000
+        )
         conn.data_received(bad)
         assert transport.closed and calls == []
 

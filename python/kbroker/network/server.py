@@ -169,7 +169,9 @@ class KafkaConnection(asyncio.Protocol):
         while end - pos >= 4:
             (size,) = _SIZE.unpack_from(source, pos)
             if size < 0 or size > limit:
-                log.warning("closing %s: request frame of %d bytes (limit %d)", self.ctx.peer, size, limit)
+                log.warning(
+                    "closing %s: request frame of %d bytes (limit %d)", self.ctx.peer, size, limit
+                )
                 self.close()
                 return
             if end - pos - 4 < size:
@@ -443,9 +445,7 @@ class Server:
             if conn.transport is not None:
                 conn.transport.pause_reading()
         if conns:
-            await asyncio.wait(
-                [asyncio.ensure_future(c.drain()) for c in conns], timeout=grace_s
-            )
+            await asyncio.wait([asyncio.ensure_future(c.drain()) for c in conns], timeout=grace_s)
         for conn in conns:
             conn.close()
         if self._server is not None:
