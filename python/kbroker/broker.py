@@ -386,16 +386,26 @@ class Broker:
         tps = [TopicPartition(name, p) for p in range(partitions)]
         self._topic_configs[name] = parsed  # the logs open with the topic's settings
         try:
-            logs = [self._open_log(tp, topic_id) for tp in tps]
-        except OSError as exc:
+            logs = self._create_logs(name, topic_id, tps)
+        except TopicError:
             self._topic_configs.pop(name, None)
-            self._discard_logs(tps)
-            raise TopicError(
-                "KAFKA_STORAGE_ERROR", f"cannot create the logs of {name!r}: {exc}"
-            ) from None
+            raise
         return self._register_topic(
             NewTopic(name, partitions, rf, configs or {}, parsed, internal), topic_id, logs
         )
+
+    def _create_logs(self, name: str, topic_id: uuid.UUID, tps: list[TopicPartition]) -> list[Log]:
+        """Creates the logs of new partitions of ``name`` (any thread): all or none."""
+        try:
+            logs = [self._open_log(tp, topic_id) for tp in tps]
+        except OSError as exc:
+            self.logs.delete_all(tps)
+            self.logs.errors.failed("creating partitions of", name, exc)
+            raise TopicError(
+                "KAFKA_STORAGE_ERROR", f"cannot create the partitions of {name!r}: {exc}"
+            ) from None
+        self.logs.errors.succeeded("creating partitions of", name)
+        return logs
 
     def _register_topic(self, new: NewTopic, topic_id: uuid.UUID, logs: list[Log]) -> TopicMetadata:
         assignment = {
@@ -416,14 +426,6 @@ class Broker:
             )
         log.info("created topic %s with %d partitions", new.name, new.num_partitions)
         return topic
-
-    def _discard_logs(self, tps: list[TopicPartition]) -> None:
-        """Removes the directories of partitions whose creation failed (any thread)."""
-        for tp in tps:
-            try:
-                self.logs.discard(tp)
-            except OSError as exc:
-                log.error("cannot remove the partly created log %s: %s", tp, exc)
 
     async def create_topics(self, new: list[NewTopic]) -> dict[str, TopicMetadata | TopicError]:
         """Creates validated topics together: logs opened in a thread, one metadata write.
@@ -471,18 +473,31 @@ class Broker:
                     self._reserved_partitions -= t.num_partitions
                     if t.name not in self.metadata.topics():
                         self._topic_configs.pop(t.name, None)
-        if any(isinstance(r, TopicMetadata) for r in results.values()):
+        created = [r for r in results.values() if isinstance(r, TopicMetadata)]
+        if created:
             try:
                 await self.metadata.durable()
             except OSError as exc:
-                for name, r in results.items():
-                    if isinstance(r, TopicMetadata):
-                        results[name] = TopicError(
-                            "KAFKA_STORAGE_ERROR",
-                            f"topic {name!r} was created but its metadata is not yet on disk ({exc}); "
-                            "the write is retried",
-                        )
+                # Not recorded: undone whole, as if never asked for.
+                for topic in created:
+                    self._unregister_topic(topic)
+                    self.metadata.restore_topic(topic.name, None)
+                    results[topic.name] = TopicError(
+                        "KAFKA_STORAGE_ERROR", f"cannot record topic {topic.name!r}: {exc}"
+                    )
+                tps = [TopicPartition(t.name, p) for t in created for p in t.partitions]
+                await asyncio.to_thread(self.logs.delete_all, tps)
         return results
+
+    def _unregister_topic(self, topic: TopicMetadata) -> None:
+        """Stops serving ``topic`` (its logs stay until deleted)."""
+        self._collisions.pop(collision_key(topic.name), None)
+        self._topic_configs.pop(topic.name, None)
+        self._effective.pop(topic.name, None)
+        for p in topic.partitions:
+            partition = self.partitions.pop(TopicPartition(topic.name, p), None)
+            if partition is not None:
+                partition.close()
 
     def _open_topic_logs(
         self, new: list[NewTopic], ids: Mapping[str, uuid.UUID]
@@ -492,12 +507,9 @@ class Broker:
         for t in new:
             tps = [TopicPartition(t.name, p) for p in range(t.num_partitions)]
             try:
-                opened[t.name] = [self._open_log(tp, ids[t.name]) for tp in tps]
-            except OSError as exc:
-                self._discard_logs(tps)
-                opened[t.name] = TopicError(
-                    "KAFKA_STORAGE_ERROR", f"cannot create the logs of {t.name!r}: {exc}"
-                )
+                opened[t.name] = self._create_logs(t.name, ids[t.name], tps)
+            except TopicError as exc:
+                opened[t.name] = exc
         return opened
 
     def check_delete_topic(self, name: str) -> None:
@@ -521,29 +533,23 @@ class Broker:
             except TopicError as exc:
                 results[name] = exc
                 continue
-            topic = self.metadata.delete_topic(name)
-            self._collisions.pop(collision_key(name), None)
-            self._topic_configs.pop(name, None)
-            self._effective.pop(name, None)
-            for p in topic.partitions:
-                partition = self.partitions.pop(TopicPartition(name, p), None)
-                if partition is not None:
-                    partition.close()
-            self.coordinator.on_topic_deleted(name)
-            gone.append(topic)
+            gone.append(self.metadata.delete_topic(name))
             results[name] = None
         if not gone:
             return results
         try:
             await self.metadata.durable()
         except OSError as exc:
+            # Not recorded: the topics stay as they were.
             for topic in gone:
+                self.metadata.restore_topic(topic.name, topic)
                 results[topic.name] = TopicError(
-                    "KAFKA_STORAGE_ERROR",
-                    f"topic {topic.name!r} was deleted but the deletion is not yet on disk ({exc}); "
-                    "its files stay until it is",
+                    "KAFKA_STORAGE_ERROR", f"cannot record the deletion of {topic.name!r}: {exc}"
                 )
             return results
+        for topic in gone:
+            self._unregister_topic(topic)
+            self.coordinator.on_topic_deleted(topic.name)
         tps = [TopicPartition(t.name, p) for t in gone for p in t.partitions]
         await asyncio.to_thread(self._remove_logs, tps)
         for topic in gone:
@@ -587,34 +593,34 @@ class Broker:
         tps = [TopicPartition(name, p) for p in range(current, total)]
         self._reserved_partitions += len(tps)
         try:
-            logs = await asyncio.to_thread(
-                lambda: [self._open_log(tp, topic.topic_id) for tp in tps]
-            )
-        except OSError as exc:
-            await asyncio.to_thread(self._discard_logs, tps)
-            raise TopicError(
-                "KAFKA_STORAGE_ERROR", f"cannot create the new partitions of {name!r}: {exc}"
-            ) from None
+            logs = await asyncio.to_thread(self._create_logs, name, topic.topic_id, tps)
         finally:
             self._reserved_partitions -= len(tps)
         if self.metadata.topics().get(name) is not topic or len(topic.partitions) != current:
-            await asyncio.to_thread(self._discard_logs, tps)
+            await asyncio.to_thread(self.logs.delete_all, tps)
             raise TopicError(
                 "INVALID_PARTITIONS", f"topic {name!r} changed while partitions were added"
             )
+        previous = topic.copy()
         updated = self.metadata.add_partitions(
             name, {p: [self.broker_id] * rf for p in range(current, total)}
         )
         for tp, lg in zip(tps, logs, strict=True):
             self.partitions[tp] = Partition(lg, updated.partitions[tp.partition], self.broker_id)
-        self.coordinator.on_partitions_added(name)
         try:
             await self.metadata.durable()
         except OSError as exc:
+            # Not recorded: the topic stays as it was.
+            self.metadata.restore_topic(name, previous)
+            for tp in tps:
+                partition = self.partitions.pop(tp, None)
+                if partition is not None:
+                    partition.close()
+            await asyncio.to_thread(self.logs.delete_all, tps)
             raise TopicError(
-                "KAFKA_STORAGE_ERROR",
-                f"partitions were added but the change is not yet on disk ({exc}); the write is retried",
+                "KAFKA_STORAGE_ERROR", f"cannot record the new partitions of {name!r}: {exc}"
             ) from None
+        self.coordinator.on_partitions_added(name)
 
     def set_topic_configs(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
         """Replaces the overrides of ``name`` with ``configs`` (already merged by the caller).

@@ -88,6 +88,9 @@ class TopicMetadata:
             "internal": self.internal,
         }
 
+    def copy(self) -> TopicMetadata:
+        return TopicMetadata.from_json(self.name, self.to_json())
+
     @classmethod
     def from_json(cls, name: str, data: Mapping[str, Any]) -> TopicMetadata:
         configs = data.get("configs", {})
@@ -151,6 +154,11 @@ class MetadataStore(Protocol):
 
     def add_partitions(self, name: str, assignment: Mapping[int, list[int]]) -> TopicMetadata: ...
 
+    def restore_topic(self, name: str, previous: TopicMetadata | None) -> None:
+        """Undoes changes to ``name`` that could not be written: back to ``previous``
+        (a copy taken before them), or to no topic at all. Recorded as a change of its own."""
+        ...
+
     def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None: ...
 
     def broker_configs(self) -> Mapping[str, str]: ...
@@ -186,11 +194,15 @@ def _fsync_dir(path: Path) -> None:
 def write_atomically(path: Path, text: str) -> None:
     """Writes ``text`` to ``path`` so that a crash leaves the old or the new file, never a mix."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk keeps no half-written copy
+        raise
     _fsync_dir(path.parent)
 
 
@@ -199,7 +211,8 @@ def write_atomically(path: Path, text: str) -> None:
 # The snapshot is {"seq", "topics", "broker_configs", "next_producer_id",
 # "deleted_topics"}; a change-log line is {"seq": N, <one change>} with the
 # change one of {"put_topic": name, "topic": {...}}, {"delete_topic": name,
-# "topic_id": id}, {"forget_deleted": id}, {"broker_configs": {...}},
+# "topic_id": id}, {"drop_topic": name} (undoes a creation: no tombstone),
+# {"forget_deleted": id}, {"broker_configs": {...}},
 # {"next_producer_id": n}. Every change sets absolute values, so replaying a
 # line the snapshot already holds changes nothing.
 
@@ -221,6 +234,8 @@ class _Persisted:
         elif "delete_topic" in change:
             self.topics.pop(str(change["delete_topic"]), None)
             self.deleted_topics[str(change["topic_id"])] = str(change["delete_topic"])
+        elif "drop_topic" in change:
+            self.topics.pop(str(change["drop_topic"]), None)
         elif "forget_deleted" in change:
             self.deleted_topics.pop(str(change["forget_deleted"]), None)
         elif "broker_configs" in change:
@@ -644,6 +659,19 @@ class LocalMetadataStore:
             topic.partitions[p] = PartitionState(replicas=list(r), leader=r[0], isr=list(r))
         self._put(topic)
         return topic
+
+    def restore_topic(self, name: str, previous: TopicMetadata | None) -> None:
+        current = self._topics.pop(name, None)
+        if current is not None:
+            self._by_id.pop(current.topic_id, None)
+        if previous is None:
+            self._record({"drop_topic": name})
+            return
+        topic = previous.copy()
+        self._topics[name] = topic
+        self._by_id[topic.topic_id] = topic
+        self._put(topic)
+        self.forget_deleted(topic.topic_id)
 
     def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         topic = self._topics[name]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -80,6 +81,11 @@ _STORE_OFFSET_ERRORS = {
     E.RECORD_LIST_TOO_LARGE: E.INVALID_COMMIT_OFFSET_SIZE,
 }
 
+
+# Retries of a failed creation of __consumer_offsets: the first after the
+# minimum, each next one twice as late, up to the maximum.
+CREATE_BACKOFF_MIN_S = 0.1
+CREATE_BACKOFF_MAX_S = 5.0
 
 # Bytes a JoinGroup protocol entry costs beyond its name and metadata (two lengths).
 _PROTOCOL_OVERHEAD = 6
@@ -152,6 +158,9 @@ class GroupCoordinator:
         self._partitions: int | None = None
         self._loading: set[int] = set()
         self._active = False
+        # Backoff between attempts to create __consumer_offsets after one failed.
+        self._create_backoff_s = 0.0
+        self._create_retry_at = 0.0
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle --------------------------------------------------------------
@@ -195,20 +204,35 @@ class GroupCoordinator:
         return self.store.topic_configs() if name == OFFSETS_TOPIC else {}
 
     def ensure_offsets_topic(self) -> bool:
-        """Creates ``__consumer_offsets`` on first use; False when it cannot exist yet."""
+        """Creates ``__consumer_offsets`` on first use; False when it cannot exist yet.
+
+        A failed creation (a full disk) is retried by later requests, no
+        sooner than an exponential backoff allows: clients retrying in a
+        loop do not hammer the disk, and the coordinator heals by itself
+        once a creation succeeds.
+        """
         if self._partitions is not None:
             return True
         count = self.store.partition_count()
         if count is None:
             from kbroker.broker import TopicError
 
+            if time.monotonic() < self._create_retry_at:
+                return False
             try:
                 count = self.store.create()
             except TopicError as exc:
                 count = self.store.partition_count()
                 if count is None:
-                    log.error("cannot create %s: %s", "__consumer_offsets", exc)
+                    self._create_backoff_s = min(
+                        max(2 * self._create_backoff_s, CREATE_BACKOFF_MIN_S), CREATE_BACKOFF_MAX_S
+                    )
+                    self._create_retry_at = time.monotonic() + self._create_backoff_s
+                    if exc.error != "KAFKA_STORAGE_ERROR":  # the broker logs those itself
+                        self.broker.logs.errors.failed("creating", OFFSETS_TOPIC, exc)
                     return False
+            self.broker.logs.errors.succeeded("creating", OFFSETS_TOPIC)
+        self._create_backoff_s = 0.0
         self._partitions = count
         return True
 

@@ -93,9 +93,13 @@ class OffsetsStore:
         except PartitionError as exc:
             log.warning("append to %s-%d failed: %s", OFFSETS_TOPIC, index, exc)
             return ErrorCode[exc.error]
-        except (KBrokerError, OSError) as exc:
+        except OSError as exc:
+            self.broker.logs.errors.failed("append to", partition.tp, exc)
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        except KBrokerError as exc:
             log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, index, exc)
             return ErrorCode.KAFKA_STORAGE_ERROR
+        self.broker.logs.errors.succeeded("append to", partition.tp)
         return ErrorCode.NONE
 
     # -- reads ---------------------------------------------------------------------

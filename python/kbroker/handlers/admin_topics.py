@@ -340,6 +340,10 @@ def _delete_records(broker: Broker, topic: str, index: int, offset: int) -> tupl
         partition.delete_records_before(offset)
     except PartitionError as exc:
         return -1, _code(exc.error)
+    except OSError as exc:
+        broker.logs.errors.failed("deleting records of", partition.tp, exc)
+        return -1, ErrorCode.KAFKA_STORAGE_ERROR
+    broker.logs.errors.succeeded("deleting records of", partition.tp)
     return partition.log.log_start_offset, ErrorCode.NONE
 
 

@@ -39,6 +39,7 @@ class _Reader:
     def __init__(self, broker: Broker, header: RequestHeader, request: Any) -> None:
         self.version = header.api_version
         self.request = request
+        self.errors = broker.logs.errors
         self.max_bytes = request.max_bytes if self.version >= 3 else 0x7FFFFFFF
         self.committed = self.version >= 4 and request.isolation_level == READ_COMMITTED
         # (topic response, [(partition request, Partition | None, error)])
@@ -102,6 +103,10 @@ class _Reader:
                     errors = True
                 except PartitionError as exc:
                     code = ErrorCode[exc.error]
+                    errors = True
+                except OSError as exc:
+                    self.errors.failed("reading", partition.tp, exc)
+                    code = ErrorCode.KAFKA_STORAGE_ERROR
                     errors = True
                 parts.append(
                     PartitionResponse(

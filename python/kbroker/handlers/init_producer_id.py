@@ -45,8 +45,10 @@ async def _new_producer(broker: Broker) -> Any:
     try:
         producer_id = await broker.producer_ids.next_id()
     except OSError as exc:
-        log.error("cannot reserve producer ids: %s", exc)
-        return _response(ErrorCode.KAFKA_STORAGE_ERROR)
+        # The next block of ids could not be recorded: retriable for the client.
+        broker.logs.errors.failed("allocating", "producer ids", exc)
+        return _response(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    broker.logs.errors.succeeded("allocating", "producer ids")
     return _response(ErrorCode.NONE, producer_id, 0)
 
 

@@ -69,6 +69,9 @@ def handle_list_offsets(broker: Broker, header: RequestHeader, request: Any) -> 
                     epoch = partition.leader_epoch
                 except PartitionError as exc:
                     code = ErrorCode[exc.error]
+                except OSError as exc:
+                    broker.logs.errors.failed("reading", partition.tp, exc)
+                    code = ErrorCode.KAFKA_STORAGE_ERROR
             results.append(
                 PartitionResponse(
                     partition_index=p.partition_index,

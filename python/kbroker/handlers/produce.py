@@ -8,7 +8,6 @@ partition's data is appended. acks=0 gets no response at all.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from kbroker._kbroker import (
@@ -25,8 +24,6 @@ from kbroker.replication.partition import PartitionError
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
-
-log = logging.getLogger(__name__)
 
 TopicResponse = ProduceResponse.Topic
 PartitionResponse = ProduceResponse.Topic.Partition
@@ -109,13 +106,17 @@ def _produce_partition(
         )
     except PartitionError as exc:
         return _error(index, ErrorCode[exc.error], str(exc))
+    except RecordTooLargeError as exc:
+        # Larger than the topic's segment.bytes (max.message.bytes was checked above).
+        return _error(index, ErrorCode.RECORD_LIST_TOO_LARGE, str(exc))
     except (CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError) as exc:
         return _error(index, ErrorCode.CORRUPT_MESSAGE, str(exc))
     except OSError as exc:
-        log.error("append to %s-%d failed: %s", topic, index, exc)
+        broker.logs.errors.failed("append to", partition.tp, exc)
         return _error(
-            index, ErrorCode.KAFKA_STORAGE_ERROR, "the broker could not write to its disk"
+            index, ErrorCode.KAFKA_STORAGE_ERROR, f"the broker could not write to its disk: {exc}"
         )
+    broker.logs.errors.succeeded("append to", partition.tp)
     return PartitionResponse(
         index=index,
         error_code=ErrorCode.NONE,

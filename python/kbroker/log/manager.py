@@ -15,9 +15,11 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +42,56 @@ class DataDirLocked(RuntimeError):
     """Another process holds the data directory."""
 
 
+class StorageErrors:
+    """Logs storage failures without flooding the log.
+
+    Failures are keyed by what failed (``"append to", tp``). A key gets at
+    most one ERROR line per ``interval_s``: the first failure of an episode
+    says it failed, a long episode says every interval that it still fails,
+    and the first success after a reported episode says (INFO) that it works
+    again. A full disk hit by every produce request, or a nearly full one
+    where appends fail and succeed by turns, thus costs a handful of lines.
+    """
+
+    @dataclass(slots=True)
+    class _Episode:
+        failures: int = 0
+        reported: bool = False
+
+    def __init__(self, interval_s: float = 60.0) -> None:
+        self._interval_s = interval_s
+        # (what, subject) -> its failure episode, while it lasts
+        self._failing: dict[tuple[str, Hashable], StorageErrors._Episode] = {}
+        # (what, subject) -> monotonic time of its last ERROR line
+        self._last_reported: dict[tuple[str, Hashable], float] = {}
+        self._lock = threading.Lock()
+
+    def failed(self, what: str, subject: Hashable, exc: BaseException) -> None:
+        key = (what, subject)
+        now = time.monotonic()
+        with self._lock:
+            episode = self._failing.setdefault(key, StorageErrors._Episode())
+            episode.failures += 1
+            last = self._last_reported.get(key)
+            if last is not None and now - last < self._interval_s:
+                return
+            self._last_reported[key] = now
+            failures, reported = episode.failures, episode.reported
+            episode.reported = True
+        if reported:
+            log.error("%s %s still failing (%d failures): %s", what, subject, failures, exc)
+        else:
+            log.error("%s %s failed: %s", what, subject, exc)
+
+    def succeeded(self, what: str, subject: Hashable) -> None:
+        if not self._failing:
+            return
+        with self._lock:
+            episode = self._failing.pop((what, subject), None)
+        if episode is not None and episode.reported:
+            log.info("%s %s works again (after %d failures)", what, subject, episode.failures)
+
+
 class LogManager:
     def __init__(self, data_dir: Path, config_for: ConfigFor, recovery_threads: int = 2) -> None:
         """``config_for(topic)`` gives the storage config a topic's logs use."""
@@ -49,6 +101,7 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._lock = threading.Lock()
         self._lock_fd: int | None = None
+        self.errors = StorageErrors()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -102,13 +155,29 @@ class LogManager:
         return self._logs.get(tp)
 
     def get_or_create(self, tp: TopicPartition) -> Log:
+        """The log of ``tp``, created if new; a failed creation leaves no directory behind."""
         with self._lock:
             existing = self._logs.get(tp)
             if existing is not None:
                 return existing
-            created = Log.open(self.data_dir, tp, self._config_for(tp.topic))
+            path = self.data_dir / tp.dirname
+            new = not path.exists()
+            try:
+                created = Log.open(self.data_dir, tp, self._config_for(tp.topic))
+            except BaseException:
+                if new:
+                    shutil.rmtree(path, ignore_errors=True)
+                raise
             self._logs[tp] = created
             return created
+
+    def delete_all(self, tps: Iterable[TopicPartition]) -> None:
+        """Deletes the logs of ``tps``, logging (not raising) what could not be removed."""
+        for tp in tps:
+            try:
+                self.delete(tp)
+            except OSError as exc:
+                log.error("could not delete the log of %s: %s", tp, exc)
 
     def delete(self, tp: TopicPartition) -> None:
         """Removes a partition's log and its files."""
@@ -116,19 +185,15 @@ class LogManager:
             victim = self._logs.pop(tp, None)
         if victim is None:
             return
-        victim.close()
+        try:
+            victim.close()
+        except OSError as exc:
+            # Its files go anyway; closing only saves state for a next open.
+            log.warning("closing %s before deleting it failed: %s", tp, exc)
+        # A unique name: a topic made again and deleted again never collides.
         doomed = victim.dir.with_name(f"{victim.dir.name}.{uuid.uuid4().hex}{DELETED_SUFFIX}")
         os.replace(victim.dir, doomed)
         shutil.rmtree(doomed, ignore_errors=True)
-
-    def discard(self, tp: TopicPartition) -> None:
-        """Removes whatever a failed creation of ``tp`` left: its log, if open, and its directory."""
-        self.delete(tp)
-        partial = self.data_dir / tp.dirname
-        if partial.exists():
-            doomed = partial.with_name(f"{partial.name}.{uuid.uuid4().hex}{DELETED_SUFFIX}")
-            os.replace(partial, doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
 
     def update_config(self, topic: str) -> None:
         """Re-reads the storage config of every partition of ``topic``."""
@@ -160,7 +225,9 @@ class LogManager:
                 log_.maybe_flush()
                 log_.maybe_roll()
             except OSError as exc:
-                log.error("flush/roll of %s failed: %s", log_.tp, exc)
+                self.errors.failed("flush/roll of", log_.tp, exc)
+            else:
+                self.errors.succeeded("flush/roll of", log_.tp)
 
     def apply_retention(self) -> int:
         """One retention pass; returns the number of segments deleted."""
@@ -169,7 +236,9 @@ class LogManager:
             try:
                 deleted += log_.apply_retention()
             except OSError as exc:
-                log.error("retention of %s failed: %s", log_.tp, exc)
+                self.errors.failed("retention of", log_.tp, exc)
+            else:
+                self.errors.succeeded("retention of", log_.tp)
         return deleted
 
     async def run_background(

@@ -171,8 +171,12 @@ class ProducerStateManager:
         }
         path = directory / SNAPSHOT_FILE
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps(data), encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a full disk keeps no half-written copy
+            raise
 
     def load_snapshot(self, directory: Path, log_end: int) -> int:
         """Loads a snapshot; returns the offset to rebuild from (0 if none fits)."""
