@@ -224,6 +224,10 @@ class LogManager:
             try:
                 log_.maybe_flush()
                 log_.maybe_roll()
+            except ValueError:
+                if self.get(log_.tp) is log_:
+                    raise
+                # Deleted (closed) while this pass ran: nothing to do.
             except OSError as exc:
                 self.errors.failed("flush/roll of", log_.tp, exc)
             else:
@@ -235,6 +239,10 @@ class LogManager:
         for log_ in self.logs():
             try:
                 deleted += log_.apply_retention()
+            except ValueError:
+                if self.get(log_.tp) is log_:
+                    raise
+                # Deleted (closed) while this pass ran: nothing to do.
             except OSError as exc:
                 self.errors.failed("retention of", log_.tp, exc)
             else:
@@ -266,12 +274,16 @@ class LogManager:
         last_retention = now_ms()
         while True:
             await asyncio.sleep(tick_ms / 1000)
-            await asyncio.to_thread(self.flush_and_roll)
-            if now_ms() - last_retention >= retention_check_interval_ms():
-                last_retention = now_ms()
-                deleted = await asyncio.to_thread(self.apply_retention)
-                if deleted:
-                    log.info("retention deleted %d segments", deleted)
+            try:
+                await asyncio.to_thread(self.flush_and_roll)
+                if now_ms() - last_retention >= retention_check_interval_ms():
+                    last_retention = now_ms()
+                    deleted = await asyncio.to_thread(self.apply_retention)
+                    if deleted:
+                        log.info("retention deleted %d segments", deleted)
+            except Exception:
+                # A bug must not end flushing and retention for good.
+                log.exception("background flush/roll/retention pass failed")
 
     def __enter__(self) -> LogManager:
         self.open()
