@@ -182,7 +182,8 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
     Setting("compression.type", _S.STRING, "producer", "Compression of stored batches; producer keeps what came.", choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
     Setting("min.insync.replicas", _S.INT, 1, "Replicas that must acknowledge an acks=all write.", min=1),
     Setting("unclean.leader.election.enable", _S.BOOLEAN, False, "Allow a replica outside the ISR to become leader."),
-    Setting("socket.request.max.bytes", _S.INT, 104857600, "Largest request the broker reads.", min=1),
+    Setting("socket.request.max.bytes", _S.INT, 104857600, "Largest request the broker reads.", min=1, read_only=True),
+    Setting("queued.max.request.bytes", _S.LONG, 268435456, "Memory for requests, shared by all connections: a request's whole size is reserved when its size header is read, and a connection stops reading while none is left (requests over 1 MiB get at most 3/4 of it, one at a time beyond that). At least socket.request.max.bytes; -1 no bound, Kafka's default. 256 MiB bounds the broker's request memory whatever clients send and still takes a largest default request beside ordinary traffic.", min=-1, read_only=True),
     Setting("connections.max.idle.ms", _S.LONG, 600_000, "Idle connections are closed after this.", min=1),
     Setting("replica.lag.time.max.ms", _S.LONG, 30_000, "A follower this far behind leaves the ISR.", min=1),
     Setting("offsets.topic.num.partitions", _S.INT, 50, "Partitions of __consumer_offsets.", min=1, read_only=True),
@@ -310,7 +311,18 @@ class BrokerConfig:
             if setting is None:
                 raise ConfigError(f"unknown setting {name!r}")
             given[name] = setting.parse(text)
-        return cls(given)
+        config = cls(given)
+        config.check_together()
+        return config
+
+    def check_together(self) -> None:
+        """Checks the settings that bound one another."""
+        pool, largest = self["queued.max.request.bytes"], self["socket.request.max.bytes"]
+        if pool != -1 and pool < largest:
+            raise ConfigError(
+                f"queued.max.request.bytes ({pool}) must be at least "
+                f"socket.request.max.bytes ({largest}), or -1 for no bound"
+            )
 
     def __getitem__(self, name: str) -> Any:
         setting = BROKER[name]
