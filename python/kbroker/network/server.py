@@ -126,7 +126,8 @@ class RequestMemoryPool:
         self.capacity = capacity  # < 0: no bound
         self.used = 0
         self._large_used = 0
-        self._waiters: dict[KafkaConnection, None] = {}
+        # Connections waiting for memory, in arrival order, and the size each needs.
+        self._waiters: dict[KafkaConnection, int] = {}
 
     def try_reserve(self, size: int) -> bool:
         large = size > self.SMALL_REQUEST_BYTES
@@ -144,15 +145,17 @@ class RequestMemoryPool:
         self.used -= size
         if size > self.SMALL_REQUEST_BYTES:
             self._large_used -= size
-        if self._waiters and size:
-            waiters = list(self._waiters)
-            self._waiters.clear()
-            for conn in waiters:
+        # Wake, in order, the waiters whose frames now fit (each tries again).
+        free = self.capacity - self.used
+        for conn, need in list(self._waiters.items()):
+            if need <= free:
+                del self._waiters[conn]
+                free -= need
                 conn.pool_released()
 
-    def wait(self, conn: KafkaConnection) -> None:
-        """Calls ``conn.pool_released()`` once some memory has been released."""
-        self._waiters[conn] = None
+    def wait(self, conn: KafkaConnection, size: int) -> None:
+        """Calls ``conn.pool_released()`` once ``size`` bytes may be free."""
+        self._waiters[conn] = size
 
     def forget(self, conn: KafkaConnection) -> None:
         self._waiters.pop(conn, None)
@@ -289,7 +292,7 @@ class KafkaConnection(asyncio.Protocol):
                 # Whole frames only: memory is granted before the body is read.
                 if not pool.try_reserve(size):
                     self._backlog = self._waiting_for_pool = True
-                    pool.wait(self)
+                    pool.wait(self, size)
                     break
                 self._reserved = size
             frame_end = pos + 4 + size
@@ -500,10 +503,11 @@ class KafkaConnection(asyncio.Protocol):
     # -- flow control and closing ------------------------------------------
 
     def _must_wait(self) -> bool:
-        """Whether this connection has as much unanswered or unsent work as it may."""
+        """Whether this connection may not take another request now."""
         limits = self._server.limits
         return (
-            self._write_paused
+            self._reading_stopped
+            or self._write_paused
             or len(self._pending) >= limits.max_inflight_requests
             or self._pending_bytes > limits.max_pending_bytes
             or self._queued_response_bytes > limits.max_queued_response_bytes
@@ -514,7 +518,7 @@ class KafkaConnection(asyncio.Protocol):
         schedules the waiting frames once they may go on."""
         if self.transport is None or self._closed:
             return
-        must_wait = self._must_wait() or self._reading_stopped
+        must_wait = self._must_wait()
         if (
             self._backlog
             and not must_wait
