@@ -17,7 +17,10 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
+
 from kbroker._kbroker import build_batch
+from kbroker.config import BrokerConfig, ConfigError
 from kbroker.protocol import ApiKey, ErrorCode, encode_request
 from kbroker.protocol.messages.core import FetchRequest, MetadataRequest, ProduceRequest
 from kbroker.tools.client import BrokerClient
@@ -231,6 +234,14 @@ def test_pool_smaller_than_the_largest_request_is_refused_at_start(tmp_path: Pat
         "Error: bad setting: queued.max.request.bytes (1000000) must be at least "
         "socket.request.max.bytes (2000000), or -1 for no bound"
     ]
+
+
+def test_pool_setting_takes_minus_one_for_no_bound_and_nothing_below_a_request() -> None:
+    config = BrokerConfig.from_strings([("queued.max.request.bytes", "-1")])
+    assert config["queued.max.request.bytes"] == -1
+    for bad in ("0", "104857599"):
+        with pytest.raises(ConfigError, match=r"must be at least socket\.request\.max\.bytes"):
+            BrokerConfig.from_strings([("queued.max.request.bytes", bad)])
 
 
 def pipelined_abuse(topic_big: str, topic_empty: str) -> Callable[[], bytes]:

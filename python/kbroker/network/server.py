@@ -45,6 +45,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
+from kbroker.config import BROKER, as_int
+
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
@@ -94,12 +96,16 @@ class ConnectionContext:
 Dispatch = Callable[[memoryview, ConnectionContext], "Response | Awaitable[Response]"]
 
 
+def _default(name: str) -> int:
+    return as_int(BROKER[name].default)
+
+
 @dataclass
 class ServerLimits:
-    max_request_bytes: int = 104_857_600  # socket.request.max.bytes
-    # queued.max.request.bytes: request memory shared by all connections; -1 no bound.
-    max_queued_request_bytes: int = 268_435_456
-    idle_timeout_ms: int = 600_000  # connections.max.idle.ms
+    max_request_bytes: int = _default("socket.request.max.bytes")
+    # Request memory shared by all connections; -1 no bound.
+    max_queued_request_bytes: int = _default("queued.max.request.bytes")
+    idle_timeout_ms: int = _default("connections.max.idle.ms")
     # Per connection, before reading pauses:
     max_pending_bytes: int = 64 * 1024 * 1024  # request bytes of unanswered requests
     max_inflight_requests: int = 100  # requests read and not yet answered
