@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -291,3 +292,47 @@ def test_a_client_pipelining_without_reading_does_not_stall_others(
     )
     assert len(latencies) > 100
     assert worst < 0.050
+
+
+def test_a_muted_connection_answers_everything_in_order_once_its_client_reads(
+    broker: BrokerProcess,
+) -> None:
+    """Thousands of pipelined requests (beyond every per-connection bound) sent
+    before reading a single answer: all are answered, in order, none dropped."""
+    with BrokerClient(broker.bootstrap, timeout=10) as client:
+        create_topics(client, "muted", "muted-big")
+        value = b"m" * (500 * 1024)
+        for _ in range(4):
+            resp = client.request(
+                ApiKey.PRODUCE, 9, produce_request("muted-big", build_batch([(None, value, [])]))
+            )
+            assert resp.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+    requests = 3000
+    batch = build_batch([(None, b"pipelined", [])])
+    frames = []
+    for corr in range(requests):
+        if corr % 3 == 0:
+            req: Any = fetch_request("muted-big", 8 * MIB)
+            frames.append(encode_request(ApiKey.FETCH, 11, corr, "muted", req))
+        elif corr % 3 == 1:
+            req = fetch_request("muted", MIB)
+            frames.append(encode_request(ApiKey.FETCH, 11, corr, "muted", req))
+        else:
+            req = produce_request("muted", batch)
+            frames.append(encode_request(ApiKey.PRODUCE, 9, corr, "muted", req))
+    stream = b"".join(frames)
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=30) as sock:
+        sender = threading.Thread(target=sock.sendall, args=(stream,), daemon=True)
+        sender.start()
+        time.sleep(1.0)  # the broker mutes the connection; nothing is read yet
+        reader = sock.makefile("rb")
+        received = 0
+        for corr in range(requests):
+            (size,) = struct.unpack(">i", reader.read(4))
+            body = reader.read(size)
+            assert len(body) == size
+            assert struct.unpack_from(">i", body)[0] == corr
+            received += size
+        sender.join(30)
+        assert not sender.is_alive()
+    print(f"{requests} answers, {received / MIB:.0f} MiB, in order")
