@@ -14,7 +14,7 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -147,11 +147,10 @@ class Flood:
                     self.sent += n
 
 
-def one_frame_short(size: int) -> Iterator[bytes]:
-    """A frame announcing ``size`` bytes whose last byte never comes."""
-    yield struct.pack(">i", size) + b"\x00" * (size - 1)
-    while True:
-        yield b""
+def one_frame_short(frame: bytes) -> Callable[[], bytes]:
+    """A stream of ``frame`` but for its last byte, which never comes."""
+    chunks = iter([frame[:-1]])
+    return lambda: next(chunks, b"")
 
 
 def test_request_memory_stays_within_the_pool_while_others_are_served(
@@ -168,7 +167,8 @@ def test_request_memory_stays_within_the_pool_while_others_are_served(
         timed_produces(good, "memory-bound", 0.5)  # warm up
         baseline_kib = status_kib(pid, "VmRSS")
         # Twenty connections announce 16 MiB requests and send all but the last byte.
-        streams = [one_frame_short(frame_bytes).__next__ for _ in range(20)]
+        frame = struct.pack(">i", frame_bytes) + bytes(frame_bytes)
+        streams = [one_frame_short(frame) for _ in range(20)]
         with Flood(broker.bootstrap, streams) as flood:
             latencies = timed_produces(good, "memory-bound", 6.0)
             offered = flood.sent

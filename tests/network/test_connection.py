@@ -242,3 +242,27 @@ def test_reading_pauses_at_the_bound_on_unanswered_requests() -> None:
     taken, paused, most, written, paused_after = asyncio.run(run())
     assert (taken, paused) == (5, True)
     assert (most, written, paused_after) == (5, 12, False)
+
+
+def test_a_large_frame_across_many_reads_is_assembled_whole_and_in_order() -> None:
+    async def run() -> tuple[list[bytes], int]:
+        def dispatch(data: memoryview, ctx: ConnectionContext) -> Any:
+            body = bytes(data)
+            return frame(body[:1] + str(len(body)).encode())
+
+        conn, transport = connect(dispatch)
+        big = bytes(range(256)) * (3 * 4096 + 7)  # ~3 MiB, not a multiple of the reads
+        stream = frame(b"a") + frame(big) + frame(b"c") + frame(b"d")
+        for i in range(0, len(stream), 250_000):
+            conn.data_received(stream[i : i + 250_000])
+            await settle()
+        await settle()
+        assert not conn._buf
+        return transport.written, conn._server.pool.used
+
+    written, used = asyncio.run(run())
+    size = len(bytes(range(256)) * (3 * 4096 + 7))
+    assert b"".join(written) == b"".join(
+        frame(x) for x in (b"a1", b"\x00" + str(size).encode(), b"c1", b"d1")
+    )
+    assert used == 0
