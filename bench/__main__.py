@@ -28,51 +28,96 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small sizes, one repetition (under 2 minutes)")
-    ap.add_argument("--out", type=Path, help="results folder [bench/results; a temporary one with --quick]")
-    ap.add_argument("--data-dir", type=Path, help="where brokers keep data: the disk under test [a temporary folder]")
+    ap = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--quick", action="store_true", help="small sizes, one repetition (under 2 minutes)"
+    )
+    ap.add_argument(
+        "--out", type=Path, help="results folder [bench/results; a temporary one with --quick]"
+    )
+    ap.add_argument(
+        "--data-dir",
+        type=Path,
+        help="where brokers keep data: the disk under test [a temporary folder]",
+    )
     ap.add_argument("--systems", default="kbroker,kafka")
     ap.add_argument("--reps", type=int, help="repetitions [3; 1 with --quick]")
-    ap.add_argument("--only", help="comma-separated workload name prefixes (e.g. kreps.produce,catchup)")
-    ap.add_argument("--pin", choices=["split", "none"], default="split",
-                    help="split: broker on the first CPU, load generator on the others")
+    ap.add_argument(
+        "--only", help="comma-separated workload name prefixes (e.g. kreps.produce,catchup)"
+    )
+    ap.add_argument(
+        "--pin",
+        choices=["split", "none"],
+        default="split",
+        help="split: broker on the first CPU, load generator on the others",
+    )
     ap.add_argument("--flush-messages", type=int, default=10_000, help="M for the flush session")
-    ap.add_argument("--catchup-gib", type=float, help="catch-up data set size [3; 0.05 with --quick]")
-    ap.add_argument("--rate", type=float, default=0, help="records/s for omb.rate50 [50%% of the lower omb.max]")
+    ap.add_argument(
+        "--catchup-gib", type=float, help="catch-up data set size [3; 0.05 with --quick]"
+    )
+    ap.add_argument(
+        "--rate", type=float, default=0, help="records/s for omb.rate50 [50%% of the lower omb.max]"
+    )
     ap.add_argument("--no-plots", action="store_true")
-    ap.add_argument("--profile", action="store_true", help="perf-record every kbroker session into OUT/profile-*.perf.data")
-    ap.add_argument("--report-only", action="store_true", help="re-render DIR/report.md from DIR/results.jsonl")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="perf-record every kbroker session into OUT/profile-*.perf.data",
+    )
+    ap.add_argument(
+        "--report-only", action="store_true", help="re-render DIR/report.md from DIR/results.jsonl"
+    )
     args = ap.parse_args(argv)
 
-    out = args.out or (Path(tempfile.gettempdir()) / "kbroker-bench-quick" if args.quick
-                       else Path(__file__).resolve().parent / "results")
+    out = args.out or (
+        Path(tempfile.gettempdir()) / "kbroker-bench-quick"
+        if args.quick
+        else Path(__file__).resolve().parent / "results"
+    )
     if args.report_only:
         print(report.render(report.load(out / "results.jsonl"), out, plots=not args.no_plots))
         return 0
     names = [s.strip() for s in args.systems.split(",") if s.strip()]
     if "kafka" in names and not systems.kafka_available():
         if args.quick:
-            print("[bench] Kafka's jars are absent (bench/kafka/fetch.sh fetches them): kbroker only",
-                  file=sys.stderr)
+            print(
+                "[bench] Kafka's jars are absent (bench/kafka/fetch.sh fetches them): kbroker only",
+                file=sys.stderr,
+            )
             names.remove("kafka")
         else:
             systems.fetch_kafka()
     sizes = sizes_for(args.quick)
     if args.reps or args.catchup_gib:
-        sizes = Sizes(**{**sizes.__dict__,
-                         "reps": args.reps or sizes.reps,
-                         "catchup_records": int((args.catchup_gib or 0) * (1 << 30) / 1024) or sizes.catchup_records})
+        sizes = Sizes(
+            **{
+                **sizes.__dict__,
+                "reps": args.reps or sizes.reps,
+                "catchup_records": int((args.catchup_gib or 0) * (1 << 30) / 1024)
+                or sizes.catchup_records,
+            }
+        )
     data_parent = args.data_dir or Path(tempfile.gettempdir())
     data_parent.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, _terminate)
     with tempfile.TemporaryDirectory(prefix="kbroker-bench-", dir=data_parent) as data_root:
-        opts = Options(out=out, data_root=Path(data_root), systems=names, sizes=sizes, pin=args.pin,
-                       flush_messages=args.flush_messages,
-                       only=args.only.split(",") if args.only else None,
-                       disk_bytes=(64 if args.quick else 1024) << 20, plots=not args.no_plots,
-                       rate=args.rate, profile=args.profile)
+        opts = Options(
+            out=out,
+            data_root=Path(data_root),
+            systems=names,
+            sizes=sizes,
+            pin=args.pin,
+            flush_messages=args.flush_messages,
+            only=args.only.split(",") if args.only else None,
+            disk_bytes=(64 if args.quick else 1024) << 20,
+            plots=not args.no_plots,
+            rate=args.rate,
+            profile=args.profile,
+        )
         try:
             rows = run(opts)
         except KeyboardInterrupt:

@@ -69,8 +69,12 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="kbroker-cleaner-", dir=args.dir))
     try:
         r = run(
-            base / "bench-0", args.size_mb, args.keys, CODECS[args.codec],
-            args.record_bytes, args.dedupe_mb,
+            base / "bench-0",
+            args.size_mb,
+            args.keys,
+            CODECS[args.codec],
+            args.record_bytes,
+            args.dedupe_mb,
         )
     finally:
         shutil.rmtree(base, ignore_errors=True)

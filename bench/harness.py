@@ -86,7 +86,9 @@ def latency_summary(prefix: str, samples: list[float]) -> dict[str, Any]:
 
 
 class Runner:
-    def __init__(self, opts: Options, emit: Callable[[dict[str, Any]], None], progress: Progress) -> None:
+    def __init__(
+        self, opts: Options, emit: Callable[[dict[str, Any]], None], progress: Progress
+    ) -> None:
         self.opts = opts
         self.emit = emit
         self.progress = progress
@@ -108,8 +110,15 @@ class Runner:
             else:
                 yield b
 
-    def session(self, system: str, rep: int, workloads: list[Workload], settings: dict[str, str],
-                policy: str, rate: float = 0) -> None:
+    def session(
+        self,
+        system: str,
+        rep: int,
+        workloads: list[Workload],
+        settings: dict[str, str],
+        policy: str,
+        rate: float = 0,
+    ) -> None:
         todo = [w for w in workloads if self.wanted(w)]
         if not todo:
             return
@@ -124,7 +133,11 @@ class Runner:
                 self.progress.step(
                     f"{system:<7} rep {rep} {w.name:<30} {row.get('records_s', 0):>10,.0f} rec/s "
                     f"{row.get('mb_s', 0):>8.1f} MB/s"
-                    + (f"  publish p99 {row['publish_p99_ms']} ms" if "publish_p99_ms" in row else "")
+                    + (
+                        f"  publish p99 {row['publish_p99_ms']} ms"
+                        if "publish_p99_ms" in row
+                        else ""
+                    )
                     + (f"  e2e p99 {row['e2e_p99_ms']} ms" if "e2e_p99_ms" in row else "")
                 )
 
@@ -137,7 +150,9 @@ class Runner:
             loadgen.produce(b.bootstrap, topic, n if size == 100 else n // 4, size, "1", 1)
             loadgen.consume(b.bootstrap, topic, 1)
 
-    def run_one(self, b: systems.Broker, w: Workload, topics: dict[str, str], rate: float) -> dict[str, Any]:
+    def run_one(
+        self, b: systems.Broker, w: Workload, topics: dict[str, str], rate: float
+    ) -> dict[str, Any]:
         topic = f"{w.name.replace('.', '-')}-{uuid.uuid4().hex[:6]}"
         if w.kind == "consume":
             topic = topics[w.source]
@@ -149,31 +164,50 @@ class Runner:
             loadgen.create_topic(b.bootstrap, probe_topic, 1)
         latencies: dict[str, list[float]] = {}
         row: dict[str, Any] = {}
-        probe = loadgen.LatencyProbe(b.bootstrap, probe_topic, w.record_bytes, w.acks) if w.probe else None
+        probe = (
+            loadgen.LatencyProbe(b.bootstrap, probe_topic, w.record_bytes, w.acks)
+            if w.probe
+            else None
+        )
         with probe or _null():
             b.reset_peak_rss()
             before = b.usage()
             if w.kind == "produce":
-                r = loadgen.produce(b.bootstrap, topic, w.records, w.record_bytes, w.acks, w.producers)
+                r = loadgen.produce(
+                    b.bootstrap, topic, w.records, w.record_bytes, w.acks, w.producers
+                )
                 records, elapsed, client_cpu = r.records, r.elapsed, r.client_cpu_s
                 row["errors"] = r.errors
             elif w.kind == "rate":
                 total = int(rate * w.seconds)
-                r = loadgen.produce(b.bootstrap, topic, total, w.record_bytes, w.acks, w.producers, rate)
+                r = loadgen.produce(
+                    b.bootstrap, topic, total, w.record_bytes, w.acks, w.producers, rate
+                )
                 records, elapsed, client_cpu = r.records, r.elapsed, r.client_cpu_s
                 row.update(errors=r.errors, target_rate=round(rate))
             elif w.kind == "consume":
                 c = loadgen.consume(b.bootstrap, topic, w.consumers)
                 records, elapsed, client_cpu = c.records, c.elapsed, c.client_cpu_s
-                row["complete"] = all(n == c.per_consumer[0] for n in c.per_consumer) and c.records > 0
+                row["complete"] = (
+                    all(n == c.per_consumer[0] for n in c.per_consumer) and c.records > 0
+                )
             elif w.kind == "prodcons":
-                with loadgen.KcatConsumers(b.bootstrap, topic, w.consumers, count=w.records) as group:
-                    r = loadgen.produce(b.bootstrap, topic, w.records, w.record_bytes, w.acks, w.producers)
+                with loadgen.KcatConsumers(
+                    b.bootstrap, topic, w.consumers, count=w.records
+                ) as group:
+                    r = loadgen.produce(
+                        b.bootstrap, topic, w.records, w.record_bytes, w.acks, w.producers
+                    )
                     c = group.wait(900)
                 records, elapsed = r.records, r.elapsed
-                client_cpu = (r.client_cpu_s + c.client_cpu_s) * r.elapsed / max(r.elapsed, c.elapsed)
-                row.update(errors=r.errors, consumed_records_s=round(c.records / c.elapsed),
-                           consumed_mb_s=round(c.records * w.record_bytes / c.elapsed / MB, 1))
+                client_cpu = (
+                    (r.client_cpu_s + c.client_cpu_s) * r.elapsed / max(r.elapsed, c.elapsed)
+                )
+                row.update(
+                    errors=r.errors,
+                    consumed_records_s=round(c.records / c.elapsed),
+                    consumed_mb_s=round(c.records * w.record_bytes / c.elapsed / MB, 1),
+                )
             elif w.kind == "e2e":
                 t0 = time.perf_counter()
                 time.sleep(w.seconds)
@@ -187,20 +221,31 @@ class Runner:
         mb_s = records * w.record_bytes / elapsed / MB if records else 0.0
         n_client = len(self.client_cpus or os.sched_getaffinity(0))
         row = {
-            "system": b.system, "version": b.version, "workload": w.name,
-            "settings": {k: v for k, v in asdict(w).items() if v not in ("", 0, False)} | {"broker": b.settings},
-            "records": records, "elapsed_s": round(elapsed, 3),
-            "records_s": round(records / elapsed) if records else 0, "mb_s": round(mb_s, 1),
+            "system": b.system,
+            "version": b.version,
+            "workload": w.name,
+            "settings": {k: v for k, v in asdict(w).items() if v not in ("", 0, False)}
+            | {"broker": b.settings},
+            "records": records,
+            "elapsed_s": round(elapsed, 3),
+            "records_s": round(records / elapsed) if records else 0,
+            "mb_s": round(mb_s, 1),
             **row,
             "disk_fraction": round(mb_s * MB / (self.disk["buffered_write_mb_s"] * (1 << 20)), 3)
-            if self.disk.get("buffered_write_mb_s") and w.kind in ("produce", "rate", "prodcons") else None,
+            if self.disk.get("buffered_write_mb_s") and w.kind in ("produce", "rate", "prodcons")
+            else None,
             "broker_cpu_s": round(broker_cpu, 2),
             "broker_cpu_util": round(broker_cpu / elapsed, 2),
-            "broker_cpu_s_per_gb": round(broker_cpu / (records * w.record_bytes / 1e9), 2) if records else None,
+            "broker_cpu_s_per_gb": round(broker_cpu / (records * w.record_bytes / 1e9), 2)
+            if records
+            else None,
             "broker_peak_rss_mb": round(after.get("peak_rss_mb", 0), 1),
             "client_cpu_s": round(client_cpu, 2),
             "client_cpu_util": round(client_cpu / elapsed / n_client, 2),
-            "pin": {"broker": sorted(self.broker_cpus or []), "clients": sorted(self.client_cpus or [])},
+            "pin": {
+                "broker": sorted(self.broker_cpus or []),
+                "clients": sorted(self.client_cpus or []),
+            },
             **latency_summary("publish", latencies.get("publish_ms", [])),
             **latency_summary("e2e", latencies.get("e2e_ms", [])),
             "loadavg": loadavg(),
@@ -239,9 +284,18 @@ def run(opts: Options) -> list[dict[str, Any]]:
     progress.say(f"disk baseline on {opts.data_root} ({opts.disk_bytes >> 20} MiB) ...")
     runner.disk = disk.baseline(opts.data_root, opts.disk_bytes, runs=1 if s.reps == 1 else 2)
     emit({"type": "disk", **runner.disk})
-    emit({"type": "machine", "cpus": os.cpu_count(), "loadavg": loadavg(), "pin": opts.pin,
-          "broker_cpus": sorted(runner.broker_cpus or []), "client_cpus": sorted(runner.client_cpus or []),
-          "python": sys.version.split()[0], "time": time.strftime("%Y-%m-%d %H:%M:%S")})
+    emit(
+        {
+            "type": "machine",
+            "cpus": os.cpu_count(),
+            "loadavg": loadavg(),
+            "pin": opts.pin,
+            "broker_cpus": sorted(runner.broker_cpus or []),
+            "client_cpus": sorted(runner.client_cpus or []),
+            "python": sys.version.split()[0],
+            "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+    )
     progress.say(f"disk: {json.dumps(runner.disk)}")
     flush = {"log.flush.interval.messages": str(opts.flush_messages)}
     for rep in range(1, s.reps + 1):
@@ -249,7 +303,9 @@ def run(opts: Options) -> list[dict[str, Any]]:
         for system in order:
             runner.session(system, rep, base_session(s), {}, "page cache")
         for system in order:
-            runner.session(system, rep, flush_session(s), flush, f"flush every {opts.flush_messages} messages")
+            runner.session(
+                system, rep, flush_session(s), flush, f"flush every {opts.flush_messages} messages"
+            )
     maxima = [runner.median_of(system, "omb.max") for system in opts.systems]
     rate = opts.rate or 0.5 * min((m for m in maxima if m > 0), default=0)
     if rate > 0:

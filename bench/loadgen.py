@@ -57,8 +57,11 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         md = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if md is not None and md.error is None and len(md.partitions) == partitions and all(
-            p.leader >= 0 for p in md.partitions.values()
+        if (
+            md is not None
+            and md.error is None
+            and len(md.partitions) == partitions
+            and all(p.leader >= 0 for p in md.partitions.values())
         ):
             return
         time.sleep(0.1)
@@ -70,8 +73,17 @@ def _cpu_seconds() -> float:
     return t.user + t.system
 
 
-def _producer_proc(bootstrap: str, topic: str, count: int, size: int, acks: str, rate: float,
-                   ready: Any, go: Any, out: Any) -> None:
+def _producer_proc(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    size: int,
+    acks: str,
+    rate: float,
+    ready: Any,
+    go: Any,
+    out: Any,
+) -> None:
     from confluent_kafka import Producer
 
     # Below the latency probe, which shares the client CPUs: its samples then show the broker's
@@ -83,7 +95,9 @@ def _producer_proc(bootstrap: str, topic: str, count: int, size: int, acks: str,
         nonlocal errors
         errors += 1
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, **PRODUCER_CONF, "on_delivery": on_error})
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "acks": acks, **PRODUCER_CONF, "on_delivery": on_error}
+    )
     p.list_topics(topic, timeout=30)
     payload = os.urandom(size)
     produce, poll = p.produce, p.poll
@@ -120,16 +134,22 @@ class ProduceResult:
     client_cpu_s: float
 
 
-def produce(bootstrap: str, topic: str, records: int, size: int, acks: str, producers: int,
-            rate: float = 0) -> ProduceResult:
+def produce(
+    bootstrap: str, topic: str, records: int, size: int, acks: str, producers: int, rate: float = 0
+) -> ProduceResult:
     """``records`` in all from ``producers`` processes, at ``rate`` records/s in all (0: max)."""
     per = records // producers
     ready = CTX.Semaphore(0)
     go = CTX.Event()
     out: Any = CTX.Queue()
-    procs = [CTX.Process(target=_producer_proc, daemon=True,
-                         args=(bootstrap, topic, per, size, acks, rate / producers, ready, go, out))
-             for _ in range(producers)]
+    procs = [
+        CTX.Process(
+            target=_producer_proc,
+            daemon=True,
+            args=(bootstrap, topic, per, size, acks, rate / producers, ready, go, out),
+        )
+        for _ in range(producers)
+    ]
     try:
         for proc in procs:
             proc.start()
@@ -140,8 +160,12 @@ def produce(bootstrap: str, topic: str, records: int, size: int, acks: str, prod
     finally:
         _reap(procs)
     elapsed = max(r["end"] for r in results) - min(r["start"] for r in results)
-    return ProduceResult(per * producers, elapsed, sum(r["errors"] for r in results),
-                         sum(r["cpu_s"] for r in results))
+    return ProduceResult(
+        per * producers,
+        elapsed,
+        sum(r["errors"] for r in results),
+        sum(r["cpu_s"] for r in results),
+    )
 
 
 def _await_ready(ready: Any, procs: list[Any], what: str, timeout: float = 60) -> None:
@@ -214,8 +238,10 @@ class KcatConsumers:
                     self.cpu += rusage.ru_utime + rusage.ru_stime
                     break
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"kcat did not finish within {timeout:.0f} s "
-                                       f"(read {sum(self.counts)} records)")
+                    raise RuntimeError(
+                        f"kcat did not finish within {timeout:.0f} s "
+                        f"(read {sum(self.counts)} records)"
+                    )
                 time.sleep(0.005)
         elapsed = time.perf_counter() - self.start
         for t in self.readers:
@@ -243,15 +269,25 @@ def consume(bootstrap: str, topic: str, consumers: int, timeout: float = 900) ->
 _STAMP = struct.Struct(">q")
 
 
-def _probe_proc(bootstrap: str, topic: str, size: int, acks: str, rate: float, ready: Any,
-                stop: Any, out: Any) -> None:
+def _probe_proc(
+    bootstrap: str, topic: str, size: int, acks: str, rate: float, ready: Any, stop: Any, out: Any
+) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     # linger.ms=1 as OMB's Kafka driver: with linger 0 librdkafka sends one request per record, and
     # Kafka, which serves one request per connection at a time, then queues them (~0.2 s at 1000/s).
-    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 1, "enable.idempotence": False})
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-probe", "enable.auto.commit": False,
-                  "fetch.wait.max.ms": 100, "fetch.queue.backoff.ms": 1})
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 1, "enable.idempotence": False}
+    )
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-probe",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+            "fetch.queue.backoff.ms": 1,
+        }
+    )
     c.assign([TopicPartition(topic, 0, 0)])
     p.list_topics(topic, timeout=30)
     publish: list[float] = []
@@ -267,7 +303,9 @@ def _probe_proc(bootstrap: str, topic: str, size: int, acks: str, rate: float, r
 
     def acked(err: Any, msg: Any) -> None:
         if err is None:
-            publish.append((time.perf_counter_ns() - _STAMP.unpack_from(msg.value() or b"")[0]) / 1e6)
+            publish.append(
+                (time.perf_counter_ns() - _STAMP.unpack_from(msg.value() or b"")[0]) / 1e6
+            )
 
     reader = threading.Thread(target=receive, daemon=True)
     reader.start()
@@ -299,12 +337,17 @@ def _probe_proc(bootstrap: str, topic: str, size: int, acks: str, rate: float, r
 class LatencyProbe:
     """Runs the probe process from ``__enter__`` until ``stop()``; ``result`` holds the samples."""
 
-    def __init__(self, bootstrap: str, topic: str, size: int, acks: str, rate: float = 1000) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, size: int, acks: str, rate: float = 1000
+    ) -> None:
         self.ready = CTX.Semaphore(0)
         self.stop_event = CTX.Event()
         self.out: Any = CTX.Queue()
-        self.proc = CTX.Process(target=_probe_proc, daemon=True,
-                                args=(bootstrap, topic, size, acks, rate, self.ready, self.stop_event, self.out))
+        self.proc = CTX.Process(
+            target=_probe_proc,
+            daemon=True,
+            args=(bootstrap, topic, size, acks, rate, self.ready, self.stop_event, self.out),
+        )
         self.result: dict[str, list[float]] = {"publish_ms": [], "e2e_ms": []}
 
     def __enter__(self) -> LatencyProbe:

@@ -28,9 +28,25 @@ def perf_record(pid: int, out: Path) -> Iterator[None]:
     if shutil.which("perf") is None:
         yield
         return
-    proc = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "499", "--call-graph", "dwarf,16384",
-                             "-p", str(pid), "-o", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            "perf",
+            "record",
+            "-q",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "499",
+            "--call-graph",
+            "dwarf,16384",
+            "-p",
+            str(pid),
+            "-o",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         yield
     finally:
@@ -44,20 +60,40 @@ def perf_record(pid: int, out: Path) -> Iterator[None]:
 
 def top(path: Path, sort: str, n: int) -> str:
     """``perf report`` self-time lines, sorted by ``sort`` (e.g. "dso" or "dso,sym")."""
-    report = subprocess.run(["perf", "report", "-i", str(path), "--stdio", "--no-children",
-                             "--sort", sort, "-g", "none", "--percent-limit", "0.5"],
-                            capture_output=True, text=True, check=True).stdout
+    report = subprocess.run(
+        [
+            "perf",
+            "report",
+            "-i",
+            str(path),
+            "--stdio",
+            "--no-children",
+            "--sort",
+            sort,
+            "-g",
+            "none",
+            "--percent-limit",
+            "0.5",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     lines = [line for line in report.splitlines() if line.strip() and not line.startswith("#")]
     return "\n".join(lines[:n])
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("-n", type=int, default=25)
     args = ap.parse_args(argv)
     for path in args.files:
-        print(f"== {path}\n-- by shared object\n{top(path, 'dso', 10)}\n-- by symbol\n{top(path, 'dso,sym', args.n)}\n")
+        print(
+            f"== {path}\n-- by shared object\n{top(path, 'dso', 10)}\n-- by symbol\n{top(path, 'dso,sym', args.n)}\n"
+        )
     return 0
 
 

@@ -51,7 +51,9 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
     disk = next((r for r in rows if r.get("type") == "disk"), {})
     machine = next((r for r in rows if r.get("type") == "machine"), {})
     by = _group(rows)
-    systems = sorted({r["system"] for r in rows if "system" in r}, key=lambda s: (s != "kbroker", s))
+    systems = sorted(
+        {r["system"] for r in rows if "system" in r}, key=lambda s: (s != "kbroker", s)
+    )
     versions = {r["system"]: r["version"] for r in rows if "system" in r}
     a, b = [*systems, None, None][:2]
     lines: list[str] = ["# kbroker vs Apache Kafka: side-by-side benchmark", ""]
@@ -60,7 +62,8 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
         f"Run {machine.get('time', '?')}; {machine.get('cpus', '?')} CPUs, load average at start "
         f"{machine.get('loadavg', '?')}; pinning: broker on CPUs {machine.get('broker_cpus')}, "
         f"clients on {machine.get('client_cpus')}; {reps} repetition(s), systems alternating, medians shown. "
-        + ", ".join(f"{s} {versions[s]}" for s in systems) + ".",
+        + ", ".join(f"{s} {versions[s]}" for s in systems)
+        + ".",
         "",
         f"Disk ({disk.get('dir', '?')}): buffered sequential write {disk.get('buffered_write_mb_s')} MiB/s, "
         f"O_DIRECT {disk.get('direct_write_mb_s')} MiB/s, 4 KiB append + fdatasync p50 "
@@ -68,10 +71,13 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
         "",
     ]
     ratio_head = f"{a}/{b}" if b else "ratio"
-    lines += ["## Throughput", "",
-              f"| workload | records/s {a} | records/s {b} | MB/s {a} | MB/s {b} | {ratio_head} | "
-              f"of disk {a} | of disk {b} |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [
+        "## Throughput",
+        "",
+        f"| workload | records/s {a} | records/s {b} | MB/s {a} | MB/s {b} | {ratio_head} | "
+        f"of disk {a} | of disk {b} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, per in by.items():
         first = next(iter(per.values()))
         if _kind(first) not in THROUGHPUT_KINDS:
@@ -81,14 +87,24 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
         lines.append(
             f"| {name} | {_fmt(_med(ra, 'records_s'))} | {_fmt(_med(rb, 'records_s'))} | "
             f"{_fmt(_med(ra, 'mb_s'))} | {_fmt(_med(rb, 'mb_s'))} | {_fmt(ratio, 2)} | "
-            f"{_fmt(_med(ra, 'disk_fraction'), 2)} | {_fmt(_med(rb, 'disk_fraction'), 2)} |")
-    lines += ["", "MB/s = 10^6 bytes of record values per second; `of disk` = produce MB/s as a fraction of "
-              "the disk's buffered sequential write; catch-up `c3` counts the bytes delivered to all three "
-              "consumers.", ""]
+            f"{_fmt(_med(ra, 'disk_fraction'), 2)} | {_fmt(_med(rb, 'disk_fraction'), 2)} |"
+        )
+    lines += [
+        "",
+        "MB/s = 10^6 bytes of record values per second; `of disk` = produce MB/s as a fraction of "
+        "the disk's buffered sequential write; catch-up `c3` counts the bytes delivered to all three "
+        "consumers.",
+        "",
+    ]
 
-    lines += ["## Latency (ms)", "",
-              "| workload | latency | " + " | ".join(f"{s} p50 | {s} p99 | {s} p99.9" for s in systems) + " |",
-              "|---|---|" + "---:|" * (3 * len(systems))]
+    lines += [
+        "## Latency (ms)",
+        "",
+        "| workload | latency | "
+        + " | ".join(f"{s} p50 | {s} p99 | {s} p99.9" for s in systems)
+        + " |",
+        "|---|---|" + "---:|" * (3 * len(systems)),
+    ]
     for name, per in by.items():
         for prefix in ("publish", "e2e"):
             if not any(f"{prefix}_p50_ms" in r for rs in per.values() for r in rs):
@@ -100,28 +116,44 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
             lines.append(f"| {name} | {prefix} | " + " | ".join(cells) + " |")
     rate_rows = [r for r in rows if r.get("target_rate")]
     if rate_rows:
-        lines += ["", f"omb.rate50 ran at {rate_rows[0]['target_rate']:,} records/s "
-                  "(50% of the lower median omb.max). Latency comes from a probe sending 1000 "
-                  "timestamped records/s (linger 1 ms) to a one-partition topic on the same broker while the "
-                  "load runs."]
-    lines += ["", "## Resources", "",
-              "| workload | " + " | ".join(f"{s} CPU util | {s} CPU s/GB | {s} peak RSS MiB" for s in systems)
-              + " | client CPU util |",
-              "|---|" + "---:|" * (3 * len(systems) + 1)]
+        lines += [
+            "",
+            f"omb.rate50 ran at {rate_rows[0]['target_rate']:,} records/s "
+            "(50% of the lower median omb.max). Latency comes from a probe sending 1000 "
+            "timestamped records/s (linger 1 ms) to a one-partition topic on the same broker while the "
+            "load runs.",
+        ]
+    lines += [
+        "",
+        "## Resources",
+        "",
+        "| workload | "
+        + " | ".join(f"{s} CPU util | {s} CPU s/GB | {s} peak RSS MiB" for s in systems)
+        + " | client CPU util |",
+        "|---|" + "---:|" * (3 * len(systems) + 1),
+    ]
     for name, per in by.items():
         cells = []
         for s in systems:
             rs = per.get(s, [])
             rss = max((r["broker_peak_rss_mb"] for r in rs), default=None)
-            cells += [_fmt(_med(rs, "broker_cpu_util"), 2), _fmt(_med(rs, "broker_cpu_s_per_gb"), 2), _fmt(rss)]
+            cells += [
+                _fmt(_med(rs, "broker_cpu_util"), 2),
+                _fmt(_med(rs, "broker_cpu_s_per_gb"), 2),
+                _fmt(rss),
+            ]
         client = max((r["client_cpu_util"] for rs in per.values() for r in rs), default=None)
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {_fmt(client, 2)} |")
-    lines += ["", "CPU util = broker CPU seconds / wall seconds of the run (1.0 = one core); CPU s/GB = "
-              "broker CPU seconds per GB of record values moved (lower is better; comparable even when the "
-              "client sets the pace); peak RSS = "
-              "the largest VmHWM over the repetitions (reset before each run); client CPU util = the "
-              "load generator's CPU seconds / (wall seconds x client CPUs), the largest seen: near 1.0 "
-              "the client, not the broker, may set the pace.", ""]
+    lines += [
+        "",
+        "CPU util = broker CPU seconds / wall seconds of the run (1.0 = one core); CPU s/GB = "
+        "broker CPU seconds per GB of record values moved (lower is better; comparable even when the "
+        "client sets the pace); peak RSS = "
+        "the largest VmHWM over the repetitions (reset before each run); client CPU util = the "
+        "load generator's CPU seconds / (wall seconds x client CPUs), the largest seen: near 1.0 "
+        "the client, not the broker, may set the pace.",
+        "",
+    ]
     if a == "kbroker" and b == "kafka":
         lines += _targets(by, disk)
     if plots:
@@ -137,7 +169,12 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
 
 
 def _targets(by: dict[str, dict[str, list[dict[str, Any]]]], disk: dict[str, Any]) -> list[str]:
-    out = ["## Targets (reported, not asserted)", "", "| target | measured | met |", "|---|---|---|"]
+    out = [
+        "## Targets (reported, not asserted)",
+        "",
+        "| target | measured | met |",
+        "|---|---|---|",
+    ]
 
     def row(what: str, measured: str, ok: bool | None) -> None:
         out.append(f"| {what} | {measured} | {'-' if ok is None else 'yes' if ok else 'no'} |")
@@ -147,23 +184,47 @@ def _targets(by: dict[str, dict[str, list[dict[str, Any]]]], disk: dict[str, Any
         kind = _kind(first)
         if kind not in ("produce", "consume") or name == "catchup.fill":
             continue
-        r = _ratio(_med(per.get("kbroker", []), "records_s"), _med(per.get("kafka", []), "records_s"))
-        row(f"{name}: kbroker >= {TARGET_RATIO}x Kafka", f"{_fmt(r, 2)}x", None if r is None else r >= TARGET_RATIO)
+        r = _ratio(
+            _med(per.get("kbroker", []), "records_s"), _med(per.get("kafka", []), "records_s")
+        )
+        row(
+            f"{name}: kbroker >= {TARGET_RATIO}x Kafka",
+            f"{_fmt(r, 2)}x",
+            None if r is None else r >= TARGET_RATIO,
+        )
     rate = by.get("omb.rate50", {})
-    pk, pf = _med(rate.get("kbroker", []), "publish_p99_ms"), _med(rate.get("kafka", []), "publish_p99_ms")
-    row("omb.rate50 publish p99 <= Kafka's", f"{_fmt(pk, 2)} vs {_fmt(pf, 2)} ms",
-        None if pk is None or pf is None else pk <= pf)
-    rss = {s: max((r["broker_peak_rss_mb"] for per in by.values() for r in per.get(s, [])), default=0)
-           for s in ("kbroker", "kafka")}
-    row("kbroker peak RSS <= 1/4 of Kafka's", f"{rss['kbroker']:.0f} vs {rss['kafka']:.0f} MiB",
-        None if not rss["kafka"] else rss["kbroker"] * 4 <= rss["kafka"])
-    best = max((_med(per.get("kbroker", []), "disk_fraction") or 0 for per in by.values()), default=0)
-    row("kbroker produce >= 90% of buffered disk write", f"best {best:.2f} of {disk.get('buffered_write_mb_s')} MiB/s",
-        best >= 0.9 if best else None)
+    pk, pf = (
+        _med(rate.get("kbroker", []), "publish_p99_ms"),
+        _med(rate.get("kafka", []), "publish_p99_ms"),
+    )
+    row(
+        "omb.rate50 publish p99 <= Kafka's",
+        f"{_fmt(pk, 2)} vs {_fmt(pf, 2)} ms",
+        None if pk is None or pf is None else pk <= pf,
+    )
+    rss = {
+        s: max((r["broker_peak_rss_mb"] for per in by.values() for r in per.get(s, [])), default=0)
+        for s in ("kbroker", "kafka")
+    }
+    row(
+        "kbroker peak RSS <= 1/4 of Kafka's",
+        f"{rss['kbroker']:.0f} vs {rss['kafka']:.0f} MiB",
+        None if not rss["kafka"] else rss["kbroker"] * 4 <= rss["kafka"],
+    )
+    best = max(
+        (_med(per.get("kbroker", []), "disk_fraction") or 0 for per in by.values()), default=0
+    )
+    row(
+        "kbroker produce >= 90% of buffered disk write",
+        f"best {best:.2f} of {disk.get('buffered_write_mb_s')} MiB/s",
+        best >= 0.9 if best else None,
+    )
     return [*out, ""]
 
 
-def _plots(by: dict[str, dict[str, list[dict[str, Any]]]], systems: list[str], out: Path) -> list[Path]:
+def _plots(
+    by: dict[str, dict[str, list[dict[str, Any]]]], systems: list[str], out: Path
+) -> list[Path]:
     try:
         import matplotlib
 
@@ -196,8 +257,12 @@ def _plots(by: dict[str, dict[str, list[dict[str, Any]]]], systems: list[str], o
         fig.savefig(path, dpi=90)
         plt.close(fig)
         made.append(path)
-    panels = [(n, p) for n, per in by.items() for p in ("publish", "e2e")
-              if any(f"{p}_quantiles_ms" in r for rs in per.values() for r in rs)]
+    panels = [
+        (n, p)
+        for n, per in by.items()
+        for p in ("publish", "e2e")
+        if any(f"{p}_quantiles_ms" in r for rs in per.values() for r in rs)
+    ]
     if panels:
         fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
         for ax, (n, p) in zip(axes[0], panels, strict=True):

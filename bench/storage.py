@@ -42,7 +42,9 @@ def make_batch(record_size: int, batch_bytes: int) -> tuple[bytes, int]:
     return data, n
 
 
-def append_throughput(base: Path, total: int, record_size: int, batch_bytes: int) -> dict[str, float]:
+def append_throughput(
+    base: Path, total: int, record_size: int, batch_bytes: int
+) -> dict[str, float]:
     """Appends ``total`` bytes of batches to a fresh log, then flushes."""
     path = Path(tempfile.mkdtemp(dir=base))
     try:
@@ -126,8 +128,15 @@ def sendfile_throughput(base: Path, total: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()), help="a directory on the disk to measure")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()),
+        help="a directory on the disk to measure",
+    )
     parser.add_argument("--size-mb", type=int, default=1024, help="bytes written per measurement")
     parser.add_argument("--runs", type=int, default=3, help="repetitions; the best is reported")
     parser.add_argument("--quick", action="store_true", help="small sizes, one run (for tests)")
@@ -156,17 +165,30 @@ def main(argv: list[str] | None = None) -> int:
                 r = append_throughput(args.dir, total, record_size, batch_kib * 1024)
                 if r["mb_s"] > best.get("mb_s", 0):
                     best = r
-            emit({
-                "bench": "log.append",
-                "record_bytes": record_size,
-                "batch_bytes": int(best["batch_bytes"]),
-                "mb_s": round(best["mb_s"], 1),
-                "records_s": round(best["records_s"]),
-                "fraction_of_disk": round(best["mb_s"] / buffered, 3),
-            })
+            emit(
+                {
+                    "bench": "log.append",
+                    "record_bytes": record_size,
+                    "batch_bytes": int(best["batch_bytes"]),
+                    "mb_s": round(best["mb_s"], 1),
+                    "records_s": round(best["records_s"]),
+                    "fraction_of_disk": round(best["mb_s"] / buffered, 3),
+                }
+            )
     for size in (1024, MB):
-        emit({"bench": "crc32c", "bytes": size, "gb_s": round(crc_gbs(size, 0.2 if args.quick else 1.0), 2)})
-    emit({"bench": "log.read+sendfile", "mb_s": round(_best_of(runs, lambda: sendfile_throughput(args.dir, total)), 1)})
+        emit(
+            {
+                "bench": "crc32c",
+                "bytes": size,
+                "gb_s": round(crc_gbs(size, 0.2 if args.quick else 1.0), 2),
+            }
+        )
+    emit(
+        {
+            "bench": "log.read+sendfile",
+            "mb_s": round(_best_of(runs, lambda: sendfile_throughput(args.dir, total)), 1),
+        }
+    )
     if args.json:
         with open(args.json, "a", encoding="utf-8") as f:
             for row in results:

@@ -28,9 +28,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 # As Kafka's own start script (kafka-server-start.sh / kafka-run-class.sh) runs the broker.
 KAFKA_JVM_OPTS = [
-    "-Xmx1G", "-Xms1G",
-    "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
-    "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true",
+    "-Xmx1G",
+    "-Xms1G",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
     "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
 ]
 
@@ -66,7 +70,9 @@ def _pin(cpus: set[int] | None) -> Callable[[], None] | None:
     return lambda: os.sched_setaffinity(0, cpus)
 
 
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 60) -> None:
+def _wait_for_port(
+    port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 60
+) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -74,9 +80,13 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout:
             return
         except OSError:
             if proc.poll() is not None:
-                raise RuntimeError(f"{what} exited with {proc.returncode} before listening") from None
+                raise RuntimeError(
+                    f"{what} exited with {proc.returncode} before listening"
+                ) from None
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{what} did not listen on {port} within {timeout:.0f} s") from None
+                raise RuntimeError(
+                    f"{what} did not listen on {port} within {timeout:.0f} s"
+                ) from None
             time.sleep(0.1)
 
 
@@ -94,8 +104,15 @@ def _stop(proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
 class Broker:
     """A running broker process: its address, pid and resource use."""
 
-    def __init__(self, system: str, version: str, bootstrap: str, proc: subprocess.Popen[bytes],
-                 data_dir: Path, settings: dict[str, str]) -> None:
+    def __init__(
+        self,
+        system: str,
+        version: str,
+        bootstrap: str,
+        proc: subprocess.Popen[bytes],
+        data_dir: Path,
+        settings: dict[str, str],
+    ) -> None:
         self.system = system
         self.version = version
         self.bootstrap = bootstrap
@@ -147,30 +164,53 @@ def kbroker_version() -> str:
     """kbroker's version and the commit it was built from (KBROKER_BENCH_VERSION overrides)."""
     if os.environ.get("KBROKER_BENCH_VERSION"):
         return os.environ["KBROKER_BENCH_VERSION"]
-    version = subprocess.run([kbroker_python(), "-c", "import kbroker; print(kbroker.__version__)"],
-                             capture_output=True, text=True).stdout.strip() or "?"
+    version = (
+        subprocess.run(
+            [kbroker_python(), "-c", "import kbroker; print(kbroker.__version__)"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        or "?"
+    )
     git = ["git", "-C", str(REPO)]
-    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     if not commit or kbroker_python() != sys.executable:
         return version
-    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", "python", "rust"],
-                           capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=no", "--", "python", "rust"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     return f"{version} ({commit}{'+dirty' if dirty else ''})"
 
 
 @contextmanager
-def kbroker_node(data_root: Path, settings: dict[str, str], cpus: set[int] | None,
-                 log_path: Path | None = None) -> Iterator[Broker]:
+def kbroker_node(
+    data_root: Path, settings: dict[str, str], cpus: set[int] | None, log_path: Path | None = None
+) -> Iterator[Broker]:
     data = _fresh_dir(data_root, "kbroker")
     port = free_port()
     bootstrap = f"127.0.0.1:{port}"
-    cmd = [kbroker_python(), "-m", "kbroker.cli", "serve", "--data-dir", str(data / "log"),
-           "--listen", bootstrap, "--log-level", "WARNING"]
+    cmd = [
+        kbroker_python(),
+        "-m",
+        "kbroker.cli",
+        "serve",
+        "--data-dir",
+        str(data / "log"),
+        "--listen",
+        bootstrap,
+        "--log-level",
+        "WARNING",
+    ]
     for key, value in settings.items():
         cmd += ["--set", f"{key}={value}"]
     log = open(log_path or os.devnull, "ab")  # noqa: SIM115 - closed in finally
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            preexec_fn=_pin(cpus))
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_pin(cpus)
+    )
     try:
         _wait_for_port(port, proc, "kbroker")
         yield Broker("kbroker", kbroker_version(), bootstrap, proc, data, settings)
@@ -180,7 +220,9 @@ def kbroker_node(data_root: Path, settings: dict[str, str], cpus: set[int] | Non
         shutil.rmtree(data, ignore_errors=True)
 
 
-def kafka_properties(data: Path, port: int, controller_port: int, settings: dict[str, str]) -> dict[str, str]:
+def kafka_properties(
+    data: Path, port: int, controller_port: int, settings: dict[str, str]
+) -> dict[str, str]:
     """A single KRaft node (broker + controller), internal topics with one replica."""
     props = {
         "process.roles": "broker,controller",
@@ -203,8 +245,13 @@ def kafka_properties(data: Path, port: int, controller_port: int, settings: dict
 
 
 @contextmanager
-def kafka_node(data_root: Path, settings: dict[str, str], cpus: set[int] | None,
-               log_path: Path | None = None, version: str = KAFKA_VERSION) -> Iterator[Broker]:
+def kafka_node(
+    data_root: Path,
+    settings: dict[str, str],
+    cpus: set[int] | None,
+    log_path: Path | None = None,
+    version: str = KAFKA_VERSION,
+) -> Iterator[Broker]:
     lib = kafka_lib(version)
     classpath = f"{lib}/*"
     data = _fresh_dir(data_root, "kafka")
@@ -216,13 +263,38 @@ def kafka_node(data_root: Path, settings: dict[str, str], cpus: set[int] | None,
     proc: subprocess.Popen[bytes] | None = None
     try:
         java = ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath]
-        cluster_id = subprocess.run([*java, "kafka.tools.StorageTool", "random-uuid"], check=True,
-                                    capture_output=True, text=True).stdout.strip().splitlines()[-1]
-        subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf),
-                        "--standalone"], check=True, stdout=log, stderr=subprocess.STDOUT)
-        proc = subprocess.Popen(["java", *KAFKA_JVM_OPTS, "-cp", classpath, "kafka.Kafka", str(conf)],
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                preexec_fn=_pin(cpus))
+        cluster_id = (
+            subprocess.run(
+                [*java, "kafka.tools.StorageTool", "random-uuid"],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
+        subprocess.run(
+            [
+                *java,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster_id,
+                "-c",
+                str(conf),
+                "--standalone",
+            ],
+            check=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        proc = subprocess.Popen(
+            ["java", *KAFKA_JVM_OPTS, "-cp", classpath, "kafka.Kafka", str(conf)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_pin(cpus),
+        )
         _wait_for_port(port, proc, "kafka")
         yield Broker("kafka", version, f"127.0.0.1:{port}", proc, data, settings)
     finally:

@@ -47,26 +47,78 @@ class Sizes:
     warmup_records: int  # untimed, at the start of every broker session
 
 
-
-
 # FULL: ~11 minutes for two systems on 2 vCPUs; QUICK: about a minute.
-FULL = Sizes(kreps_records=2_000_000, prodcons_records=1_000_000, e2e_seconds=10, omb_records=1_000_000,
-             rate_seconds=15, catchup_records=3 << 20, reps=3, warmup_records=400_000)
-QUICK = Sizes(kreps_records=100_000, prodcons_records=50_000, e2e_seconds=2, omb_records=40_000,
-              rate_seconds=3, catchup_records=48_000, reps=1, warmup_records=20_000)
+FULL = Sizes(
+    kreps_records=2_000_000,
+    prodcons_records=1_000_000,
+    e2e_seconds=10,
+    omb_records=1_000_000,
+    rate_seconds=15,
+    catchup_records=3 << 20,
+    reps=3,
+    warmup_records=400_000,
+)
+QUICK = Sizes(
+    kreps_records=100_000,
+    prodcons_records=50_000,
+    e2e_seconds=2,
+    omb_records=40_000,
+    rate_seconds=3,
+    catchup_records=48_000,
+    reps=1,
+    warmup_records=20_000,
+)
 
 
 def base_session(s: Sizes) -> list[Workload]:
     """One broker, page cache only: Kreps, OMB at max rate, catch-up."""
     return [
-        Workload("kreps.produce.p1.acks1", "produce", 100, 6, producers=1, acks="1", records=s.kreps_records),
-        Workload("kreps.produce.p1.acksall", "produce", 100, 6, producers=1, acks="all", records=s.kreps_records),
-        Workload("kreps.produce.p3.acks1", "produce", 100, 6, producers=3, acks="1", records=s.kreps_records),
-        Workload("kreps.consume.c1", "consume", 100, 6, consumers=1, source="kreps.produce.p3.acks1"),
-        Workload("kreps.prodcons.p1c1", "prodcons", 100, 6, producers=1, consumers=1, records=s.prodcons_records),
+        Workload(
+            "kreps.produce.p1.acks1",
+            "produce",
+            100,
+            6,
+            producers=1,
+            acks="1",
+            records=s.kreps_records,
+        ),
+        Workload(
+            "kreps.produce.p1.acksall",
+            "produce",
+            100,
+            6,
+            producers=1,
+            acks="all",
+            records=s.kreps_records,
+        ),
+        Workload(
+            "kreps.produce.p3.acks1",
+            "produce",
+            100,
+            6,
+            producers=3,
+            acks="1",
+            records=s.kreps_records,
+        ),
+        Workload(
+            "kreps.consume.c1", "consume", 100, 6, consumers=1, source="kreps.produce.p3.acks1"
+        ),
+        Workload(
+            "kreps.prodcons.p1c1",
+            "prodcons",
+            100,
+            6,
+            producers=1,
+            consumers=1,
+            records=s.prodcons_records,
+        ),
         Workload("kreps.e2e", "e2e", 100, 1, seconds=s.e2e_seconds, probe=True),
-        Workload("omb.max", "produce", 1024, 16, producers=2, acks="1", records=s.omb_records, probe=True),
-        Workload("catchup.fill", "produce", 1024, 16, producers=2, acks="1", records=s.catchup_records),
+        Workload(
+            "omb.max", "produce", 1024, 16, producers=2, acks="1", records=s.omb_records, probe=True
+        ),
+        Workload(
+            "catchup.fill", "produce", 1024, 16, producers=2, acks="1", records=s.catchup_records
+        ),
         Workload("catchup.c1", "consume", 1024, 16, consumers=1, source="catchup.fill"),
         Workload("catchup.c3", "consume", 1024, 16, consumers=3, source="catchup.fill"),
     ]
@@ -75,11 +127,32 @@ def base_session(s: Sizes) -> list[Workload]:
 def flush_session(s: Sizes) -> list[Workload]:
     """The produce workloads again on a broker that flushes every M messages."""
     return [
-        Workload("flush.kreps.produce.p1.acks1", "produce", 100, 6, producers=1, acks="1", records=s.kreps_records),
-        Workload("flush.omb.max", "produce", 1024, 16, producers=2, acks="1", records=s.omb_records),
+        Workload(
+            "flush.kreps.produce.p1.acks1",
+            "produce",
+            100,
+            6,
+            producers=1,
+            acks="1",
+            records=s.kreps_records,
+        ),
+        Workload(
+            "flush.omb.max", "produce", 1024, 16, producers=2, acks="1", records=s.omb_records
+        ),
     ]
 
 
 def rate_session(s: Sizes) -> list[Workload]:
     """OMB at a fixed rate (set once every system's maximum is known)."""
-    return [Workload("omb.rate50", "rate", 1024, 16, producers=2, acks="1", seconds=s.rate_seconds, probe=True)]
+    return [
+        Workload(
+            "omb.rate50",
+            "rate",
+            1024,
+            16,
+            producers=2,
+            acks="1",
+            seconds=s.rate_seconds,
+            probe=True,
+        )
+    ]

@@ -31,7 +31,9 @@ def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     ],
 )
 def test_bad_settings_are_refused_at_start(tmp_path: Path, args: list[str], message: str) -> None:
-    result = run("serve", "--data-dir", str(tmp_path / "d"), "--listen", f"127.0.0.1:{free_port()}", *args)
+    result = run(
+        "serve", "--data-dir", str(tmp_path / "d"), "--listen", f"127.0.0.1:{free_port()}", *args
+    )
     assert result.returncode == 1
     assert message in result.stderr
     assert "Traceback" not in result.stderr
@@ -49,9 +51,21 @@ def test_config_file_and_set_override(tmp_path: Path) -> None:
     props = tmp_path / "server.properties"
     props.write_text("# a comment\nnum.partitions = 3\nlog.retention.hours=1\n")
     port = free_port()
-    proc = subprocess.Popen([*KBROKER, "serve", "--data-dir", str(tmp_path / "data"),
-                             "--listen", f"127.0.0.1:{port}", "--config", str(props),
-                             "--set", "num.partitions=4"], stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            *KBROKER,
+            "serve",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--config",
+            str(props),
+            "--set",
+            "num.partitions=4",
+        ],
+        stderr=subprocess.DEVNULL,
+    )
     try:
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
         partitions = None
@@ -73,7 +87,9 @@ def test_port_in_use_and_locked_data_dir(broker: BrokerProcess, tmp_path: Path) 
     taken = run("serve", "--data-dir", str(tmp_path / "other"), "--listen", broker.bootstrap)
     assert taken.returncode == 1
     assert "cannot start" in taken.stderr and "Traceback" not in taken.stderr
-    locked = run("serve", "--data-dir", str(broker.data_dir), "--listen", f"127.0.0.1:{free_port()}")
+    locked = run(
+        "serve", "--data-dir", str(broker.data_dir), "--listen", f"127.0.0.1:{free_port()}"
+    )
     assert locked.returncode == 1
     assert "in use by another kbroker process" in locked.stderr
 
@@ -81,7 +97,9 @@ def test_port_in_use_and_locked_data_dir(broker: BrokerProcess, tmp_path: Path) 
 def test_dump_log_prints_batches_and_stops_at_damage(tmp_path: Path) -> None:
     log = Log(str(tmp_path / "t-0"), LogConfig(), 0)
     for i in range(3):
-        log.append(build_batch([(b"k%d" % i, b"v%d" % i, [("h", b"x")])], codec=i, timestamp=5), 0, None, 0)
+        log.append(
+            build_batch([(b"k%d" % i, b"v%d" % i, [("h", b"x")])], codec=i, timestamp=5), 0, None, 0
+        )
     log.close()
     segment = tmp_path / "t-0" / "00000000000000000000.log"
     result = run("dump-log", "--print-data", str(segment))
@@ -101,4 +119,7 @@ def test_dump_log_prints_batches_and_stops_at_damage(tmp_path: Path) -> None:
 def test_settings_lists_defaults() -> None:
     result = run("settings")
     assert result.returncode == 0
-    assert any(line.startswith("log.retention.ms") and "604800000" in line for line in result.stdout.splitlines())
+    assert any(
+        line.startswith("log.retention.ms") and "604800000" in line
+        for line in result.stdout.splitlines()
+    )

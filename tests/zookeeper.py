@@ -67,23 +67,34 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
     log = data / "zookeeper.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [java, "-Xmx256m", "-cp", f"{ZOOKEEPER_CONF}:{ZOOKEEPER_JAR}",
-             "org.apache.zookeeper.server.ZooKeeperServerMain", str(config)],
-            stdout=out, stderr=subprocess.STDOUT,
+            [
+                java,
+                "-Xmx256m",
+                "-cp",
+                f"{ZOOKEEPER_CONF}:{ZOOKEEPER_JAR}",
+                "org.apache.zookeeper.server.ZooKeeperServerMain",
+                str(config),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     server = ZooKeeperServer(port, proc, log)
     try:
         deadline = time.monotonic() + 30
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"ZooKeeper exited with {proc.returncode}:\n{log.read_text(errors='replace')}")
+                raise RuntimeError(
+                    f"ZooKeeper exited with {proc.returncode}:\n{log.read_text(errors='replace')}"
+                )
             try:
                 if _four_letter(port, b"ruok") == b"imok":
                     break
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"ZooKeeper did not start in 30s:\n{log.read_text(errors='replace')}")
+                raise RuntimeError(
+                    f"ZooKeeper did not start in 30s:\n{log.read_text(errors='replace')}"
+                )
             time.sleep(0.1)
         yield server
     finally:

@@ -53,7 +53,9 @@ fn crc_benches() {
     let budget = Duration::from_millis(400);
     let impls: [(&str, CrcFn); 3] = [
         ("kbroker", |d| kbroker::crc32c::crc32c(d)),
-        ("kbroker-portable", |d| kbroker::crc32c::crc32c_portable(0, d)),
+        ("kbroker-portable", |d| {
+            kbroker::crc32c::crc32c_portable(0, d)
+        }),
         ("crc32c-crate", |d| crc32c::crc32c(d)),
     ];
     for size in [1024usize, 1 << 20] {
@@ -83,7 +85,12 @@ fn batch_of(codec: Codec, target: usize) -> Vec<u8> {
         let value = &payload[(i * 80) % (target - 80)..][..80];
         let hdr = [("src", Some(b"bench".as_slice()))];
         let headers: &[(&str, Option<&[u8]>)] = if i % 10 == 0 { &hdr } else { &[] };
-        b.push(1_700_000_000_000 + i as i64, Some(key.as_bytes()), Some(value), headers);
+        b.push(
+            1_700_000_000_000 + i as i64,
+            Some(key.as_bytes()),
+            Some(value),
+            headers,
+        );
         approx += 100;
         i += 1;
     }
@@ -92,7 +99,10 @@ fn batch_of(codec: Codec, target: usize) -> Vec<u8> {
 
 fn validate_benches() {
     let budget = Duration::from_millis(400);
-    let opts = ValidateOptions { max_batch_bytes: 1 << 20, ..ValidateOptions::default() };
+    let opts = ValidateOptions {
+        max_batch_bytes: 1 << 20,
+        ..ValidateOptions::default()
+    };
     for codec in Codec::ALL {
         let batch = batch_of(codec, 16 * 1024);
         let uncompressed = batch_of(Codec::None, 16 * 1024).len();

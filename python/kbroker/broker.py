@@ -88,9 +88,7 @@ class Broker:
             self._topic_configs[topic.name] = parse_topic_configs(topic.configs)
         self.logs = LogManager(self.data_dir, self.log_config_for)
         self.logs.open()
-        known = {
-            TopicPartition(t.name, p) for t in store.topics().values() for p in t.partitions
-        }
+        known = {TopicPartition(t.name, p) for t in store.topics().values() for p in t.partitions}
         for tp in [tp for tp in self.logs.partitions() if tp not in known]:
             log.warning("deleting log %s of a topic that no longer exists", tp)
             self.logs.delete(tp)
@@ -130,7 +128,11 @@ class Broker:
         )
         log.info(
             "kbroker %d serving on %s:%d (cluster %s, %d partitions)",
-            self.broker_id, host, port, self.metadata.cluster_id, len(self.partitions),
+            self.broker_id,
+            host,
+            port,
+            self.metadata.cluster_id,
+            len(self.partitions),
         )
 
     async def stop(self) -> None:
@@ -174,7 +176,11 @@ class Broker:
         return self._topic_configs.get(topic, {})
 
     def check_new_topic(
-        self, name: str, num_partitions: int, replication_factor: int, configs: Mapping[str, str | None]
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str | None],
     ) -> tuple[int, int, dict[str, Value]]:
         """Validates a CreateTopics entry; returns (partitions, replication factor, configs)."""
         if not TOPIC_NAME.match(name) or name in (".", ".."):
@@ -190,7 +196,9 @@ class Broker:
         if num_partitions > 100_000:
             raise TopicError("INVALID_PARTITIONS", "at most 100000 partitions per topic")
         if replication_factor <= 0:
-            raise TopicError("INVALID_REPLICATION_FACTOR", "the replication factor must be at least 1")
+            raise TopicError(
+                "INVALID_REPLICATION_FACTOR", "the replication factor must be at least 1"
+            )
         if replication_factor > 1:
             raise TopicError(
                 "INVALID_REPLICATION_FACTOR",

@@ -33,13 +33,30 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), help="Data directory (log.dirs).")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Data directory (log.dirs).",
+)
 @click.option("--listen", default=None, help="HOST:PORT to listen on [127.0.0.1:9092].")
-@click.option("--advertise", default=None, help="HOST:PORT clients are told to use [the listen address].")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), help="A Kafka-style properties file.")
-@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="Any broker setting (repeatable).")
-@click.option("--zookeeper", default=None, help="ZooKeeper connect string; without it the node runs alone.")
-@click.option("--log-level", default="INFO", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
+@click.option(
+    "--advertise", default=None, help="HOST:PORT clients are told to use [the listen address]."
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A Kafka-style properties file.",
+)
+@click.option(
+    "--set", "settings", multiple=True, metavar="KEY=VALUE", help="Any broker setting (repeatable)."
+)
+@click.option(
+    "--zookeeper", default=None, help="ZooKeeper connect string; without it the node runs alone."
+)
+@click.option(
+    "--log-level", default="INFO", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"])
+)
 def serve(
     data_dir: Path | None,
     listen: str | None,
@@ -75,9 +92,16 @@ def serve(
 
 
 @main.command("dump-log")
-@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument(
+    "files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
 @click.option("--print-data", is_flag=True, help="Also print each record's key, value and headers.")
-@click.option("--max-decompressed", default=64 << 20, show_default=True, help="Bound on a batch's decompressed size.")
+@click.option(
+    "--max-decompressed",
+    default=64 << 20,
+    show_default=True,
+    help="Bound on a batch's decompressed size.",
+)
 def dump_log(files: tuple[Path, ...], print_data: bool, max_decompressed: int) -> None:
     """Print the batches (and records) of segment files, checking each CRC."""
     from kbroker.tools.dump import dump_segment
@@ -110,7 +134,11 @@ def list_settings(as_json: bool) -> None:
 # -- groups -------------------------------------------------------------------------
 
 _bootstrap_option = click.option(
-    "--bootstrap-server", "-b", "bootstrap", default="127.0.0.1:9092", show_default=True,
+    "--bootstrap-server",
+    "-b",
+    "bootstrap",
+    default="127.0.0.1:9092",
+    show_default=True,
     help="HOST:PORT of a broker.",
 )
 
@@ -167,18 +195,28 @@ def groups_describe(bootstrap: str, group_ids: tuple[str, ...], as_json: bool) -
         click.echo(json.dumps(described, indent=1))
         return
     for d in described:
-        click.echo(f"Group {d['group']}: {d['state']} ({d['protocol_type'] or '-'}/{d['protocol'] or '-'}), "
-                   f"{len(d['members'])} members")
+        click.echo(
+            f"Group {d['group']}: {d['state']} ({d['protocol_type'] or '-'}/{d['protocol'] or '-'}), "
+            f"{len(d['members'])} members"
+        )
         for m in d["members"]:
             owned = ", ".join(f"{t}:{','.join(map(str, ps))}" for t, ps in m["assignment"].items())
             instance = f" instance={m['group_instance_id']}" if m["group_instance_id"] else ""
-            click.echo(f"  {m['member_id']}{instance} client={m['client_id']} host={m['host']} [{owned}]")
-        click.echo(f"  {'TOPIC':<30} {'PARTITION':>9} {'CURRENT':>12} {'LOG-END':>12} {'LAG':>8}  MEMBER")
+            click.echo(
+                f"  {m['member_id']}{instance} client={m['client_id']} host={m['host']} [{owned}]"
+            )
+        click.echo(
+            f"  {'TOPIC':<30} {'PARTITION':>9} {'CURRENT':>12} {'LOG-END':>12} {'LAG':>8}  MEMBER"
+        )
         for o in d["offsets"]:
+
             def show(v: object) -> str:
                 return "-" if v is None else str(v)
-            click.echo(f"  {o['topic']:<30} {o['partition']:>9} {show(o['current_offset']):>12} "
-                       f"{show(o['log_end_offset']):>12} {show(o['lag']):>8}  {o['member_id'] or '-'}")
+
+            click.echo(
+                f"  {o['topic']:<30} {o['partition']:>9} {show(o['current_offset']):>12} "
+                f"{show(o['log_end_offset']):>12} {show(o['lag']):>8}  {o['member_id'] or '-'}"
+            )
 
 
 @groups.command("delete")
@@ -204,15 +242,31 @@ def groups_delete(bootstrap: str, group_ids: tuple[str, ...]) -> None:
 
 @groups.command("import-zk")
 @_bootstrap_option
-@click.option("--zookeeper", required=True, metavar="HOST:PORT[/chroot]", help="ZooKeeper holding /consumers.")
-@click.option("--group", "group_ids", multiple=True, help="Only this group (repeatable) [all under /consumers].")
-@click.option("--overwrite", is_flag=True, help="Replace offsets the group already committed to the broker.")
+@click.option(
+    "--zookeeper", required=True, metavar="HOST:PORT[/chroot]", help="ZooKeeper holding /consumers."
+)
+@click.option(
+    "--group",
+    "group_ids",
+    multiple=True,
+    help="Only this group (repeatable) [all under /consumers].",
+)
+@click.option(
+    "--overwrite", is_flag=True, help="Replace offsets the group already committed to the broker."
+)
 @click.option("--dry-run", is_flag=True, help="Show what would be imported; commit nothing.")
-@click.option("--zk-timeout", default=15.0, show_default=True, help="Seconds to wait for ZooKeeper.")
+@click.option(
+    "--zk-timeout", default=15.0, show_default=True, help="Seconds to wait for ZooKeeper."
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def groups_import_zk(
-    bootstrap: str, zookeeper: str, group_ids: tuple[str, ...], overwrite: bool, dry_run: bool,
-    zk_timeout: float, as_json: bool,
+    bootstrap: str,
+    zookeeper: str,
+    group_ids: tuple[str, ...],
+    overwrite: bool,
+    dry_run: bool,
+    zk_timeout: float,
+    as_json: bool,
 ) -> None:
     """Copy offsets stored under /consumers/GROUP/offsets/TOPIC/PARTITION in ZooKeeper
     into the groups' committed offsets."""
@@ -222,7 +276,9 @@ def groups_import_zk(
     try:
         found, unreadable = read_zk_offsets(zookeeper, group_ids, timeout=zk_timeout)
         with BrokerClient(bootstrap) as client:
-            reports = import_offsets(client, found, unreadable, overwrite=overwrite, dry_run=dry_run)
+            reports = import_offsets(
+                client, found, unreadable, overwrite=overwrite, dry_run=dry_run
+            )
     except _tool_errors() as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -230,16 +286,28 @@ def groups_import_zk(
         return [{"topic": t, "partition": p, "value": v} for (t, p), v in sorted(d.items())]
 
     if as_json:
-        click.echo(json.dumps([
-            {"group": r.group, "imported": tps(dict(r.imported)), "kept": tps(dict(r.kept)),
-             "failed": tps(dict(r.failed)), "unreadable": r.unreadable}
-            for r in reports
-        ], indent=1))
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "group": r.group,
+                        "imported": tps(dict(r.imported)),
+                        "kept": tps(dict(r.kept)),
+                        "failed": tps(dict(r.failed)),
+                        "unreadable": r.unreadable,
+                    }
+                    for r in reports
+                ],
+                indent=1,
+            )
+        )
     else:
         verb = "would import" if dry_run else "imported"
         for r in reports:
-            click.echo(f"{r.group}: {verb} {len(r.imported)}, kept {len(r.kept)} already committed, "
-                       f"failed {len(r.failed)}, unreadable {len(r.unreadable)}")
+            click.echo(
+                f"{r.group}: {verb} {len(r.imported)}, kept {len(r.kept)} already committed, "
+                f"failed {len(r.failed)}, unreadable {len(r.unreadable)}"
+            )
             for (t, p), error in sorted(r.failed.items()):
                 click.echo(f"  {t}-{p}: {error}")
             for path in r.unreadable:
@@ -249,6 +317,7 @@ def groups_import_zk(
 
 
 # -- pipeline -----------------------------------------------------------------------
+
 
 def _pipeline_errors() -> tuple[type[BaseException], ...]:
     from kbroker.spark.common import pipeline_exceptions
@@ -270,13 +339,22 @@ def _spark_conf(conf: tuple[str, ...]) -> dict[str, str]:
 
 
 _master_option = click.option(
-    "--master", default=None, help="Spark master URL (spark://HOST:7077, yarn, ...) [local[*]].",
+    "--master",
+    default=None,
+    help="Spark master URL (spark://HOST:7077, yarn, ...) [local[*]].",
 )
 _conf_option = click.option(
-    "--conf", "conf", multiple=True, metavar="KEY=VALUE", help="Any Spark setting (repeatable).",
+    "--conf",
+    "conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Any Spark setting (repeatable).",
 )
 _pipeline_bootstrap = click.option(
-    "--bootstrap", default="127.0.0.1:9092", show_default=True, help="HOST:PORT[,HOST:PORT...] of brokers.",
+    "--bootstrap",
+    default="127.0.0.1:9092",
+    show_default=True,
+    help="HOST:PORT[,HOST:PORT...] of brokers.",
 )
 
 
@@ -292,13 +370,24 @@ def pipeline() -> None:
 @click.option("--once", is_flag=True, help="Archive what is there now, then exit.")
 @click.option("--checkpoint", default=None, help="Checkpoint location [OUTPUT/_checkpoint].")
 @click.option("--interval", default="10s", show_default=True, help="Time between micro-batches.")
-@click.option("--max-records-per-batch", type=click.IntRange(min=1), default=None,
-              help="Bound on the records of one micro-batch.")
+@click.option(
+    "--max-records-per-batch",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Bound on the records of one micro-batch.",
+)
 @_master_option
 @_conf_option
 def pipeline_archive(
-    topic: str, output: str, bootstrap: str, once: bool, checkpoint: str | None, interval: str,
-    max_records_per_batch: int | None, master: str | None, conf: tuple[str, ...],
+    topic: str,
+    output: str,
+    bootstrap: str,
+    once: bool,
+    checkpoint: str | None,
+    interval: str,
+    max_records_per_batch: int | None,
+    master: str | None,
+    conf: tuple[str, ...],
 ) -> None:
     """Persist topics as Parquet partitioned by topic, date and hour, exactly once
     across restarts. Runs until SIGTERM/SIGINT unless --once."""
@@ -308,28 +397,52 @@ def pipeline_archive(
     try:
         check_archive(bootstrap, topic, output, checkpoint, interval)  # before the JVM starts
         spark = spark_session(master, "kbroker-archive", _spark_conf(conf))
-        archive(spark, bootstrap, topic, output, checkpoint=checkpoint, once=once, interval=interval,
-                max_records_per_batch=max_records_per_batch)
+        archive(
+            spark,
+            bootstrap,
+            topic,
+            output,
+            checkpoint=checkpoint,
+            once=once,
+            interval=interval,
+            max_records_per_batch=max_records_per_batch,
+        )
     except _pipeline_errors() as exc:
         raise _pipeline_failed(exc) from None
 
 
 @pipeline.command("aggregate")
-@click.option("--topic", required=True, help="Input topic; values are numbers (or JSON, see --field).")
+@click.option(
+    "--topic", required=True, help="Input topic; values are numbers (or JSON, see --field)."
+)
 @click.option("--output-topic", required=True, help="Topic the per-window results are written to.")
-@click.option("--window", default="10s", show_default=True, help="Tumbling window length (10s, 5m, 1h...).")
+@click.option(
+    "--window", default="10s", show_default=True, help="Tumbling window length (10s, 5m, 1h...)."
+)
 @click.option("--watermark", default="30s", show_default=True, help="How late a record may be.")
 @click.option("--field", default=None, help="Take the number from this member of a JSON value.")
 @_pipeline_bootstrap
 @click.option("--once", is_flag=True, help="Process what is there now, then exit.")
-@click.option("--checkpoint", default=None,
-              help="Checkpoint location [~/.local/state/kbroker/pipeline/aggregate-IN-OUT].")
+@click.option(
+    "--checkpoint",
+    default=None,
+    help="Checkpoint location [~/.local/state/kbroker/pipeline/aggregate-IN-OUT].",
+)
 @click.option("--interval", default="10s", show_default=True, help="Time between micro-batches.")
 @_master_option
 @_conf_option
 def pipeline_aggregate(
-    topic: str, output_topic: str, window: str, watermark: str, field: str | None, bootstrap: str,
-    once: bool, checkpoint: str | None, interval: str, master: str | None, conf: tuple[str, ...],
+    topic: str,
+    output_topic: str,
+    window: str,
+    watermark: str,
+    field: str | None,
+    bootstrap: str,
+    once: bool,
+    checkpoint: str | None,
+    interval: str,
+    master: str | None,
+    conf: tuple[str, ...],
 ) -> None:
     """Per-key count, sum and average over tumbling windows of the record time,
     with a watermark for late records, written to another topic."""
@@ -337,11 +450,28 @@ def pipeline_aggregate(
     from kbroker.spark.aggregate import check_aggregate
 
     try:
-        check_aggregate(bootstrap, topic, output_topic, window=window, watermark=watermark, field=field,
-                        interval=interval)  # before the JVM starts
+        check_aggregate(
+            bootstrap,
+            topic,
+            output_topic,
+            window=window,
+            watermark=watermark,
+            field=field,
+            interval=interval,
+        )  # before the JVM starts
         spark = spark_session(master, "kbroker-aggregate", _spark_conf(conf))
-        aggregate(spark, bootstrap, topic, output_topic, window=window, watermark=watermark, field=field,
-                  checkpoint=checkpoint, once=once, interval=interval)
+        aggregate(
+            spark,
+            bootstrap,
+            topic,
+            output_topic,
+            window=window,
+            watermark=watermark,
+            field=field,
+            checkpoint=checkpoint,
+            once=once,
+            interval=interval,
+        )
     except _pipeline_errors() as exc:
         raise _pipeline_failed(exc) from None
 

@@ -77,9 +77,7 @@ class TopicMetadata:
         return cls(
             name=name,
             topic_id=uuid.UUID(data["topic_id"]),
-            partitions={
-                int(p): PartitionState.from_json(s) for p, s in data["partitions"].items()
-            },
+            partitions={int(p): PartitionState.from_json(s) for p, s in data["partitions"].items()},
             configs=dict(data.get("configs", {})),
             internal=bool(data.get("internal", False)),
         )

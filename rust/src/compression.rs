@@ -36,7 +36,13 @@ pub enum Codec {
 
 impl Codec {
     /// Every codec, in id order.
-    pub const ALL: [Codec; 5] = [Codec::None, Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd];
+    pub const ALL: [Codec; 5] = [
+        Codec::None,
+        Codec::Gzip,
+        Codec::Snappy,
+        Codec::Lz4,
+        Codec::Zstd,
+    ];
 
     /// The codec named by a batch's attributes. Ids 5-7 are not assigned by
     /// Kafka; a batch carrying one is corrupt.
@@ -81,8 +87,10 @@ pub fn compress(codec: Codec, data: &[u8]) -> Result<Vec<u8>> {
     match codec {
         Codec::None => Ok(data.to_vec()),
         Codec::Gzip => {
-            let mut enc =
-                flate2::write::GzEncoder::new(Vec::with_capacity(data.len() / 2 + 64), flate2::Compression::default());
+            let mut enc = flate2::write::GzEncoder::new(
+                Vec::with_capacity(data.len() / 2 + 64),
+                flate2::Compression::default(),
+            );
             enc.write_all(data)?;
             Ok(enc.finish()?)
         }
@@ -107,9 +115,13 @@ pub fn compress(codec: Codec, data: &[u8]) -> Result<Vec<u8>> {
             let info = lz4_flex::frame::FrameInfo::new()
                 .block_size(lz4_flex::frame::BlockSize::Max64KB)
                 .block_mode(lz4_flex::frame::BlockMode::Independent);
-            let mut enc = lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::with_capacity(data.len() / 2 + 64));
+            let mut enc = lz4_flex::frame::FrameEncoder::with_frame_info(
+                info,
+                Vec::with_capacity(data.len() / 2 + 64),
+            );
             enc.write_all(data)?;
-            enc.finish().map_err(|e| Error::InvalidArgument(format!("lz4: {e}")))
+            enc.finish()
+                .map_err(|e| Error::InvalidArgument(format!("lz4: {e}")))
         }
         Codec::Zstd => Ok(zstd::bulk::compress(data, 3)?),
     }
@@ -126,15 +138,27 @@ pub fn decompress(codec: Codec, data: &[u8], max_out: usize) -> Result<Vec<u8>> 
             }
             Ok(data.to_vec())
         }
-        Codec::Gzip => read_bounded(flate2::read::MultiGzDecoder::new(data), codec, max_out, data.len()),
+        Codec::Gzip => read_bounded(
+            flate2::read::MultiGzDecoder::new(data),
+            codec,
+            max_out,
+            data.len(),
+        ),
         Codec::Snappy => decompress_snappy(data, max_out),
         Codec::Lz4 => {
             check_lz4_framing(data)?;
-            read_bounded(lz4_flex::frame::FrameDecoder::new(data), codec, max_out, data.len())
+            read_bounded(
+                lz4_flex::frame::FrameDecoder::new(data),
+                codec,
+                max_out,
+                data.len(),
+            )
         }
         Codec::Zstd => {
-            let mut dec = zstd::stream::read::Decoder::with_buffer(data).map_err(|e| codec_err(codec, e))?;
-            dec.window_log_max(zstd_window_log_max(max_out)).map_err(|e| codec_err(codec, e))?;
+            let mut dec =
+                zstd::stream::read::Decoder::with_buffer(data).map_err(|e| codec_err(codec, e))?;
+            dec.window_log_max(zstd_window_log_max(max_out))
+                .map_err(|e| codec_err(codec, e))?;
             read_bounded(dec, codec, max_out, data.len())
         }
     }
@@ -164,7 +188,12 @@ fn snappy_err(e: snap::Error) -> Error {
 
 /// Reads `r` to the end into a buffer that never grows past `max_out + 1`
 /// bytes; reaching that extra byte means the bound was passed.
-fn read_bounded<R: Read>(mut r: R, codec: Codec, max_out: usize, input_len: usize) -> Result<Vec<u8>> {
+fn read_bounded<R: Read>(
+    mut r: R,
+    codec: Codec,
+    max_out: usize,
+    input_len: usize,
+) -> Result<Vec<u8>> {
     let limit = max_out.saturating_add(1);
     // Batches usually compress 2-5x; start there and double.
     let mut cap = input_len.saturating_mul(4).clamp(4096, 1 << 20).min(limit);
@@ -272,7 +301,9 @@ fn decompress_snappy(data: &[u8], max_out: usize) -> Result<Vec<u8>> {
         }
         let start = out.len();
         out.resize(start + n, 0);
-        let written = dec.decompress(block, &mut out[start..]).map_err(snappy_err)?;
+        let written = dec
+            .decompress(block, &mut out[start..])
+            .map_err(snappy_err)?;
         if written != n {
             return corrupt!("snappy block declared {n} bytes but produced {written}");
         }
@@ -286,7 +317,10 @@ fn decompress_snappy(data: &[u8], max_out: usize) -> Result<Vec<u8>> {
             };
             let len = i32::from_be_bytes(*len);
             if len < 0 || len as usize > tail.len() {
-                return corrupt!("snappy: xerial block length {len} with {} bytes left", tail.len());
+                return corrupt!(
+                    "snappy: xerial block length {len} with {} bytes left",
+                    tail.len()
+                );
             }
             let (block, tail) = tail.split_at(len as usize);
             push_block(block, &mut out)?;
@@ -374,7 +408,10 @@ mod tests {
             assert_eq!(Codec::from_attributes(c as i16 | 0x7ff8).unwrap(), c);
         }
         for id in 5..8 {
-            assert!(matches!(Codec::from_attributes(id), Err(Error::CorruptRecord(_))));
+            assert!(matches!(
+                Codec::from_attributes(id),
+                Err(Error::CorruptRecord(_))
+            ));
         }
     }
 
@@ -415,13 +452,17 @@ mod tests {
         let d = sample(200_000);
         let z = compress(Codec::Gzip, &d).unwrap();
         let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&z[..]).read_to_end(&mut out).unwrap();
+        flate2::read::GzDecoder::new(&z[..])
+            .read_to_end(&mut out)
+            .unwrap();
         assert_eq!(out, d);
         let z = compress(Codec::Zstd, &d).unwrap();
         assert_eq!(zstd::stream::decode_all(&z[..]).unwrap(), d);
         let z = compress(Codec::Lz4, &d).unwrap();
         let mut out = Vec::new();
-        lz4_flex::frame::FrameDecoder::new(&z[..]).read_to_end(&mut out).unwrap();
+        lz4_flex::frame::FrameDecoder::new(&z[..])
+            .read_to_end(&mut out)
+            .unwrap();
         assert_eq!(out, d);
         // LZ4 frame magic 0x184D2204 (little endian).
         assert_eq!(&z[..4], &[0x04, 0x22, 0x4d, 0x18]);
@@ -433,9 +474,14 @@ mod tests {
         for c in [Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
             let z = compress(c, &d).unwrap();
             for cut in [1usize, 7, 15, 17, z.len() / 2, z.len() - 1] {
-                assert!(decompress(c, &z[..cut], 1 << 20).is_err(), "{c:?} cut={cut}");
+                assert!(
+                    decompress(c, &z[..cut], 1 << 20).is_err(),
+                    "{c:?} cut={cut}"
+                );
             }
-            let garbage: Vec<u8> = (0..1000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+            let garbage: Vec<u8> = (0..1000u32)
+                .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+                .collect();
             assert!(decompress(c, &garbage, 1 << 20).is_err(), "{c:?} garbage");
         }
         // Xerial header followed by a negative or oversized block length.

@@ -201,7 +201,8 @@ fn raw_portable(mut c: u32, data: &[u8]) -> u32 {
 mod x86 {
     use super::shift_const;
     use core::arch::x86_64::{
-        _mm_clmulepi64_si128, _mm_crc32_u64, _mm_crc32_u8, _mm_cvtsi128_si64, _mm_cvtsi32_si128, _mm_xor_si128,
+        _mm_clmulepi64_si128, _mm_crc32_u64, _mm_crc32_u8, _mm_cvtsi128_si64, _mm_cvtsi32_si128,
+        _mm_xor_si128,
     };
 
     /// Entry point stored in the dispatch slot.
@@ -246,7 +247,11 @@ mod x86 {
             let (b, rest) = rest.split_at(B);
             let (d, rest) = rest.split_at(B);
             let (mut c0, mut c1, mut c2) = (c as u64, 0u64, 0u64);
-            for ((x, y), z) in a.chunks_exact(8).zip(b.chunks_exact(8)).zip(d.chunks_exact(8)) {
+            for ((x, y), z) in a
+                .chunks_exact(8)
+                .zip(b.chunks_exact(8))
+                .zip(d.chunks_exact(8))
+            {
                 c0 = _mm_crc32_u64(c0, le64(x));
                 c1 = _mm_crc32_u64(c1, le64(y));
                 c2 = _mm_crc32_u64(c2, le64(z));
@@ -392,7 +397,10 @@ mod tests {
         for cut in [0usize, 1, 7, 100, 4095, 9_999, 10_000] {
             let c = crc32c_append(crc32c(&d[..cut]), &d[cut..]);
             assert_eq!(c, whole, "cut={cut}");
-            assert_eq!(crc32c_portable(crc32c_portable(0, &d[..cut]), &d[cut..]), whole);
+            assert_eq!(
+                crc32c_portable(crc32c_portable(0, &d[..cut]), &d[cut..]),
+                whole
+            );
         }
     }
 

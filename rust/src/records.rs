@@ -40,7 +40,9 @@ use crate::compression::{self, Codec};
 use crate::corrupt;
 use crate::crc32c::{crc32c, crc32c_delta};
 use crate::error::{Error, Result};
-use crate::varint::{decode_varint, decode_varlong, encode_varint, encode_varlong, varint_size, varlong_size};
+use crate::varint::{
+    decode_varint, decode_varlong, encode_varint, encode_varlong, varint_size, varlong_size,
+};
 
 pub const BASE_OFFSET: usize = 0;
 pub const BATCH_LENGTH: usize = 8;
@@ -113,7 +115,10 @@ impl BatchHeader {
     /// the whole batch is present (see [`check_crc`], [`BatchHeader::total_size`]).
     pub fn parse(buf: &[u8]) -> Result<BatchHeader> {
         if buf.len() < HEADER_SIZE {
-            return corrupt!("batch header needs {HEADER_SIZE} bytes, {} present", buf.len());
+            return corrupt!(
+                "batch header needs {HEADER_SIZE} bytes, {} present",
+                buf.len()
+            );
         }
         let magic = buf[MAGIC] as i8;
         if magic != CURRENT_MAGIC {
@@ -198,7 +203,9 @@ fn frame_at(buf: &[u8], pos: usize) -> Result<Option<usize>> {
     }
     let batch_length = be_i32(rest, BATCH_LENGTH);
     if (batch_length as i64) < (HEADER_SIZE - LOG_OVERHEAD) as i64 {
-        return corrupt!("batch at byte {pos}: batch length {batch_length} is smaller than a batch header");
+        return corrupt!(
+            "batch at byte {pos}: batch length {batch_length} is smaller than a batch header"
+        );
     }
     let total = batch_length as usize + LOG_OVERHEAD;
     if rest.len() > MAGIC {
@@ -224,7 +231,11 @@ pub struct Batches<'a> {
 /// bytes) but not CRCs or contents. Yields `Err` once, at the first bad or
 /// incomplete batch, then stops.
 pub fn batches(buf: &[u8]) -> Batches<'_> {
-    Batches { buf, pos: 0, failed: false }
+    Batches {
+        buf,
+        pos: 0,
+        failed: false,
+    }
 }
 
 impl<'a> Batches<'a> {
@@ -249,7 +260,10 @@ impl Iterator for Batches<'_> {
             Ok(None) => {
                 self.failed = true;
                 let left = self.buf.len() - self.pos;
-                Some(corrupt!("partial batch at byte {}: {left} bytes left", self.pos))
+                Some(corrupt!(
+                    "partial batch at byte {}: {left} bytes left",
+                    self.pos
+                ))
             }
             Err(e) => {
                 self.failed = true;
@@ -373,7 +387,10 @@ pub fn increment_sequence(seq: i32, inc: i32) -> i32 {
 /// whole batch; returns its header.
 fn check_frame_and_crc(batch: &[u8], max_batch_bytes: usize) -> Result<BatchHeader> {
     if batch.len() < LOG_OVERHEAD {
-        return corrupt!("batch of {} bytes is shorter than its length prefix", batch.len());
+        return corrupt!(
+            "batch of {} bytes is shorter than its length prefix",
+            batch.len()
+        );
     }
     let batch_length = be_i32(batch, BATCH_LENGTH);
     if (batch_length as i64) < (HEADER_SIZE - LOG_OVERHEAD) as i64 {
@@ -381,13 +398,22 @@ fn check_frame_and_crc(batch: &[u8], max_batch_bytes: usize) -> Result<BatchHead
     }
     let total = batch_length as usize + LOG_OVERHEAD;
     if total > batch.len() {
-        return corrupt!("truncated batch: {total} bytes declared, {} present", batch.len());
+        return corrupt!(
+            "truncated batch: {total} bytes declared, {} present",
+            batch.len()
+        );
     }
     if total < batch.len() {
-        return corrupt!("batch of {total} bytes followed by {} stray bytes", batch.len() - total);
+        return corrupt!(
+            "batch of {total} bytes followed by {} stray bytes",
+            batch.len() - total
+        );
     }
     if total > max_batch_bytes {
-        return Err(Error::RecordTooLarge { size: total, max: max_batch_bytes });
+        return Err(Error::RecordTooLarge {
+            size: total,
+            max: max_batch_bytes,
+        });
     }
     let h = BatchHeader::parse(batch)?;
     check_crc(batch)?;
@@ -455,7 +481,10 @@ pub fn validate_batch(batch: &[u8], opts: &ValidateOptions) -> Result<BatchInfo>
         return invalid("transactional batch without a producer id".into());
     }
     if info.has_producer_id() && h.base_sequence < 0 && !info.is_control {
-        return invalid(format!("invalid sequence number {} for producer id {}", h.base_sequence, h.producer_id));
+        return invalid(format!(
+            "invalid sequence number {} for producer id {}",
+            h.base_sequence, h.producer_id
+        ));
     }
     let payload = &batch[RECORDS..];
     match codec {
@@ -498,13 +527,18 @@ fn check_records(region: &[u8], info: &BatchInfo, opts: &ValidateOptions) -> Res
         }
         let r = parse_record(region, &mut pos, None)?;
         if r.offset_delta as i64 != n as i64 {
-            return invalid(format!("record {n} has offsetDelta {}, expected {n}", r.offset_delta));
+            return invalid(format!(
+                "record {n} has offsetDelta {}, expected {n}",
+                r.offset_delta
+            ));
         }
         if info.is_control {
             let (_, kind) = parse_control_key(r.key)?;
             txn_marker |= kind == CONTROL_ABORT || kind == CONTROL_COMMIT;
         } else if opts.require_keys && r.key.is_none() {
-            return invalid(format!("record {n} has no key; compacted topics require keys"));
+            return invalid(format!(
+                "record {n} has no key; compacted topics require keys"
+            ));
         }
         n += 1;
     }
@@ -512,7 +546,9 @@ fn check_records(region: &[u8], info: &BatchInfo, opts: &ValidateOptions) -> Res
         return corrupt!("recordsCount is {expected} but the batch holds {n} records");
     }
     if txn_marker && (expected != 1 || !info.is_transactional) {
-        return invalid("a transaction marker must be the only record of a transactional batch".into());
+        return invalid(
+            "a transaction marker must be the only record of a transactional batch".into(),
+        );
     }
     Ok(())
 }
@@ -667,9 +703,15 @@ fn parse_record<'a>(
     };
     let left = rest.len() - n;
     if len < 0 || len as usize > left {
-        return corrupt!("record length {len} at byte {} with {left} bytes left", *pos);
+        return corrupt!(
+            "record length {len} at byte {} with {left} bytes left",
+            *pos
+        );
     }
-    let mut c = Cursor { buf: &rest[n..n + len as usize], pos: 0 };
+    let mut c = Cursor {
+        buf: &rest[n..n + len as usize],
+        pos: 0,
+    };
     let Some(&attributes) = c.buf.first() else {
         return corrupt!("empty record at byte {}", *pos);
     };
@@ -682,7 +724,10 @@ fn parse_record<'a>(
     // Each header takes at least 2 bytes: refuse counts the bytes cannot
     // hold before reserving anything.
     if count < 0 || count as usize > (c.buf.len() - c.pos) / 2 {
-        return corrupt!("record header count {count} with {} bytes left", c.buf.len() - c.pos);
+        return corrupt!(
+            "record header count {count} with {} bytes left",
+            c.buf.len() - c.pos
+        );
     }
     if let Some(h) = headers.as_deref_mut() {
         h.reserve(count as usize);
@@ -697,10 +742,20 @@ fn parse_record<'a>(
         }
     }
     if c.pos != c.buf.len() {
-        return corrupt!("record at byte {} has {} bytes past its last field", *pos, c.buf.len() - c.pos);
+        return corrupt!(
+            "record at byte {} has {} bytes past its last field",
+            *pos,
+            c.buf.len() - c.pos
+        );
     }
     *pos += n + len as usize;
-    Ok(RecordCore { attributes: attributes as i8, timestamp_delta, offset_delta, key, value })
+    Ok(RecordCore {
+        attributes: attributes as i8,
+        timestamp_delta,
+        offset_delta,
+        key,
+        value,
+    })
 }
 
 /// Iterator over the records of a records region; see [`iter_records`].
@@ -716,7 +771,11 @@ pub struct RecordIter<'a> {
 /// [`records_region`] returns). Stops after the first error. Does not
 /// compare with recordsCount; [`validate_batch`] does.
 pub fn iter_records(region: &[u8]) -> RecordIter<'_> {
-    RecordIter { region, pos: 0, failed: false }
+    RecordIter {
+        region,
+        pos: 0,
+        failed: false,
+    }
 }
 
 impl<'a> Iterator for RecordIter<'a> {
@@ -748,7 +807,10 @@ fn whole_batch(batch: &[u8]) -> Result<(BatchHeader, &[u8])> {
     let h = BatchHeader::parse(batch)?;
     let total = h.total_size();
     if batch.len() < total {
-        return corrupt!("truncated batch: {total} bytes declared, {} present", batch.len());
+        return corrupt!(
+            "truncated batch: {total} bytes declared, {} present",
+            batch.len()
+        );
     }
     Ok((h, &batch[..total]))
 }
@@ -761,7 +823,11 @@ pub fn records_region(batch: &[u8], max_decompressed: usize) -> Result<Cow<'_, [
     let payload = &batch[RECORDS..];
     match Codec::from_attributes(h.attributes)? {
         Codec::None => Ok(Cow::Borrowed(payload)),
-        codec => Ok(Cow::Owned(compression::decompress(codec, payload, max_decompressed)?)),
+        codec => Ok(Cow::Owned(compression::decompress(
+            codec,
+            payload,
+            max_decompressed,
+        )?)),
     }
 }
 
@@ -782,7 +848,8 @@ pub fn decode_batch_records(batch: &[u8], max_decompressed: usize) -> Result<Vec
     let (h, batch) = whole_batch(batch)?;
     check_crc(batch)?;
     let region = records_region(batch, max_decompressed)?;
-    let mut out = Vec::with_capacity((h.records_count.max(0) as usize).min(region.len() / MIN_RECORD_SIZE));
+    let mut out =
+        Vec::with_capacity((h.records_count.max(0) as usize).min(region.len() / MIN_RECORD_SIZE));
     for r in iter_records(&region) {
         let r = r?;
         out.push(DecodedRecord {
@@ -790,7 +857,11 @@ pub fn decode_batch_records(batch: &[u8], max_decompressed: usize) -> Result<Vec
             timestamp: r.timestamp(&h),
             key: r.key.map(<[u8]>::to_vec),
             value: r.value.map(<[u8]>::to_vec),
-            headers: r.headers.iter().map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec))).collect(),
+            headers: r
+                .headers
+                .iter()
+                .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
+                .collect(),
         });
     }
     Ok(out)
@@ -828,12 +899,20 @@ pub fn first_offset_with_timestamp_at_or_after(
 /// batch. Both fields sit outside the CRC, so nothing else changes.
 /// Fails (leaving the bytes untouched) only if `batch` is shorter than a
 /// batch header.
-pub fn assign_offsets(batch: &mut [u8], base_offset: i64, partition_leader_epoch: i32) -> Result<()> {
+pub fn assign_offsets(
+    batch: &mut [u8],
+    base_offset: i64,
+    partition_leader_epoch: i32,
+) -> Result<()> {
     if batch.len() < HEADER_SIZE {
-        return Err(Error::InvalidArgument(format!("{} bytes is not a batch", batch.len())));
+        return Err(Error::InvalidArgument(format!(
+            "{} bytes is not a batch",
+            batch.len()
+        )));
     }
     batch[BASE_OFFSET..BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
-    batch[PARTITION_LEADER_EPOCH..PARTITION_LEADER_EPOCH + 4].copy_from_slice(&partition_leader_epoch.to_be_bytes());
+    batch[PARTITION_LEADER_EPOCH..PARTITION_LEADER_EPOCH + 4]
+        .copy_from_slice(&partition_leader_epoch.to_be_bytes());
     Ok(())
 }
 
@@ -848,7 +927,8 @@ pub fn assign_offsets(batch: &mut [u8], base_offset: i64, partition_leader_epoch
 /// corrupt stays detectably corrupt rather than being blessed with a fresh
 /// CRC. `batch` must hold exactly one whole batch.
 pub fn set_max_timestamp_log_append(batch: &mut [u8], ts: i64) -> Result<()> {
-    let h = BatchHeader::parse(batch).map_err(|e| Error::InvalidArgument(format!("not a batch: {e}")))?;
+    let h = BatchHeader::parse(batch)
+        .map_err(|e| Error::InvalidArgument(format!("not a batch: {e}")))?;
     if h.total_size() != batch.len() {
         return Err(Error::InvalidArgument(format!(
             "buffer of {} bytes does not hold exactly one batch of {}",
@@ -1030,7 +1110,10 @@ impl BatchBuilder {
         headers: &[(K, Option<V>)],
     ) -> std::result::Result<(), String> {
         if offset_delta <= self.last_offset_delta || offset_delta < 0 {
-            return Err(format!("offset delta {offset_delta} after {}", self.last_offset_delta));
+            return Err(format!(
+                "offset delta {offset_delta} after {}",
+                self.last_offset_delta
+            ));
         }
         if self.count == i32::MAX {
             return Err("too many records".into());
@@ -1043,12 +1126,14 @@ impl BatchBuilder {
             match b {
                 None => Ok(1),
                 Some(b) => {
-                    let len = i32::try_from(b.len()).map_err(|_| format!("field of {} bytes", b.len()))?;
+                    let len = i32::try_from(b.len())
+                        .map_err(|_| format!("field of {} bytes", b.len()))?;
                     Ok(varint_size(len) + b.len())
                 }
             }
         }
-        let header_count = i32::try_from(headers.len()).map_err(|_| "too many headers".to_string())?;
+        let header_count =
+            i32::try_from(headers.len()).map_err(|_| "too many headers".to_string())?;
         let mut size = 1 + varlong_size(ts_delta) + varint_size(offset_delta);
         size += field_size(key)? + field_size(value)? + varint_size(header_count);
         for (k, v) in headers {
@@ -1113,7 +1198,11 @@ impl BatchBuilder {
             attributes |= DELETE_HORIZON_MASK;
         }
         let first_timestamp = self.first_timestamp.unwrap_or(self.timestamp);
-        let max_timestamp = if self.log_append_time || self.count == 0 { self.timestamp } else { self.max_timestamp };
+        let max_timestamp = if self.log_append_time || self.count == 0 {
+            self.timestamp
+        } else {
+            self.max_timestamp
+        };
         let last_offset_delta = self.last_offset_delta.max(self.min_last_offset_delta);
         let mut out = Vec::with_capacity(total);
         out.extend_from_slice(&self.base_offset.to_be_bytes());
@@ -1147,7 +1236,10 @@ mod tests {
     const T0: i64 = 1_700_000_000_000;
 
     fn opts() -> ValidateOptions {
-        ValidateOptions { max_batch_bytes: 1 << 24, ..ValidateOptions::default() }
+        ValidateOptions {
+            max_batch_bytes: 1 << 24,
+            ..ValidateOptions::default()
+        }
     }
 
     fn build(codec: Codec, recs: &[Rec]) -> Vec<u8> {
@@ -1161,8 +1253,17 @@ mod tests {
     fn simple(codec: Codec, n: usize) -> Vec<u8> {
         let recs: Vec<Rec> = (0..n)
             .map(|i| {
-                let h = if i % 2 == 0 { vec![(b"trace".to_vec(), Some(vec![i as u8; 3]))] } else { vec![] };
-                (T0 + i as i64, Some(format!("key-{i}").into_bytes()), Some(vec![b'x'; 40 + i]), h)
+                let h = if i % 2 == 0 {
+                    vec![(b"trace".to_vec(), Some(vec![i as u8; 3]))]
+                } else {
+                    vec![]
+                };
+                (
+                    T0 + i as i64,
+                    Some(format!("key-{i}").into_bytes()),
+                    Some(vec![b'x'; 40 + i]),
+                    h,
+                )
             })
             .collect();
         build(codec, &recs)
@@ -1240,7 +1341,10 @@ mod tests {
         assert_eq!(h.total_size(), b.len());
         assert_eq!((h.records_count, h.last_offset_delta), (3, 2));
         assert_eq!((h.first_timestamp, h.max_timestamp), (T0, T0 + 2));
-        assert_eq!((h.producer_id, h.producer_epoch, h.base_sequence), (-1, -1, -1));
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            (-1, -1, -1)
+        );
         assert_eq!(h.partition_leader_epoch, -1);
     }
 
@@ -1250,7 +1354,10 @@ mod tests {
             let b = simple(codec, 50);
             let info = validate_batch(&b, &opts()).unwrap();
             assert_eq!(info.codec, codec);
-            assert_eq!((info.records_count, info.last_offset_delta, info.size), (50, 49, b.len()));
+            assert_eq!(
+                (info.records_count, info.last_offset_delta, info.size),
+                (50, 49, b.len())
+            );
             let region = records_region(&b, 1 << 20).unwrap();
             let h = BatchHeader::parse(&b).unwrap();
             for (i, r) in iter_records(&region).enumerate() {
@@ -1263,7 +1370,10 @@ mod tests {
             }
             let decoded = decode_batch_records(&b, 1 << 20).unwrap();
             assert_eq!(decoded.len(), 50);
-            assert_eq!(decoded[4].headers, vec![(b"trace".to_vec(), Some(vec![4u8; 3]))]);
+            assert_eq!(
+                decoded[4].headers,
+                vec![(b"trace".to_vec(), Some(vec![4u8; 3]))]
+            );
         }
     }
 
@@ -1276,7 +1386,10 @@ mod tests {
         assert_eq!(d[0].key, None);
         assert_eq!(d[0].value, None);
         assert_eq!(d[0].headers, vec![(b"h".to_vec(), None)]);
-        let strict = ValidateOptions { require_keys: true, ..opts() };
+        let strict = ValidateOptions {
+            require_keys: true,
+            ..opts()
+        };
         assert!(invalid_err(validate_batch(&b, &strict)).contains("key"));
         assert!(validate_batch(&simple(Codec::None, 3), &strict).is_ok());
     }
@@ -1289,8 +1402,14 @@ mod tests {
         long.push(0);
         assert!(corrupt_err(validate_batch(&long, &opts())).contains("stray"));
         // Too large.
-        let small = ValidateOptions { max_batch_bytes: b.len() - 1, ..opts() };
-        assert!(matches!(validate_batch(&b, &small), Err(Error::RecordTooLarge { .. })));
+        let small = ValidateOptions {
+            max_batch_bytes: b.len() - 1,
+            ..opts()
+        };
+        assert!(matches!(
+            validate_batch(&b, &small),
+            Err(Error::RecordTooLarge { .. })
+        ));
         // Magic 1.
         let mut m = b.clone();
         m[MAGIC] = 1;
@@ -1315,10 +1434,18 @@ mod tests {
         let b = raw_batch(&region, 1, 0, 0x40 | 0x100 | i16::MIN);
         validate_batch(&b, &opts()).unwrap();
         // Negative and zero counts.
-        assert!(corrupt_err(validate_batch(&raw_batch(&region, -1, 0, 0), &opts())).contains("negative"));
-        assert!(invalid_err(validate_batch(&raw_batch(&[], 0, 0, 0), &opts())).contains("no records"));
+        assert!(
+            corrupt_err(validate_batch(&raw_batch(&region, -1, 0, 0), &opts()))
+                .contains("negative")
+        );
+        assert!(
+            invalid_err(validate_batch(&raw_batch(&[], 0, 0, 0), &opts())).contains("no records")
+        );
         // lastOffsetDelta inconsistent with the count.
-        assert!(invalid_err(validate_batch(&raw_batch(&region, 1, 3, 0), &opts())).contains("lastOffsetDelta"));
+        assert!(
+            invalid_err(validate_batch(&raw_batch(&region, 1, 3, 0), &opts()))
+                .contains("lastOffsetDelta")
+        );
         // Transactional without producer id.
         let b = raw_batch(&region, 1, 0, TRANSACTIONAL_MASK);
         assert!(invalid_err(validate_batch(&b, &opts())).contains("producer id"));
@@ -1326,7 +1453,9 @@ mod tests {
         let mut b = BatchBuilder::new(Codec::None, 0, T0).producer(7, 0, -1);
         b.push(T0, Some(b"k"), Some(b"v"), NO_HEADERS);
         assert!(invalid_err(validate_batch(&b.build().unwrap(), &opts())).contains("sequence"));
-        let mut b = BatchBuilder::new(Codec::None, 0, T0).producer(7, 0, 5).transactional(true);
+        let mut b = BatchBuilder::new(Codec::None, 0, T0)
+            .producer(7, 0, 5)
+            .transactional(true);
         b.push(T0, Some(b"k"), Some(b"v"), NO_HEADERS);
         let info = validate_batch(&b.build().unwrap(), &opts()).unwrap();
         assert!(info.is_transactional && info.has_producer_id());
@@ -1336,7 +1465,9 @@ mod tests {
     #[test]
     fn record_rules() {
         let ok = body(0, Some(b"k"), Some(b"a value long enough"), &[0]);
-        let check = |region: Vec<u8>, count: i32| validate_batch(&raw_batch(&region, count, count - 1, 0), &opts());
+        let check = |region: Vec<u8>, count: i32| {
+            validate_batch(&raw_batch(&region, count, count - 1, 0), &opts())
+        };
         check(raw_record(&ok), 1).unwrap();
         // Count mismatch either way.
         assert!(corrupt_err(check(raw_record(&ok), 2)).contains("holds 1"));
@@ -1345,7 +1476,9 @@ mod tests {
         check(two.clone(), 2).unwrap();
         assert!(corrupt_err(check(two, 1)).contains("past recordsCount"));
         // offsetDelta not 0..n-1.
-        assert!(invalid_err(check(raw_record(&body(1, None, None, &[0])), 1)).contains("offsetDelta"));
+        assert!(
+            invalid_err(check(raw_record(&body(1, None, None, &[0])), 1)).contains("offsetDelta")
+        );
         let mut gap = raw_record(&ok);
         gap.extend(raw_record(&body(2, None, None, &[0])));
         assert!(invalid_err(check(gap.clone(), 2)).contains("offsetDelta"));
@@ -1372,7 +1505,9 @@ mod tests {
         // A huge header count is refused before anything is reserved.
         let mut hc = Vec::new();
         encode_varint(i32::MAX, &mut hc);
-        assert!(corrupt_err(check(raw_record(&body(0, None, None, &hc)), 1)).contains("header count"));
+        assert!(
+            corrupt_err(check(raw_record(&body(0, None, None, &hc)), 1)).contains("header count")
+        );
         // Negative header count, null header key.
         let mut hc = Vec::new();
         encode_varint(-1, &mut hc);
@@ -1383,7 +1518,10 @@ mod tests {
         encode_varint(-1, &mut h);
         assert!(corrupt_err(check(raw_record(&body(0, None, None, &h)), 1)).contains("null key"));
         // Bytes left inside a record after its headers.
-        assert!(corrupt_err(check(raw_record(&body(0, None, None, &[0, 9])), 1)).contains("past its last field"));
+        assert!(
+            corrupt_err(check(raw_record(&body(0, None, None, &[0, 9])), 1))
+                .contains("past its last field")
+        );
         // Overlong varint inside a record is corrupt, not a varint error.
         let mut r = vec![0u8];
         r.extend_from_slice(&[0xff; 11]);
@@ -1398,7 +1536,10 @@ mod tests {
         let region = raw_record(&body(5, Some(b"k"), Some(b"v"), &[0]));
         let z = compression::compress(Codec::Gzip, &region).unwrap();
         let b = raw_batch(&z, 1, 0, Codec::Gzip as i16);
-        let shallow = ValidateOptions { inspect_compressed: false, ..opts() };
+        let shallow = ValidateOptions {
+            inspect_compressed: false,
+            ..opts()
+        };
         validate_batch(&b, &shallow).unwrap();
         assert!(invalid_err(validate_batch(&b, &opts())).contains("offsetDelta"));
         // Garbage compressed payload.
@@ -1407,24 +1548,47 @@ mod tests {
         assert!(validate_batch(&b, &opts()).is_err());
         // A payload that decompresses past the bound.
         let big = simple(Codec::Zstd, 200);
-        let bounded = ValidateOptions { max_decompressed_bytes: 4096, ..opts() };
+        let bounded = ValidateOptions {
+            max_decompressed_bytes: 4096,
+            ..opts()
+        };
         assert!(corrupt_err(validate_batch(&big, &bounded)).contains("exceeds"));
     }
 
     #[test]
     fn control_batches() {
         let marker = |kind: i16, txn: bool, extra: bool| {
-            let mut b = BatchBuilder::new(Codec::None, 0, T0).producer(9, 1, -1).transactional(txn).control(true);
-            b.push(T0, Some(&control_key(kind)), Some(&end_txn_marker_value(3)), NO_HEADERS);
+            let mut b = BatchBuilder::new(Codec::None, 0, T0)
+                .producer(9, 1, -1)
+                .transactional(txn)
+                .control(true);
+            b.push(
+                T0,
+                Some(&control_key(kind)),
+                Some(&end_txn_marker_value(3)),
+                NO_HEADERS,
+            );
             if extra {
-                b.push(T0, Some(&control_key(kind)), Some(&end_txn_marker_value(3)), NO_HEADERS);
+                b.push(
+                    T0,
+                    Some(&control_key(kind)),
+                    Some(&end_txn_marker_value(3)),
+                    NO_HEADERS,
+                );
             }
             b.build().unwrap()
         };
         let info = validate_batch(&marker(CONTROL_COMMIT, true, false), &opts()).unwrap();
         assert!(info.is_control && info.is_transactional);
-        assert!(invalid_err(validate_batch(&marker(CONTROL_ABORT, false, false), &opts())).contains("marker"));
-        assert!(invalid_err(validate_batch(&marker(CONTROL_ABORT, true, true), &opts())).contains("marker"));
+        assert!(invalid_err(validate_batch(
+            &marker(CONTROL_ABORT, false, false),
+            &opts()
+        ))
+        .contains("marker"));
+        assert!(
+            invalid_err(validate_batch(&marker(CONTROL_ABORT, true, true), &opts()))
+                .contains("marker")
+        );
         // Unknown control types pass; bad keys do not.
         validate_batch(&marker(7, false, true), &opts()).unwrap();
         let mut b = BatchBuilder::new(Codec::None, 0, T0).control(true);
@@ -1433,7 +1597,10 @@ mod tests {
         let mut b = BatchBuilder::new(Codec::None, 0, T0).control(true);
         b.push(T0, Some(&[0xff, 0xff, 0, 0]), None, NO_HEADERS);
         assert!(invalid_err(validate_batch(&b.build().unwrap(), &opts())).contains("version"));
-        assert_eq!(parse_control_key(Some(&control_key(CONTROL_COMMIT))).unwrap(), (0, 1));
+        assert_eq!(
+            parse_control_key(Some(&control_key(CONTROL_COMMIT))).unwrap(),
+            (0, 1)
+        );
     }
 
     #[test]
@@ -1447,7 +1614,10 @@ mod tests {
         assert_eq!(split_batches(&[]).unwrap(), vec![]);
         for cut in 1..b.len() {
             let partial = &buf[..a.len() + cut];
-            assert!(corrupt_err(split_batches(partial)).contains("partial"), "cut={cut}");
+            assert!(
+                corrupt_err(split_batches(partial)).contains("partial"),
+                "cut={cut}"
+            );
             let (spans, valid) = split_batches_prefix(partial);
             assert_eq!((spans, valid), (vec![(0, a.len())], a.len()));
         }
@@ -1468,7 +1638,10 @@ mod tests {
         let mut b = simple(Codec::Snappy, 10);
         assign_offsets(&mut b, 1_000_000, 42).unwrap();
         let info = validate_batch(&b, &opts()).unwrap();
-        assert_eq!((info.base_offset, info.partition_leader_epoch), (1_000_000, 42));
+        assert_eq!(
+            (info.base_offset, info.partition_leader_epoch),
+            (1_000_000, 42)
+        );
         let d = decode_batch_records(&b, 1 << 20).unwrap();
         assert_eq!(d[9].offset, 1_000_009);
         assert!(assign_offsets(&mut [0u8; 60], 1, 1).is_err());
@@ -1507,7 +1680,10 @@ mod tests {
         // Non-monotonic timestamps: 30, 10, 50, 20, 60 (+T0).
         let tss = [30i64, 10, 50, 20, 60];
         for codec in Codec::ALL {
-            let recs: Vec<Rec> = tss.iter().map(|t| (T0 + t, Some(b"k".to_vec()), None, vec![])).collect();
+            let recs: Vec<Rec> = tss
+                .iter()
+                .map(|t| (T0 + t, Some(b"k".to_vec()), None, vec![]))
+                .collect();
             let mut b = BatchBuilder::new(codec, 100, T0);
             for (ts, k, v, h) in &recs {
                 b.push(*ts, k.as_deref(), v.as_deref(), h);
@@ -1521,7 +1697,8 @@ mod tests {
             assert_eq!(f(61), None);
             let mut lat = b.clone();
             set_max_timestamp_log_append(&mut lat, T0 + 500).unwrap();
-            let g = |t: i64| first_offset_with_timestamp_at_or_after(&lat, T0 + t, 1 << 20).unwrap();
+            let g =
+                |t: i64| first_offset_with_timestamp_at_or_after(&lat, T0 + t, 1 << 20).unwrap();
             assert_eq!(g(400), Some((100, T0 + 500)));
             assert_eq!(g(501), None);
         }
@@ -1532,16 +1709,27 @@ mod tests {
     fn builder_details() {
         // Gaps via push_at, retained lastOffsetDelta, errors surface at build.
         let mut b = BatchBuilder::new(Codec::None, 0, T0).retain_last_offset_delta(9);
-        b.push_at(2, T0, Some(b"a"), None, NO_HEADERS).push_at(5, T0 + 1, Some(b"b"), None, NO_HEADERS);
+        b.push_at(2, T0, Some(b"a"), None, NO_HEADERS).push_at(
+            5,
+            T0 + 1,
+            Some(b"b"),
+            None,
+            NO_HEADERS,
+        );
         let batch = b.build().unwrap();
         let h = check_batch_integrity(&batch).unwrap();
         assert_eq!((h.records_count, h.last_offset_delta), (2, 9));
-        let offs: Vec<i64> = decode_batch_records(&batch, 1 << 20).unwrap().iter().map(|r| r.offset).collect();
+        let offs: Vec<i64> = decode_batch_records(&batch, 1 << 20)
+            .unwrap()
+            .iter()
+            .map(|r| r.offset)
+            .collect();
         assert_eq!(offs, vec![2, 5]);
         b.push_at(5, T0, None, None, NO_HEADERS);
         assert!(matches!(b.build(), Err(Error::InvalidArgument(_))));
         let mut b = BatchBuilder::new(Codec::None, 0, T0);
-        b.push(i64::MIN + 5, None, None, NO_HEADERS).push(i64::MAX, None, None, NO_HEADERS);
+        b.push(i64::MIN + 5, None, None, NO_HEADERS)
+            .push(i64::MAX, None, None, NO_HEADERS);
         assert!(b.build().is_err());
         // An empty batch: integrity ok (compaction), produce validation not.
         let e = BatchBuilder::new(Codec::Zstd, 0, T0).build().unwrap();
@@ -1551,7 +1739,10 @@ mod tests {
         let hs = vec![("a".to_string(), Some(vec![1u8]))];
         let mut b = BatchBuilder::new(Codec::None, 0, T0);
         b.push(T0, None, Some(b"v"), &hs);
-        assert_eq!(decode_batch_records(&b.build().unwrap(), 1 << 20).unwrap()[0].headers[0].0, b"a");
+        assert_eq!(
+            decode_batch_records(&b.build().unwrap(), 1 << 20).unwrap()[0].headers[0].0,
+            b"a"
+        );
     }
 
     #[test]
@@ -1570,7 +1761,10 @@ mod tests {
             -1_000_000i64..1_000_000,
             arb_bytes(40),
             arb_bytes(300),
-            proptest::collection::vec((proptest::collection::vec(any::<u8>(), 0..10), arb_bytes(20)), 0..3),
+            proptest::collection::vec(
+                (proptest::collection::vec(any::<u8>(), 0..10), arb_bytes(20)),
+                0..3,
+            ),
         )
             .prop_map(|(dt, k, v, h)| (T0 + dt, k, v, h))
     }

@@ -167,7 +167,10 @@ mod tests {
         assert_eq!(enc32(i32::MIN), [0xff, 0xff, 0xff, 0xff, 0x0f]);
         let mut o = Vec::new();
         encode_varlong(i64::MIN, &mut o);
-        assert_eq!(o, [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+        assert_eq!(
+            o,
+            [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]
+        );
         let mut o = Vec::new();
         encode_unsigned_varint(300, &mut o);
         assert_eq!(o, [0xac, 0x02]);
@@ -175,12 +178,31 @@ mod tests {
 
     #[test]
     fn extremes_round_trip() {
-        for v in [0, 1, -1, 63, -64, 64, -65, i32::MAX, i32::MIN, i32::MAX - 1, i32::MIN + 1] {
+        for v in [
+            0,
+            1,
+            -1,
+            63,
+            -64,
+            64,
+            -65,
+            i32::MAX,
+            i32::MIN,
+            i32::MAX - 1,
+            i32::MIN + 1,
+        ] {
             let e = enc32(v);
             assert_eq!(e.len(), varint_size(v));
             assert_eq!(decode_varint(&e).unwrap(), (v, e.len()));
         }
-        for v in [0i64, -1, i64::MAX, i64::MIN, i32::MAX as i64 + 1, i32::MIN as i64 - 1] {
+        for v in [
+            0i64,
+            -1,
+            i64::MAX,
+            i64::MIN,
+            i32::MAX as i64 + 1,
+            i32::MIN as i64 - 1,
+        ] {
             let mut e = Vec::new();
             encode_varlong(v, &mut e);
             assert_eq!(e.len(), varlong_size(v));
@@ -198,21 +220,33 @@ mod tests {
     fn truncated_is_an_error() {
         assert!(matches!(decode_varint(&[]), Err(Error::Varint(_))));
         assert!(matches!(decode_varint(&[0x80]), Err(Error::Varint(_))));
-        assert!(matches!(decode_varint(&[0xff, 0xff, 0xff, 0xff]), Err(Error::Varint(_))));
+        assert!(matches!(
+            decode_varint(&[0xff, 0xff, 0xff, 0xff]),
+            Err(Error::Varint(_))
+        ));
         assert!(matches!(decode_varlong(&[0xff; 9]), Err(Error::Varint(_))));
-        assert!(matches!(decode_unsigned_varint(&[0x80, 0x80]), Err(Error::Varint(_))));
+        assert!(matches!(
+            decode_unsigned_varint(&[0x80, 0x80]),
+            Err(Error::Varint(_))
+        ));
     }
 
     #[test]
     fn overlong_is_an_error() {
         // Six bytes for a 32-bit varint.
-        assert!(matches!(decode_varint(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x00]), Err(Error::Varint(_))));
+        assert!(matches!(
+            decode_varint(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x00]),
+            Err(Error::Varint(_))
+        ));
         // Eleven bytes for a varlong.
         let mut b = vec![0x80u8; 10];
         b.push(0);
         assert!(matches!(decode_varlong(&b), Err(Error::Varint(_))));
         // A 5th byte carrying more than the top 4 bits of a u32.
-        assert!(matches!(decode_varint(&[0xff, 0xff, 0xff, 0xff, 0x1f]), Err(Error::Varint(_))));
+        assert!(matches!(
+            decode_varint(&[0xff, 0xff, 0xff, 0xff, 0x1f]),
+            Err(Error::Varint(_))
+        ));
         // A 10th byte carrying more than the top bit of a u64.
         let mut b = vec![0xffu8; 9];
         b.push(0x02);
@@ -222,7 +256,10 @@ mod tests {
     #[test]
     fn non_minimal_within_limit_is_accepted() {
         assert_eq!(decode_varint(&[0x80, 0x00]).unwrap(), (0, 2));
-        assert_eq!(decode_varint(&[0x82, 0x80, 0x80, 0x80, 0x00]).unwrap(), (1, 5));
+        assert_eq!(
+            decode_varint(&[0x82, 0x80, 0x80, 0x80, 0x00]).unwrap(),
+            (1, 5)
+        );
     }
 
     #[test]

@@ -360,7 +360,8 @@ fn time_lookup_and_max_timestamp() {
         .unwrap();
     assert_eq!(log.max_timestamp_and_offset(), (2_000, 80));
     // Inside a batch, the record that first reaches the timestamp.
-    log.append(&batch(0, &[3_000, 2_500, 3_500, 3_100], 10), 0, None, 1_000).unwrap();
+    log.append(&batch(0, &[3_000, 2_500, 3_500, 3_100], 10), 0, None, 1_000)
+        .unwrap();
     assert_eq!(log.offset_for_timestamp(3_200).unwrap(), Some((84, 3_500)));
     assert_eq!(log.offset_for_timestamp(2_200).unwrap(), Some((82, 3_000)));
     assert_eq!(log.max_timestamp_and_offset(), (3_500, 84));

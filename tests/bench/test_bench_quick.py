@@ -36,11 +36,18 @@ def _processes_mentioning(text: str) -> list[str]:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat (the catch-up consumer) is not installed")
+@pytest.mark.skipif(
+    shutil.which("kcat") is None, reason="kcat (the catch-up consumer) is not installed"
+)
 def test_quick_run_measures_every_workload_on_every_system(tmp_path: Path) -> None:
     out, data = tmp_path / "out", tmp_path / "data"
-    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(out), "--data-dir", str(data)],
-                          cwd=REPO, capture_output=True, text=True, timeout=230)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(out), "--data-dir", str(data)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=230,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "[1/" in proc.stderr  # progress is shown
 
@@ -71,6 +78,8 @@ def test_quick_run_measures_every_workload_on_every_system(tmp_path: Path) -> No
     except ImportError:
         pass
     else:
-        assert (out / "throughput.png").stat().st_size > 0 and (out / "latency_cdf.png").stat().st_size > 0
+        assert (out / "throughput.png").stat().st_size > 0 and (
+            out / "latency_cdf.png"
+        ).stat().st_size > 0
     # Brokers, the Kafka JVM and load processes are gone with the run.
     assert _processes_mentioning(str(tmp_path)) == []

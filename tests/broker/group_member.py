@@ -146,7 +146,9 @@ def run_aiokafka(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--client", choices=["confluent", "kafka-python", "aiokafka"], default="confluent")
+    parser.add_argument(
+        "--client", choices=["confluent", "kafka-python", "aiokafka"], default="confluent"
+    )
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--group", required=True)
     parser.add_argument("--topic", required=True)
@@ -158,7 +160,9 @@ def main() -> None:
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, on_sigterm)
     emit(event="started")
-    {"confluent": run_confluent, "kafka-python": run_kafka_python, "aiokafka": run_aiokafka}[args.client](args)
+    {"confluent": run_confluent, "kafka-python": run_kafka_python, "aiokafka": run_aiokafka}[
+        args.client
+    ](args)
 
 
 if __name__ == "__main__":

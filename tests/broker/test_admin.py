@@ -89,7 +89,9 @@ def incremental(a: AdminClient, resource: ConfigResource, **kwargs: Any) -> Futu
     return fut
 
 
-def set_op(name: str, value: str | None, op: AlterConfigOpType = AlterConfigOpType.SET) -> ConfigEntry:
+def set_op(
+    name: str, value: str | None, op: AlterConfigOpType = AlterConfigOpType.SET
+) -> ConfigEntry:
     return ConfigEntry(name, value, incremental_operation=op)
 
 
@@ -98,7 +100,9 @@ def set_op(name: str, value: str | None, op: AlterConfigOpType = AlterConfigOpTy
 
 def test_create_topic_with_configs_is_described(kb: BrokerProcess) -> None:
     a = admin(kb)
-    create(a, NewTopic("orders", 3, 1, config={"retention.ms": "3600000", "cleanup.policy": "compact"}))
+    create(
+        a, NewTopic("orders", 3, 1, config={"retention.ms": "3600000", "cleanup.policy": "compact"})
+    )
 
     assert partition_count(a, "orders") == 3
     md = a.list_topics(topic="orders", timeout=WAIT)
@@ -118,10 +122,14 @@ def test_create_topic_with_configs_is_described(kb: BrokerProcess) -> None:
 def test_create_validate_only_creates_nothing(kb: BrokerProcess) -> None:
     a = admin(kb)
     create(a, NewTopic("dry", 4, 1, config={"retention.ms": "1000"}), validate_only=True)
-    err = error_of(a.describe_configs([ConfigResource("topic", "dry")])[ConfigResource("topic", "dry")])
+    err = error_of(
+        a.describe_configs([ConfigResource("topic", "dry")])[ConfigResource("topic", "dry")]
+    )
     assert err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     # Validation still catches errors.
-    (fut,) = a.create_topics([NewTopic("dry", 1, 1, config={"retention.ms": "soon"})], validate_only=True).values()
+    (fut,) = a.create_topics(
+        [NewTopic("dry", 1, 1, config={"retention.ms": "soon"})], validate_only=True
+    ).values()
     assert error_of(fut).code() == KafkaError.INVALID_CONFIG
     # And the name stays free.
     create(a, NewTopic("dry", 2, 1))
@@ -165,9 +173,13 @@ def test_create_with_manual_replica_assignment(kb: BrokerProcess) -> None:
 
     kp = KafkaAdminClient(bootstrap_servers=kb.bootstrap, request_timeout_ms=10000)
     try:
-        kp.create_topics([KPNewTopic("manual", -1, -1, replica_assignments={0: [0], 1: [0], 2: [0]})])
+        kp.create_topics(
+            [KPNewTopic("manual", -1, -1, replica_assignments={0: [0], 1: [0], 2: [0]})]
+        )
         with pytest.raises(InvalidReplicationAssignmentError, match="broker 7"):
-            kp.create_topics([KPNewTopic("elsewhere", -1, -1, replica_assignments={0: [0], 1: [7]})])
+            kp.create_topics(
+                [KPNewTopic("elsewhere", -1, -1, replica_assignments={0: [0], 1: [7]})]
+            )
     finally:
         kp.close()
     a = admin(kb)
@@ -191,7 +203,10 @@ def test_kcat_lists_topics(kb: BrokerProcess) -> None:
     create(admin(kb), NewTopic("seen-by-kcat", 3, 1))
     out = subprocess.run(
         ["kcat", "-b", kb.bootstrap, "-L", "-J", "-m", "10"],
-        capture_output=True, text=True, timeout=30, check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
     )
     md = json.loads(out.stdout)
     assert md["brokers"] == [{"id": 0, "name": kb.bootstrap}]
@@ -251,7 +266,11 @@ def test_new_partitions_take_writes(kb: BrokerProcess) -> None:
     offsets = a.list_offsets(
         {TopicPartition("wider", i): _latest() for i in range(3)}, request_timeout=WAIT
     )
-    assert [ok(f).offset for _, f in sorted(offsets.items(), key=lambda kv: kv[0].partition)] == [1, 1, 1]
+    assert [ok(f).offset for _, f in sorted(offsets.items(), key=lambda kv: kv[0].partition)] == [
+        1,
+        1,
+        1,
+    ]
 
 
 def _latest() -> Any:
@@ -307,7 +326,13 @@ def test_describe_broker_configs(broker_factory: Callable[..., BrokerProcess]) -
     a = admin(b)
     configs = broker_configs(a, "0")
     # Every broker setting is there (admin tools rely on it).
-    for name in ("broker.id", "num.partitions", "message.max.bytes", "log.retention.ms", "log.dirs"):
+    for name in (
+        "broker.id",
+        "num.partitions",
+        "message.max.bytes",
+        "log.retention.ms",
+        "log.dirs",
+    ):
         assert name in configs
     assert configs["broker.id"].value == "0"
     assert configs["broker.id"].is_read_only
@@ -364,7 +389,11 @@ def test_incremental_alter_topic_configs(kb: BrokerProcess) -> None:
     a = admin(kb)
     create(a, NewTopic("inc", 1, 1, config={"segment.bytes": "1048576"}))
 
-    ok(incremental(a, ConfigResource("topic", "inc", incremental_configs=[set_op("retention.ms", "60000")])))
+    ok(
+        incremental(
+            a, ConfigResource("topic", "inc", incremental_configs=[set_op("retention.ms", "60000")])
+        )
+    )
     configs = topic_configs(a, "inc")
     assert configs["retention.ms"].value == "60000"
     assert configs["segment.bytes"].value == "1048576"  # untouched, unlike AlterConfigs
@@ -395,7 +424,11 @@ def test_incremental_alter_errors(kb: BrokerProcess) -> None:
     cases = [
         ("strict", [set_op("retention.ms", "soon")], KafkaError.INVALID_CONFIG),
         ("strict", [set_op("no.such.setting", "1")], KafkaError.INVALID_CONFIG),
-        ("strict", [set_op("retention.ms", "5", AlterConfigOpType.APPEND)], KafkaError.INVALID_REQUEST),
+        (
+            "strict",
+            [set_op("retention.ms", "5", AlterConfigOpType.APPEND)],
+            KafkaError.INVALID_REQUEST,
+        ),
         ("missing", [set_op("retention.ms", "5")], KafkaError.UNKNOWN_TOPIC_OR_PART),
     ]
     for topic, ops, code in cases:
@@ -412,7 +445,14 @@ def test_dynamic_broker_configs(broker_factory: Callable[..., BrokerProcess]) ->
     a = admin(b)
     create(a, NewTopic("follows", 1, 1))
 
-    ok(incremental(a, ConfigResource("broker", "0", incremental_configs=[set_op("log.retention.ms", "60000")])))
+    ok(
+        incremental(
+            a,
+            ConfigResource(
+                "broker", "0", incremental_configs=[set_op("log.retention.ms", "60000")]
+            ),
+        )
+    )
     configs = broker_configs(a)
     assert configs["log.retention.ms"].value == "60000"
     assert configs["log.retention.ms"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
@@ -432,15 +472,23 @@ def test_dynamic_broker_configs(broker_factory: Callable[..., BrokerProcess]) ->
     ]
 
     # validate_only checks, and changes nothing.
-    dry = ConfigResource("broker", "0", incremental_configs=[set_op("message.max.bytes", "2000000")])
+    dry = ConfigResource(
+        "broker", "0", incremental_configs=[set_op("message.max.bytes", "2000000")]
+    )
     ok(incremental(a, dry, validate_only=True))
     assert broker_configs(a)["message.max.bytes"].is_default
 
     # Read-only settings cannot be changed while running.
-    err = error_of(incremental(a, ConfigResource("broker", "0", incremental_configs=[set_op("broker.id", "5")])))
+    err = error_of(
+        incremental(
+            a, ConfigResource("broker", "0", incremental_configs=[set_op("broker.id", "5")])
+        )
+    )
     assert err.code() == KafkaError.INVALID_CONFIG
     err = error_of(
-        incremental(a, ConfigResource("broker", "0", incremental_configs=[set_op("num.partitions", "0")]))
+        incremental(
+            a, ConfigResource("broker", "0", incremental_configs=[set_op("num.partitions", "0")])
+        )
     )
     assert err.code() == KafkaError.INVALID_CONFIG
 
@@ -461,7 +509,11 @@ def test_dynamic_broker_configs(broker_factory: Callable[..., BrokerProcess]) ->
 
 def test_dynamic_topic_default_applies_to_new_topics(kb: BrokerProcess) -> None:
     a = admin(kb)
-    ok(incremental(a, ConfigResource("broker", "0", incremental_configs=[set_op("num.partitions", "4")])))
+    ok(
+        incremental(
+            a, ConfigResource("broker", "0", incremental_configs=[set_op("num.partitions", "4")])
+        )
+    )
     fut = a.create_topics([NewTopic("defaulted")], request_timeout=WAIT)["defaulted"]
     ok(fut)
     assert partition_count(a, "defaulted") == 4
@@ -473,7 +525,14 @@ def test_dynamic_topic_default_applies_to_new_topics(kb: BrokerProcess) -> None:
 def test_topic_configs_survive_restart(kb: BrokerProcess) -> None:
     a = admin(kb)
     create(a, NewTopic("durable", 2, 1, config={"retention.ms": "123456"}))
-    ok(incremental(a, ConfigResource("topic", "durable", incremental_configs=[set_op("max.message.bytes", "2048")])))
+    ok(
+        incremental(
+            a,
+            ConfigResource(
+                "topic", "durable", incremental_configs=[set_op("max.message.bytes", "2048")]
+            ),
+        )
+    )
     ok(a.create_partitions([NewPartitions("durable", 3)])["durable"])
 
     kb.stop()
@@ -541,7 +600,9 @@ def wire(bootstrap: str) -> BrokerClient:
     return BrokerClient(bootstrap, WAIT, client_id="admin-test")
 
 
-def _create_request(name: str, partitions: int, configs: dict[str, str], validate: bool = False) -> Any:
+def _create_request(
+    name: str, partitions: int, configs: dict[str, str], validate: bool = False
+) -> Any:
     T = msgs.CreateTopicsRequest.Topic
     return msgs.CreateTopicsRequest(
         topics=[
@@ -560,7 +621,9 @@ def _create_request(name: str, partitions: int, configs: dict[str, str], validat
 
 def test_wire_create_topics_v7_and_delete_by_id(kb: BrokerProcess) -> None:
     with wire(kb.bootstrap) as w:
-        resp = w.request(ApiKey.CREATE_TOPICS, 7, _create_request("wired", 3, {"retention.ms": "999"}))
+        resp = w.request(
+            ApiKey.CREATE_TOPICS, 7, _create_request("wired", 3, {"retention.ms": "999"})
+        )
         (t,) = resp.topics
         assert t.error_code == ErrorCode.NONE
         assert t.num_partitions == 3 and t.replication_factor == 1
@@ -578,17 +641,24 @@ def test_wire_create_topics_v7_and_delete_by_id(kb: BrokerProcess) -> None:
         D = msgs.DeleteTopicsRequest
         unknown = uuid.uuid4()
         resp = w.request(
-            ApiKey.DELETE_TOPICS, 6,
+            ApiKey.DELETE_TOPICS,
+            6,
             D(topics=[D.Topic(None, t.topic_id), D.Topic(None, unknown)], timeout_ms=10000),
         )
         results = {r.topic_id: (r.name, r.error_code) for r in resp.responses}
         assert results[t.topic_id] == ("wired", ErrorCode.NONE)
         assert results[unknown] == (None, ErrorCode.UNKNOWN_TOPIC_ID)
-        resp = w.request(ApiKey.DELETE_TOPICS, 6, D(topics=[D.Topic("wired", uuid.UUID(int=0))], timeout_ms=10000))
+        resp = w.request(
+            ApiKey.DELETE_TOPICS,
+            6,
+            D(topics=[D.Topic("wired", uuid.UUID(int=0))], timeout_ms=10000),
+        )
         assert resp.responses[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def test_wire_describe_configs_v4_synonyms_and_docs(broker_factory: Callable[..., BrokerProcess]) -> None:
+def test_wire_describe_configs_v4_synonyms_and_docs(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
     b = broker_factory(NO_AUTO_CREATE, "log.segment.bytes=2097152")
     with wire(b.bootstrap) as w:
         w.request(ApiKey.CREATE_TOPICS, 5, _create_request("syn", 1, {"segment.bytes": "1048576"}))
@@ -605,7 +675,9 @@ def test_wire_describe_configs_v4_synonyms_and_docs(broker_factory: Callable[...
             include_synonyms=True,
             include_documentation=True,
         )
-        topic, brk, badname, other, loggers, badtype = w.request(ApiKey.DESCRIBE_CONFIGS, 4, req).results
+        topic, brk, badname, other, loggers, badtype = w.request(
+            ApiKey.DESCRIBE_CONFIGS, 4, req
+        ).results
         seg = {c.name: c for c in topic.configs}
         assert set(seg) == {"segment.bytes", "retention.ms"}
         assert [(s.name, s.value, s.source) for s in seg["segment.bytes"].synonyms] == [
@@ -629,11 +701,21 @@ def test_wire_delete_records_unknown_partition(kb: BrokerProcess) -> None:
     R = msgs.DeleteRecordsRequest
     with wire(kb.bootstrap) as w:
         resp = w.request(
-            ApiKey.DELETE_RECORDS, 2,
-            R(topics=[R.Topic("dr", [R.Topic.Partition(0, 0), R.Topic.Partition(5, 0)]),
-                      R.Topic("nope", [R.Topic.Partition(0, 0)])], timeout_ms=10000),
+            ApiKey.DELETE_RECORDS,
+            2,
+            R(
+                topics=[
+                    R.Topic("dr", [R.Topic.Partition(0, 0), R.Topic.Partition(5, 0)]),
+                    R.Topic("nope", [R.Topic.Partition(0, 0)]),
+                ],
+                timeout_ms=10000,
+            ),
         )
-    got = {(t.name, p.partition_index): (p.error_code, p.low_watermark) for t in resp.topics for p in t.partitions}
+    got = {
+        (t.name, p.partition_index): (p.error_code, p.low_watermark)
+        for t in resp.topics
+        for p in t.partitions
+    }
     assert got == {
         ("dr", 0): (ErrorCode.NONE, 0),
         ("dr", 5): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1),
@@ -647,7 +729,9 @@ def test_wire_every_version_answers(kb: BrokerProcess) -> None:
     with wire(kb.bootstrap) as w:
         for v in range(2, 8):
             name = f"v{v}"
-            (t,) = w.request(ApiKey.CREATE_TOPICS, v, _create_request(name, 2, {"retention.ms": "1000"})).topics
+            (t,) = w.request(
+                ApiKey.CREATE_TOPICS, v, _create_request(name, 2, {"retention.ms": "1000"})
+            ).topics
             assert (t.name, t.error_code) == (name, ErrorCode.NONE), v
             if v >= 5:
                 assert t.num_partitions == 2 and len(t.configs) > 10
@@ -665,7 +749,8 @@ def test_wire_every_version_answers(kb: BrokerProcess) -> None:
         R = msgs.DescribeConfigsRequest
         for v in range(1, 5):
             (res,) = w.request(
-                ApiKey.DESCRIBE_CONFIGS, v,
+                ApiKey.DESCRIBE_CONFIGS,
+                v,
                 R(resources=[R.Resource(2, "v2", ["retention.ms"])], include_synonyms=True),
             ).results
             (c,) = res.configs
@@ -676,7 +761,8 @@ def test_wire_every_version_answers(kb: BrokerProcess) -> None:
         for v in range(3):
             value = str(2000 + v)
             (r,) = w.request(
-                ApiKey.ALTER_CONFIGS, v,
+                ApiKey.ALTER_CONFIGS,
+                v,
                 A(resources=[A.Resource(2, "v3", [A.Resource.Config("retention.ms", value)])]),
             ).responses
             assert r.error_code == ErrorCode.NONE, v
@@ -685,9 +771,13 @@ def test_wire_every_version_answers(kb: BrokerProcess) -> None:
             ).results
             assert res.configs[0].value == value, v
         # For a broker, AlterConfigs replaces the whole set of dynamic settings.
-        for configs, expected in (([("message.max.bytes", "2000000")], ("2000000", 2)), ([], ("1048588", 5))):
+        for configs, expected in (
+            ([("message.max.bytes", "2000000")], ("2000000", 2)),
+            ([], ("1048588", 5)),
+        ):
             (r,) = w.request(
-                ApiKey.ALTER_CONFIGS, 2,
+                ApiKey.ALTER_CONFIGS,
+                2,
                 A(resources=[A.Resource(4, "0", [A.Resource.Config(k, v) for k, v in configs])]),
             ).responses
             assert r.error_code == ErrorCode.NONE
@@ -702,8 +792,13 @@ def test_wire_every_version_answers(kb: BrokerProcess) -> None:
         I = msgs.IncrementalAlterConfigsRequest  # noqa: E741
         for v in range(2):
             (r,) = w.request(
-                ApiKey.INCREMENTAL_ALTER_CONFIGS, v,
-                I(resources=[I.Resource(2, "v4", [I.Resource.Config("cleanup.policy", 2, "compact")])]),
+                ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                v,
+                I(
+                    resources=[
+                        I.Resource(2, "v4", [I.Resource.Config("cleanup.policy", 2, "compact")])
+                    ]
+                ),
             ).responses
             assert r.error_code == ErrorCode.NONE, v
         (res,) = w.request(
@@ -712,7 +807,8 @@ def test_wire_every_version_answers(kb: BrokerProcess) -> None:
         assert res.configs[0].value == "delete,compact"
         # A logger's level can be changed and is then described.
         (r,) = w.request(
-            ApiKey.INCREMENTAL_ALTER_CONFIGS, 1,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS,
+            1,
             I(resources=[I.Resource(8, "0", [I.Resource.Config("kbroker", 0, "DEBUG")])]),
         ).responses
         assert r.error_code == ErrorCode.NONE
@@ -724,11 +820,13 @@ def test_wire_every_version_answers(kb: BrokerProcess) -> None:
         DR = msgs.DeleteRecordsRequest
         for v in range(3):
             (t,) = w.request(
-                ApiKey.DELETE_RECORDS, v,
+                ApiKey.DELETE_RECORDS,
+                v,
                 DR(topics=[DR.Topic("v2", [DR.Topic.Partition(0, 1)])], timeout_ms=10000),
             ).topics
             assert (t.partitions[0].error_code, t.partitions[0].low_watermark) == (
-                ErrorCode.OFFSET_OUT_OF_RANGE, -1,
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                -1,
             ), v  # the partition is empty: offset 1 is past its high watermark
 
         D = msgs.DeleteTopicsRequest

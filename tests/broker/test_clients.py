@@ -23,7 +23,9 @@ def topic_name(prefix: str = "t") -> str:
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, **configs: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1, config=configs)], operation_timeout=10)
+    futures = admin.create_topics(
+        [NewTopic(name, partitions, 1, config=configs)], operation_timeout=10
+    )
     futures[name].result(timeout=15)
 
 
@@ -40,18 +42,28 @@ def produce(bootstrap: str, topic: str, records: list[tuple[Any, ...]], **conf: 
             kwargs["partition"] = rest[1]
         if len(rest) > 2 and rest[2] is not None:
             kwargs["timestamp"] = rest[2]
-        p.produce(topic, key=key, value=value, on_delivery=lambda err, msg: reports.append((err, msg)), **kwargs)
+        p.produce(
+            topic,
+            key=key,
+            value=value,
+            on_delivery=lambda err, msg: reports.append((err, msg)),
+            **kwargs,
+        )
     assert p.flush(30) == 0
     return reports
 
 
-def consume_all(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 20) -> list[Any]:
-    c = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": "unused",
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-    })
+def consume_all(
+    bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 20
+) -> list[Any]:
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out: list[Any] = []
     deadline = time.monotonic() + timeout
@@ -104,7 +116,9 @@ def test_each_client_reads_what_the_others_wrote(broker: BrokerProcess) -> None:
                 await pr.send_and_wait(topic, b"aiokafka", key=b"a%d" % i)
         finally:
             await pr.stop()
-        co = AIOKafkaConsumer(topic, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest")
+        co = AIOKafkaConsumer(
+            topic, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest"
+        )
         await co.start()
         values: list[bytes] = []
         try:
@@ -117,27 +131,46 @@ def test_each_client_reads_what_the_others_wrote(broker: BrokerProcess) -> None:
         return values
 
     aio_values = asyncio.run(aio())
-    kc = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
-                       consumer_timeout_ms=5000, group_id=None)
+    kc = KafkaConsumer(
+        topic,
+        bootstrap_servers=broker.bootstrap,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=5000,
+        group_id=None,
+    )
     kp_values = [m.value for m in kc]
     kc.close()
     cf_values = [m.value() for m in consume_all(broker.bootstrap, topic, 3, 90)]
     for values in (aio_values, kp_values, cf_values):
-        assert sorted(values) == sorted([b"confluent"] * 30 + [b"kafka-python"] * 30 + [b"aiokafka"] * 30)
+        assert sorted(values) == sorted(
+            [b"confluent"] * 30 + [b"kafka-python"] * 30 + [b"aiokafka"] * 30
+        )
     kcat = subprocess.run(
         ["kcat", "-C", "-b", broker.bootstrap, "-t", topic, "-e", "-q", "-f", "%s\n"],
-        capture_output=True, timeout=30, check=True,
+        capture_output=True,
+        timeout=30,
+        check=True,
     )
-    assert sorted(kcat.stdout.split()) == sorted([b"confluent"] * 30 + [b"kafka-python"] * 30 + [b"aiokafka"] * 30)
+    assert sorted(kcat.stdout.split()) == sorted(
+        [b"confluent"] * 30 + [b"kafka-python"] * 30 + [b"aiokafka"] * 30
+    )
 
 
 def test_kcat_produce_and_consume_keys(broker: BrokerProcess) -> None:
     topic = topic_name()
     lines = "".join(f"key{i}:value{i}\n" for i in range(50))
-    subprocess.run(["kcat", "-P", "-b", broker.bootstrap, "-t", topic, "-K:", "-z", "lz4"],
-                   input=lines.encode(), timeout=30, check=True)
-    out = subprocess.run(["kcat", "-C", "-b", broker.bootstrap, "-t", topic, "-e", "-q", "-f", "%o %k=%s\n"],
-                         capture_output=True, timeout=30, check=True)
+    subprocess.run(
+        ["kcat", "-P", "-b", broker.bootstrap, "-t", topic, "-K:", "-z", "lz4"],
+        input=lines.encode(),
+        timeout=30,
+        check=True,
+    )
+    out = subprocess.run(
+        ["kcat", "-C", "-b", broker.bootstrap, "-t", topic, "-e", "-q", "-f", "%o %k=%s\n"],
+        capture_output=True,
+        timeout=30,
+        check=True,
+    )
     assert out.stdout.decode().splitlines() == [f"{i} key{i}=value{i}" for i in range(50)]
 
 
@@ -145,9 +178,18 @@ def test_idempotent_producer_no_duplicates_many_partitions(broker: BrokerProcess
     topic = topic_name()
     create_topic(broker.bootstrap, topic, partitions=16)
     records = [(b"%d" % i, b"v%d" % i, None, i % 16) for i in range(4000)]
-    reports = produce(broker.bootstrap, topic, records,
-                      **{"enable.idempotence": True, "acks": "all", "max.in.flight.requests.per.connection": 5,
-                         "batch.num.messages": 50, "linger.ms": 0})
+    reports = produce(
+        broker.bootstrap,
+        topic,
+        records,
+        **{
+            "enable.idempotence": True,
+            "acks": "all",
+            "max.in.flight.requests.per.connection": 5,
+            "batch.num.messages": 50,
+            "linger.ms": 0,
+        },
+    )
     assert all(err is None for err, _ in reports)
     got = consume_all(broker.bootstrap, topic, 16, 4000)
     assert sorted(int(m.value()[1:]) for m in got) == list(range(4000))
@@ -160,10 +202,19 @@ def test_message_size_limit(broker_factory: Any) -> None:
     b = broker_factory("message.max.bytes=100000")
     topic = topic_name()
     near = b"x" * 99_000
-    reports = produce(b.bootstrap, topic, [(b"k", near)], **{"compression.type": "none", "message.max.bytes": 1_000_000})
+    reports = produce(
+        b.bootstrap,
+        topic,
+        [(b"k", near)],
+        **{"compression.type": "none", "message.max.bytes": 1_000_000},
+    )
     assert reports[0][0] is None
-    reports = produce(b.bootstrap, topic, [(b"k", b"y" * 150_000)],
-                      **{"compression.type": "none", "message.max.bytes": 1_000_000})
+    reports = produce(
+        b.bootstrap,
+        topic,
+        [(b"k", b"y" * 150_000)],
+        **{"compression.type": "none", "message.max.bytes": 1_000_000},
+    )
     assert reports[0][0] is not None and reports[0][0].code() == KafkaError.MSG_SIZE_TOO_LARGE
     got = consume_all(b.bootstrap, topic, 1, 1)
     assert [m.value() for m in got] == [near]
@@ -172,8 +223,12 @@ def test_message_size_limit(broker_factory: Any) -> None:
 def test_list_offsets_by_time(broker: BrokerProcess) -> None:
     topic = topic_name()
     base = 1_700_000_000_000
-    produce(broker.bootstrap, topic, [(None, b"%d" % i, None, 0, base + i * 1000) for i in range(100)],
-            **{"linger.ms": 0, "batch.num.messages": 7})
+    produce(
+        broker.bootstrap,
+        topic,
+        [(None, b"%d" % i, None, 0, base + i * 1000) for i in range(100)],
+        **{"linger.ms": 0, "batch.num.messages": 7},
+    )
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "x"})
     try:
         for ts, want in [(base, 0), (base + 41_500, 42), (base + 99_000, 99), (base + 10**9, -1)]:
@@ -209,7 +264,9 @@ def test_restart_and_continue(broker: BrokerProcess) -> None:
 
 def test_kill_9_recovers_everything_acknowledged(broker: BrokerProcess) -> None:
     topic = topic_name()
-    reports = produce(broker.bootstrap, topic, [(b"k", b"v%d" % i) for i in range(2000)], acks="all")
+    reports = produce(
+        broker.bootstrap, topic, [(b"k", b"v%d" % i) for i in range(2000)], acks="all"
+    )
     acked = sum(1 for err, _ in reports if err is None)
     assert acked == 2000
     broker.kill()
@@ -224,8 +281,14 @@ def test_consumers_see_only_committed_and_long_poll(broker: BrokerProcess) -> No
     """A consumer waiting at the log end gets new data as soon as it is written."""
     topic = topic_name()
     produce(broker.bootstrap, topic, [(None, b"first")])
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lp", "fetch.wait.max.ms": 5000,
-                  "enable.auto.commit": False})
+    c = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "lp",
+            "fetch.wait.max.ms": 5000,
+            "enable.auto.commit": False,
+        }
+    )
     c.assign([TopicPartition(topic, 0, 1)])
     try:
         assert c.poll(1.0) is None
@@ -244,9 +307,21 @@ def test_fetch_large_catch_up_uses_whole_batches(broker: BrokerProcess) -> None:
     """Many MiB of data: the zero-copy path; consumers get every record in order."""
     topic = topic_name()
     value = b"z" * 1000
-    produce(broker.bootstrap, topic, [(None, value)] * 20_000, **{"compression.type": "none", "batch.size": 1_000_000})
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "big", "enable.auto.commit": False,
-                  "fetch.max.bytes": 4_000_000, "max.partition.fetch.bytes": 2_000_000})
+    produce(
+        broker.bootstrap,
+        topic,
+        [(None, value)] * 20_000,
+        **{"compression.type": "none", "batch.size": 1_000_000},
+    )
+    c = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "big",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 4_000_000,
+            "max.partition.fetch.bytes": 2_000_000,
+        }
+    )
     c.assign([TopicPartition(topic, 0, 0)])
     seen = 0
     deadline = time.monotonic() + 30
@@ -271,19 +346,41 @@ def test_altered_limits_take_effect_on_produce(broker: BrokerProcess) -> None:
         admin.incremental_alter_configs([resource])[resource].result(timeout=15)
 
     def produce_error(topic: str, size: int) -> Any:
-        [(err, _)] = produce(broker.bootstrap, topic, [(b"k", b"x" * size)],
-                             **{"compression.type": "none", "message.max.bytes": 1_000_000})
+        [(err, _)] = produce(
+            broker.bootstrap,
+            topic,
+            [(b"k", b"x" * size)],
+            **{"compression.type": "none", "message.max.bytes": 1_000_000},
+        )
         return None if err is None else err.code()
 
     overridden, defaulted = topic_name(), topic_name()
     create_topic(broker.bootstrap, overridden)
     create_topic(broker.bootstrap, defaulted)
     assert produce_error(overridden, 50_000) is None
-    alter(ConfigResource("topic", overridden, incremental_configs=[
-        ConfigEntry("max.message.bytes", "10000", incremental_operation=AlterConfigOpType.SET)]))
+    alter(
+        ConfigResource(
+            "topic",
+            overridden,
+            incremental_configs=[
+                ConfigEntry(
+                    "max.message.bytes", "10000", incremental_operation=AlterConfigOpType.SET
+                )
+            ],
+        )
+    )
     assert produce_error(overridden, 50_000) == KafkaError.MSG_SIZE_TOO_LARGE
     assert produce_error(defaulted, 50_000) is None
-    alter(ConfigResource("broker", "0", incremental_configs=[
-        ConfigEntry("message.max.bytes", "20000", incremental_operation=AlterConfigOpType.SET)]))
+    alter(
+        ConfigResource(
+            "broker",
+            "0",
+            incremental_configs=[
+                ConfigEntry(
+                    "message.max.bytes", "20000", incremental_operation=AlterConfigOpType.SET
+                )
+            ],
+        )
+    )
     assert produce_error(defaulted, 50_000) == KafkaError.MSG_SIZE_TOO_LARGE
     assert produce_error(defaulted, 5_000) is None

@@ -56,7 +56,9 @@ def producer(b: BrokerProcess, **conf: Any) -> Producer:
 def produce(p: Producer, topic: str, records: list[tuple[bytes | None, bytes | None]]) -> None:
     errors: list[Any] = []
     for key, value in records:
-        p.produce(topic, key=key, value=value, on_delivery=lambda e, _m: errors.append(e) if e else None)
+        p.produce(
+            topic, key=key, value=value, on_delivery=lambda e, _m: errors.append(e) if e else None
+        )
         p.poll(0)
     assert p.flush(30) == 0
     assert errors == []
@@ -64,12 +66,14 @@ def produce(p: Producer, topic: str, records: list[tuple[bytes | None, bytes | N
 
 def read_log(b: BrokerProcess, topic: str) -> list[Record]:
     """Every record from offset 0 up to the current high watermark."""
-    c = Consumer({
-        "bootstrap.servers": b.bootstrap,
-        "group.id": "unused",
-        "enable.auto.commit": False,
-        "fetch.wait.max.ms": 50,
-    })
+    c = Consumer(
+        {
+            "bootstrap.servers": b.bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 50,
+        }
+    )
     tp = TopicPartition(topic, 0, 0)
     try:
         _, high = c.get_watermark_offsets(tp, timeout=10)

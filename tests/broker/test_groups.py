@@ -51,15 +51,38 @@ def wait_for(check: Callable[[], T | None], timeout: float, what: str) -> T:
 class Member:
     """One group member process and what it reported."""
 
-    def __init__(self, log_dir: Path, bootstrap: str, group: str, topic: str, name: str, *args: str,
-                 client: str = "confluent") -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        bootstrap: str,
+        group: str,
+        topic: str,
+        name: str,
+        *args: str,
+        client: str = "confluent",
+    ) -> None:
         self.name = name
         self.stderr = log_dir / f"member-{name}.log"
         with open(self.stderr, "ab") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, str(MEMBER_SCRIPT), "--client", client, "--bootstrap", bootstrap,
-                 "--group", group, "--topic", topic, "--name", name, *args],
-                stdout=subprocess.PIPE, stderr=err, text=True,
+                [
+                    sys.executable,
+                    str(MEMBER_SCRIPT),
+                    "--client",
+                    client,
+                    "--bootstrap",
+                    bootstrap,
+                    "--group",
+                    group,
+                    "--topic",
+                    topic,
+                    "--name",
+                    name,
+                    *args,
+                ],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
             )
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -131,8 +154,9 @@ def members(tmp_path: Path) -> Iterator[Callable[..., Member]]:
         m.close()
 
 
-def stable_assignment(bootstrap: str, group: str, topic: str, partitions: int, n_members: int,
-                      timeout: float = 40) -> dict[str, Any]:
+def stable_assignment(
+    bootstrap: str, group: str, topic: str, partitions: int, n_members: int, timeout: float = 40
+) -> dict[str, Any]:
     """Waits until the group is Stable with n members owning every partition exactly once."""
 
     def check() -> dict[str, Any] | None:
@@ -143,11 +167,19 @@ def stable_assignment(bootstrap: str, group: str, topic: str, partitions: int, n
         owned = sorted(p for m in d["members"] for p in m["assignment"].get(topic, []))
         return d if owned == list(range(partitions)) else None
 
-    return wait_for(check, timeout, f"{group} to settle with {n_members} members over {partitions} partitions")
+    return wait_for(
+        check, timeout, f"{group} to settle with {n_members} members over {partitions} partitions"
+    )
 
 
-def produce_spread(bootstrap: str, topic: str, partitions: int, count: int, tag: str) -> set[tuple[int, int]]:
-    reports = produce(bootstrap, topic, [(None, f"{tag}-{i}".encode(), None, i % partitions) for i in range(count)])
+def produce_spread(
+    bootstrap: str, topic: str, partitions: int, count: int, tag: str
+) -> set[tuple[int, int]]:
+    reports = produce(
+        bootstrap,
+        topic,
+        [(None, f"{tag}-{i}".encode(), None, i % partitions) for i in range(count)],
+    )
     assert all(err is None for err, _ in reports)
     return {(msg.partition(), msg.offset()) for _, msg in reports}
 
@@ -156,7 +188,9 @@ def consumed(group: list[Member]) -> set[tuple[int, int]]:
     return set().union(*(m.records() for m in group))
 
 
-def test_three_members_join_leave_and_crash(broker_factory: Any, members: Callable[..., Member]) -> None:
+def test_three_members_join_leave_and_crash(
+    broker_factory: Any, members: Callable[..., Member]
+) -> None:
     broker: BrokerProcess = broker_factory(*SETTINGS)
     b, topic, group = broker.bootstrap, topic_name("share"), "sharers"
     create_topic(b, topic, partitions=6)
@@ -189,8 +223,15 @@ def test_committed_offsets_survive_restart_and_kill(broker_factory: Any) -> None
     produce_spread(b, topic, 2, 100, "r")
 
     def consume(n: int) -> list[tuple[int, int]]:
-        c = Consumer({"bootstrap.servers": b, "group.id": group, "enable.auto.commit": False,
-                      "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
+        c = Consumer(
+            {
+                "bootstrap.servers": b,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": 6000,
+            }
+        )
         c.subscribe([topic])
         got: list[tuple[int, int]] = []
         deadline = time.monotonic() + 20
@@ -208,13 +249,18 @@ def test_committed_offsets_survive_restart_and_kill(broker_factory: Any) -> None
     def committed() -> dict[int, int]:
         c = Consumer({"bootstrap.servers": b, "group.id": group})
         try:
-            return {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in (0, 1)], 10)}
+            return {
+                tp.partition: tp.offset
+                for tp in c.committed([TopicPartition(topic, p) for p in (0, 1)], 10)
+            }
         finally:
             c.close()
 
     first = consume(30)
     assert len(first) == 30
-    expect = {p: max(o for q, o in first if q == p) + 1 for p in (0, 1) if any(q == p for q, _ in first)}
+    expect = {
+        p: max(o for q, o in first if q == p) + 1 for p in (0, 1) if any(q == p for q, _ in first)
+    }
     broker.stop()
     broker.start()
     assert {p: o for p, o in committed().items() if p in expect} == expect
@@ -243,7 +289,9 @@ def test_static_member_restart_keeps_assignment_without_rebalance(
     first = members(b, group, topic, "s0", "--instance-id", "s0", *static)
     other = members(b, group, topic, "s1", "--instance-id", "s1", *static)
     before = stable_assignment(b, group, topic, 4, 2)
-    wait_for(lambda: first.owned_history() and other.owned_history(), 20, "both members to be assigned")
+    wait_for(
+        lambda: first.owned_history() and other.owned_history(), 20, "both members to be assigned"
+    )
     s0_owned = first.owned_history()[-1]
     assigned_before = other.count("assigned")
 
@@ -263,7 +311,9 @@ def test_static_member_restart_keeps_assignment_without_rebalance(
     assert other.count("revoked") == 0
 
 
-def test_cooperative_sticky_rebalances_incrementally(broker_factory: Any, members: Callable[..., Member]) -> None:
+def test_cooperative_sticky_rebalances_incrementally(
+    broker_factory: Any, members: Callable[..., Member]
+) -> None:
     broker: BrokerProcess = broker_factory(*SETTINGS)
     b, topic, group = broker.bootstrap, topic_name("coop"), "cooperators"
     create_topic(b, topic, partitions=6)
@@ -271,15 +321,21 @@ def test_cooperative_sticky_rebalances_incrementally(broker_factory: Any, member
     crew = [members(b, group, topic, f"c{i}", *coop) for i in range(2)]
     settled = stable_assignment(b, group, topic, 6, 2)
     assert settled["protocol"] == "cooperative-sticky"
-    wait_for(lambda: all(m.owned_history() and len(m.owned_history()[-1]) == 3 for m in crew), 20,
-             "two members with three partitions each")
+    wait_for(
+        lambda: all(m.owned_history() and len(m.owned_history()[-1]) == 3 for m in crew),
+        20,
+        "two members with three partitions each",
+    )
     marks = [len(m.owned_history()) for m in crew]
     crew.append(members(b, group, topic, "c2", *coop))
     stable_assignment(b, group, topic, 6, 3)
-    wait_for(lambda: all(m.owned_history() and len(m.owned_history()[-1]) == 2 for m in crew), 30,
-             "three members with two partitions each")
+    wait_for(
+        lambda: all(m.owned_history() and len(m.owned_history()[-1]) == 2 for m in crew),
+        30,
+        "three members with two partitions each",
+    )
     for m, mark in zip(crew[:2], marks, strict=True):
-        later = m.owned_history()[mark - 1:]
+        later = m.owned_history()[mark - 1 :]
         # Incremental: the old members kept partitions throughout, giving up one each.
         assert all(len(owned) >= 2 for owned in later), later
         assert later[-1] < later[0]
@@ -287,7 +343,9 @@ def test_cooperative_sticky_rebalances_incrementally(broker_factory: Any, member
     wait_for(lambda: consumed(crew) >= produced, 30, "records after the incremental rebalance")
 
 
-def test_kafka_python_and_aiokafka_in_one_group(broker_factory: Any, members: Callable[..., Member]) -> None:
+def test_kafka_python_and_aiokafka_in_one_group(
+    broker_factory: Any, members: Callable[..., Member]
+) -> None:
     broker: BrokerProcess = broker_factory(*SETTINGS)
     b, topic, group = broker.bootstrap, topic_name("mixed"), "mixed"
     create_topic(b, topic, partitions=4)

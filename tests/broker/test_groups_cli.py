@@ -42,8 +42,15 @@ def test_groups_list_describe_delete(broker_factory: Any) -> None:
     b, topic = broker.bootstrap, topic_name("cli")
     create_topic(b, topic, partitions=2)
     produce(b, topic, [(None, b"x", None, i % 2) for i in range(10)])
-    consumer = Consumer({"bootstrap.servers": b, "group.id": "cli-live", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False, "client.id": "cli-consumer"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": b,
+            "group.id": "cli-live",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "client.id": "cli-consumer",
+        }
+    )
     consumer.subscribe([topic])
     try:
         got = 0
@@ -63,7 +70,9 @@ def test_groups_list_describe_delete(broker_factory: Any) -> None:
         assert member["assignment"] == {topic: [0, 1]}
         rows = {o["partition"]: o for o in d["offsets"]}
         assert sum(o["current_offset"] for o in rows.values()) == got
-        assert all(o["log_end_offset"] == 5 and o["lag"] == 5 - o["current_offset"] for o in rows.values())
+        assert all(
+            o["log_end_offset"] == 5 and o["lag"] == 5 - o["current_offset"] for o in rows.values()
+        )
         text = cli("groups", "describe", "-b", b, "cli-live").stdout
         assert "Group cli-live: Stable (consumer/range), 1 members" in text
         refused = cli("groups", "delete", "-b", b, "cli-live", check=False)
@@ -98,7 +107,9 @@ def test_import_offsets_from_zookeeper(broker_factory: Any, zookeeper: ZooKeeper
         zk.create(f"{base}/tidy/ids", b"", makepath=True)  # a group's other znodes are ignored
         connect = zookeeper.connect + chroot
 
-        dry = cli("groups", "import-zk", "-b", b, "--zookeeper", connect, "--group", "tidy", "--dry-run")
+        dry = cli(
+            "groups", "import-zk", "-b", b, "--zookeeper", connect, "--group", "tidy", "--dry-run"
+        )
         assert "tidy: would import 1" in dry.stdout
         assert committed(b, "tidy", topic, 3) == {}
 
@@ -108,19 +119,44 @@ def test_import_offsets_from_zookeeper(broker_factory: Any, zookeeper: ZooKeeper
         assert set(reports) == {"legacy", "broken", "tidy"}
         legacy = reports["legacy"]
         assert [(x["partition"], x["value"]) for x in legacy["imported"]] == [(0, 42), (1, 17)]
-        assert [(x["topic"], x["value"]) for x in legacy["failed"]] == [("gone-topic", "UNKNOWN_TOPIC_OR_PARTITION")]
+        assert [(x["topic"], x["value"]) for x in legacy["failed"]] == [
+            ("gone-topic", "UNKNOWN_TOPIC_OR_PARTITION")
+        ]
         assert reports["broken"]["unreadable"] == [f"/consumers/broken/offsets/{topic}/2"]
         assert committed(b, "legacy", topic, 3) == {0: 42, 1: 17}
         assert committed(b, "tidy", topic, 3) == {2: 3}
 
         # Running again keeps what the broker has, unless told to overwrite.
         zk.set(f"{base}/legacy/offsets/{topic}/0", b"50")
-        again = cli("groups", "import-zk", "-b", b, "--zookeeper", connect, "--group", "tidy", "--group", "legacy",
-                    check=False)
+        again = cli(
+            "groups",
+            "import-zk",
+            "-b",
+            b,
+            "--zookeeper",
+            connect,
+            "--group",
+            "tidy",
+            "--group",
+            "legacy",
+            check=False,
+        )
         assert "legacy: imported 0, kept 2 already committed" in again.stdout
         assert committed(b, "legacy", topic, 3) == {0: 42, 1: 17}
-        cli("groups", "import-zk", "-b", b, "--zookeeper", connect, "--group", "tidy", "--group", "legacy",
-            "--overwrite", check=False)
+        cli(
+            "groups",
+            "import-zk",
+            "-b",
+            b,
+            "--zookeeper",
+            connect,
+            "--group",
+            "tidy",
+            "--group",
+            "legacy",
+            "--overwrite",
+            check=False,
+        )
         assert committed(b, "legacy", topic, 3) == {0: 50, 1: 17}
     finally:
         zk.stop()
@@ -142,7 +178,16 @@ def test_import_offsets_from_zookeeper(broker_factory: Any, zookeeper: ZooKeeper
 
 
 def test_import_from_unreachable_zookeeper_fails_cleanly(broker: BrokerProcess) -> None:
-    done = cli("groups", "import-zk", "-b", broker.bootstrap, "--zookeeper", "127.0.0.1:1", "--zk-timeout", "1",
-               check=False)
+    done = cli(
+        "groups",
+        "import-zk",
+        "-b",
+        broker.bootstrap,
+        "--zookeeper",
+        "127.0.0.1:1",
+        "--zk-timeout",
+        "1",
+        check=False,
+    )
     assert done.returncode == 1
     assert "cannot connect to ZooKeeper" in done.stderr

@@ -16,15 +16,25 @@ TOPIC = "idem"
 
 
 def init_pid(wire: Wire) -> tuple[int, int]:
-    resp = wire.request(ApiKey.INIT_PRODUCER_ID, 4, InitProducerIdRequest(
-        transactional_id=None, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1))
+    resp = wire.request(
+        ApiKey.INIT_PRODUCER_ID,
+        4,
+        InitProducerIdRequest(
+            transactional_id=None, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1
+        ),
+    )
     assert resp.error_code == 0
     return resp.producer_id, resp.producer_epoch
 
 
 def idem_batch(pid: int, epoch: int, seq: int, n: int = 3, tag: bytes = b"") -> bytes:
-    return build_batch([(b"k", b"%s%d" % (tag, seq + i), []) for i in range(n)],
-                       producer_id=pid, producer_epoch=epoch, base_sequence=seq, timestamp=1)
+    return build_batch(
+        [(b"k", b"%s%d" % (tag, seq + i), []) for i in range(n)],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        timestamp=1,
+    )
 
 
 def send(wire: Wire, batch: bytes) -> tuple[int, int]:
@@ -35,12 +45,29 @@ def send(wire: Wire, batch: bytes) -> tuple[int, int]:
 
 def log_end(wire: Wire) -> int:
     req = FetchRequest(
-        replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
-        session_id=0, session_epoch=-1,
-        topics=[FetchRequest.Topic(topic=TOPIC, partitions=[FetchRequest.Topic.Partition(
-            partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
-            partition_max_bytes=1 << 20)])],
-        forgotten_topics_data=[], rack_id="",
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            FetchRequest.Topic(
+                topic=TOPIC,
+                partitions=[
+                    FetchRequest.Topic.Partition(
+                        partition=0,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    )
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
     )
     return int(wire.request(ApiKey.FETCH, 11, req).responses[0].partitions[0].high_watermark)
 

@@ -66,7 +66,12 @@ def produce_req(topic: str, records: bytes, acks: int = -1) -> Any:
         transactional_id=None,
         acks=acks,
         timeout_ms=5000,
-        topic_data=[ProduceRequest.Topic(name=topic, partition_data=[ProduceRequest.Topic.Partition(index=0, records=records)])],
+        topic_data=[
+            ProduceRequest.Topic(
+                name=topic,
+                partition_data=[ProduceRequest.Topic.Partition(index=0, records=records)],
+            )
+        ],
     )
 
 
@@ -78,7 +83,11 @@ def produce_error(wire: Wire, topic: str, records: bytes, version: int = 9) -> i
 def still_serving(broker: BrokerProcess) -> None:
     w = Wire(broker.bootstrap)
     try:
-        resp = w.request(ApiKey.API_VERSIONS, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+        resp = w.request(
+            ApiKey.API_VERSIONS,
+            3,
+            ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+        )
         assert resp.error_code == 0
     finally:
         w.close()
@@ -92,7 +101,11 @@ def wire(broker: BrokerProcess) -> Any:
 
 
 def test_api_versions_advertises_produce_from_zero(wire: Wire) -> None:
-    resp = wire.request(ApiKey.API_VERSIONS, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    resp = wire.request(
+        ApiKey.API_VERSIONS,
+        3,
+        ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+    )
     ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert ranges[ApiKey.PRODUCE] == (0, 11)
     assert ranges[ApiKey.FETCH] == (4, 16)
@@ -113,7 +126,13 @@ def test_unknown_api_versions_version_gets_error_35_in_v0_layout(wire: Wire) -> 
 
 def test_pipelined_requests_answered_in_order(wire: Wire) -> None:
     frames = b"".join(
-        encode_request(ApiKey.METADATA, 9, corr, "p", MetadataRequest(topics=[], allow_auto_topic_creation=False))
+        encode_request(
+            ApiKey.METADATA,
+            9,
+            corr,
+            "p",
+            MetadataRequest(topics=[], allow_auto_topic_creation=False),
+        )
         for corr in range(1, 51)
     )
     wire.send_raw(frames)
@@ -150,12 +169,29 @@ def test_unknown_topic_and_out_of_range_fetch(wire: Wire) -> None:
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     )
     req = FetchRequest(
-        replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-        session_id=0, session_epoch=-1,
-        topics=[FetchRequest.Topic(topic="fetch-range", partitions=[
-            FetchRequest.Topic.Partition(partition=0, current_leader_epoch=-1, fetch_offset=42,
-                                         log_start_offset=-1, partition_max_bytes=1 << 20)])],
-        forgotten_topics_data=[], rack_id="",
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            FetchRequest.Topic(
+                topic="fetch-range",
+                partitions=[
+                    FetchRequest.Topic.Partition(
+                        partition=0,
+                        current_leader_epoch=-1,
+                        fetch_offset=42,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    )
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
     )
     resp = wire.request(ApiKey.FETCH, 11, req)
     assert resp.responses[0].partitions[0].error_code == ErrorCode.OFFSET_OUT_OF_RANGE
@@ -167,14 +203,26 @@ def test_unknown_topic_and_out_of_range_fetch(wire: Wire) -> None:
         struct.pack(">i", -5) + b"xxxx",  # negative length
         struct.pack(">i", 2**31 - 1) + b"\x00" * 16,  # beyond socket.request.max.bytes
         struct.pack(">i", 4) + b"\x00\x03\x00\x01",  # shorter than a request header
-        struct.pack(">i", 12) + struct.pack(">hhih", 999, 0, 1, -1) + b"\x00\x00",  # unknown api key
-        struct.pack(">i", 12) + struct.pack(">hhih", 3, 999, 1, -1) + b"\x00\x00",  # unknown version
+        struct.pack(">i", 12)
+        + struct.pack(">hhih", 999, 0, 1, -1)
+        + b"\x00\x00",  # unknown api key
+        struct.pack(">i", 12)
+        + struct.pack(">hhih", 3, 999, 1, -1)
+        + b"\x00\x00",  # unknown version
         # Metadata v1 whose topic array claims 2^31-1 entries in a tiny frame.
         struct.pack(">i", 14) + struct.pack(">hhih", 3, 1, 1, -1) + struct.pack(">i", 2**31 - 1),
         # client_id length beyond the frame.
         struct.pack(">i", 10) + struct.pack(">hhih", 3, 1, 1, 3000),
     ],
-    ids=["negative", "oversized", "short", "unknown-key", "unknown-version", "huge-array", "bad-client-id"],
+    ids=[
+        "negative",
+        "oversized",
+        "short",
+        "unknown-key",
+        "unknown-version",
+        "huge-array",
+        "bad-client-id",
+    ],
 )
 def test_bad_frames_close_only_that_connection(broker: BrokerProcess, frame: bytes) -> None:
     bystander = Wire(broker.bootstrap)

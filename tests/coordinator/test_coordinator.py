@@ -27,14 +27,18 @@ SUB_T = encode_subscription(["t"])
 
 
 @contextlib.asynccontextmanager
-async def running(data: Path, *settings: tuple[str, str], clock: Callable[[], int] | None = None) -> AsyncIterator[Broker]:
-    config = BrokerConfig.from_strings([
-        ("log.dirs", str(data)),
-        ("group.initial.rebalance.delay.ms", "0"),
-        ("group.min.session.timeout.ms", "10"),
-        ("offsets.topic.num.partitions", "4"),
-        *settings,
-    ])
+async def running(
+    data: Path, *settings: tuple[str, str], clock: Callable[[], int] | None = None
+) -> AsyncIterator[Broker]:
+    config = BrokerConfig.from_strings(
+        [
+            ("log.dirs", str(data)),
+            ("group.initial.rebalance.delay.ms", "0"),
+            ("group.min.session.timeout.ms", "10"),
+            ("offsets.topic.num.partitions", "4"),
+            *settings,
+        ]
+    )
     broker = Broker(config)
     if clock is not None:
         broker.coordinator.clock = clock
@@ -53,13 +57,26 @@ def run(coro: Coroutine[Any, Any, None]) -> None:
     asyncio.run(asyncio.wait_for(coro, 30))
 
 
-def join_req(group: str, member_id: str = "", *, instance: str | None = None,
-             protocols: list[tuple[str, bytes]] | None = None, session: int = 5000,
-             rebalance: int = 5000, v4: bool = False) -> JoinRequest:
+def join_req(
+    group: str,
+    member_id: str = "",
+    *,
+    instance: str | None = None,
+    protocols: list[tuple[str, bytes]] | None = None,
+    session: int = 5000,
+    rebalance: int = 5000,
+    v4: bool = False,
+) -> JoinRequest:
     return JoinRequest(
-        group_id=group, member_id=member_id, group_instance_id=instance, require_known_member_id=v4,
-        client_id="client", client_host="/127.0.0.1", rebalance_timeout_ms=rebalance,
-        session_timeout_ms=session, protocol_type="consumer",
+        group_id=group,
+        member_id=member_id,
+        group_instance_id=instance,
+        require_known_member_id=v4,
+        client_id="client",
+        client_host="/127.0.0.1",
+        rebalance_timeout_ms=rebalance,
+        session_timeout_ms=session,
+        protocol_type="consumer",
         protocols=protocols if protocols is not None else [("range", SUB_T)],
     )
 
@@ -87,8 +104,14 @@ async def stable_group(broker: Broker, group: str, n: int, **kw: Any) -> list[Jo
     leader = next(j for j in joined if j.members)
     others = [j for j in joined if j is not leader]
     assignments = [(m, encode_assignment({"t": [i]})) for i, (m, _, _) in enumerate(leader.members)]
-    waits = [co.sync_group(group, j.generation_id, j.member_id, None, None, None, []) for j in others]
-    lead_sync = await done(co.sync_group(group, leader.generation_id, leader.member_id, None, "consumer", "range", assignments))
+    waits = [
+        co.sync_group(group, j.generation_id, j.member_id, None, None, None, []) for j in others
+    ]
+    lead_sync = await done(
+        co.sync_group(
+            group, leader.generation_id, leader.member_id, None, "consumer", "range", assignments
+        )
+    )
     assert lead_sync.error == E.NONE
     for w in waits:
         assert (await done(w)).error == E.NONE
@@ -101,9 +124,18 @@ def test_members_join_rebalance_and_get_their_assignment(tmp_path: Path) -> None
             broker.create_topic("t", 4, 1)
             co = broker.coordinator
             a = await done(co.join_group(join_req("g")))
-            assert (a.error, a.generation_id, a.leader_id, a.protocol_name) == (E.NONE, 1, a.member_id, "range")
+            assert (a.error, a.generation_id, a.leader_id, a.protocol_name) == (
+                E.NONE,
+                1,
+                a.member_id,
+                "range",
+            )
             assert [m[0] for m in a.members] == [a.member_id]
-            assert (await done(co.sync_group("g", 1, a.member_id, None, None, None, [(a.member_id, b"A")]))).assignment == b"A"
+            assert (
+                await done(
+                    co.sync_group("g", 1, a.member_id, None, None, None, [(a.member_id, b"A")])
+                )
+            ).assignment == b"A"
             assert co.groups["g"].state is GroupState.STABLE
 
             b_pending = co.join_group(join_req("g"))
@@ -118,7 +150,9 @@ def test_members_join_rebalance_and_get_their_assignment(tmp_path: Path) -> None
             # The follower waits for the leader; an unlisted member gets an empty assignment.
             follower = co.sync_group("g", 2, b.member_id, None, None, None, [])
             assert not isinstance(follower, SyncResult)
-            lead = await done(co.sync_group("g", 2, a.member_id, None, None, None, [(a.member_id, b"A2")]))
+            lead = await done(
+                co.sync_group("g", 2, a.member_id, None, None, None, [(a.member_id, b"A2")])
+            )
             assert lead.assignment == b"A2"
             got = await done(follower)
             assert (got.error, got.assignment) == (E.NONE, b"")
@@ -129,17 +163,27 @@ def test_members_join_rebalance_and_get_their_assignment(tmp_path: Path) -> None
 
             commit = {("t", 0): (10, 0, "m")}
             assert co.commit_offsets("g", b.member_id, None, 2, commit) == {("t", 0): E.NONE}
-            assert co.commit_offsets("g", b.member_id, None, 1, commit) == {("t", 0): E.ILLEGAL_GENERATION}
-            assert co.commit_offsets("g", "nobody", None, 2, commit) == {("t", 0): E.UNKNOWN_MEMBER_ID}
-            assert co.commit_offsets("other", "x", None, 3, commit) == {("t", 0): E.ILLEGAL_GENERATION}
-            assert co.commit_offsets("g", b.member_id, None, 2, {("nope", 0): (1, -1, None), ("t", 9): (1, -1, None)}) == {
-                ("nope", 0): E.UNKNOWN_TOPIC_OR_PARTITION, ("t", 9): E.UNKNOWN_TOPIC_OR_PARTITION}
-            assert co.commit_offsets("g", b.member_id, None, 2, {("t", 1): (1, -1, "x" * 5000)}) == {
-                ("t", 1): E.OFFSET_METADATA_TOO_LARGE}
+            assert co.commit_offsets("g", b.member_id, None, 1, commit) == {
+                ("t", 0): E.ILLEGAL_GENERATION
+            }
+            assert co.commit_offsets("g", "nobody", None, 2, commit) == {
+                ("t", 0): E.UNKNOWN_MEMBER_ID
+            }
+            assert co.commit_offsets("other", "x", None, 3, commit) == {
+                ("t", 0): E.ILLEGAL_GENERATION
+            }
+            assert co.commit_offsets(
+                "g", b.member_id, None, 2, {("nope", 0): (1, -1, None), ("t", 9): (1, -1, None)}
+            ) == {("nope", 0): E.UNKNOWN_TOPIC_OR_PARTITION, ("t", 9): E.UNKNOWN_TOPIC_OR_PARTITION}
+            assert co.commit_offsets(
+                "g", b.member_id, None, 2, {("t", 1): (1, -1, "x" * 5000)}
+            ) == {("t", 1): E.OFFSET_METADATA_TOO_LARGE}
             error, fetched = co.fetch_offsets("g", [("t", 0), ("t", 1)])
             assert error == E.NONE
-            assert [(f.partition, f.committed and (f.committed.offset, f.committed.metadata)) for f in fetched] == [
-                (0, (10, "m")), (1, None)]
+            assert [
+                (f.partition, f.committed and (f.committed.offset, f.committed.metadata))
+                for f in fetched
+            ] == [(0, (10, "m")), (1, None)]
 
     run(body())
 
@@ -162,7 +206,9 @@ def test_protocol_selection_and_inconsistent_protocols() -> None:
 
 def test_inconsistent_protocol_and_bad_joins(tmp_path: Path) -> None:
     async def body() -> None:
-        async with running(tmp_path, ("group.max.size", "1"), ("group.member.metadata.max.bytes", "100")) as broker:
+        async with running(
+            tmp_path, ("group.max.size", "1"), ("group.member.metadata.max.bytes", "100")
+        ) as broker:
             co = broker.coordinator
             await stable_group(broker, "g", 1)
             other = await done(co.join_group(join_req("g", protocols=[("roundrobin", SUB_T)])))
@@ -170,11 +216,19 @@ def test_inconsistent_protocol_and_bad_joins(tmp_path: Path) -> None:
             full = await done(co.join_group(join_req("g")))
             assert full.error == E.GROUP_MAX_SIZE_REACHED
             assert (await done(co.join_group(join_req("")))).error == E.INVALID_GROUP_ID
-            assert (await done(co.join_group(join_req("h", session=5)))).error == E.INVALID_SESSION_TIMEOUT
-            assert (await done(co.join_group(join_req("h", protocols=[])))).error == E.INCONSISTENT_GROUP_PROTOCOL
+            assert (
+                await done(co.join_group(join_req("h", session=5)))
+            ).error == E.INVALID_SESSION_TIMEOUT
+            assert (
+                await done(co.join_group(join_req("h", protocols=[])))
+            ).error == E.INCONSISTENT_GROUP_PROTOCOL
             big = [("range", b"x" * 200)]
-            assert (await done(co.join_group(join_req("h", protocols=big)))).error == E.INVALID_REQUEST
-            assert (await done(co.join_group(join_req("h", "made-up-id")))).error == E.UNKNOWN_MEMBER_ID
+            assert (
+                await done(co.join_group(join_req("h", protocols=big)))
+            ).error == E.INVALID_REQUEST
+            assert (
+                await done(co.join_group(join_req("h", "made-up-id")))
+            ).error == E.UNKNOWN_MEMBER_ID
 
     run(body())
 
@@ -265,18 +319,24 @@ def test_static_member_rejoins_without_rebalance(tmp_path: Path) -> None:
             leader, follower = (x, y) if x.members else (y, x)
             assignments = [(leader.member_id, b"L"), (follower.member_id, b"F")]
             await done(co.sync_group("g", 1, leader.member_id, None, None, None, assignments))
-            assert (await done(co.sync_group("g", 1, follower.member_id, None, None, None, []))).assignment == b"F"
+            assert (
+                await done(co.sync_group("g", 1, follower.member_id, None, None, None, []))
+            ).assignment == b"F"
             instance = next(m[1] for m in leader.members if m[0] == follower.member_id)
             # The follower restarts: new process, same instance id, no member id.
             back = await done(co.join_group(join_req("g", instance=instance)))
             assert back.error == E.NONE and back.member_id != follower.member_id
             assert back.generation_id == 1 and back.members == []
             assert co.groups["g"].state is GroupState.STABLE
-            assert (await done(co.sync_group("g", 1, back.member_id, instance, None, None, []))).assignment == b"F"
+            assert (
+                await done(co.sync_group("g", 1, back.member_id, instance, None, None, []))
+            ).assignment == b"F"
             assert co.heartbeat("g", leader.member_id, None, 1) == E.NONE
             assert co.heartbeat("g", follower.member_id, instance, 1) == E.FENCED_INSTANCE_ID
             # Batch leave by instance id; a wrong member id for an instance is fenced.
-            top, errors = co.leave_group("g", [(follower.member_id, instance), ("", "nope"), ("", instance)])
+            top, errors = co.leave_group(
+                "g", [(follower.member_id, instance), ("", "nope"), ("", instance)]
+            )
             assert (top, errors) == (E.NONE, [E.FENCED_INSTANCE_ID, E.UNKNOWN_MEMBER_ID, E.NONE])
             assert co.heartbeat("g", leader.member_id, None, 1) == E.REBALANCE_IN_PROGRESS
 
@@ -291,9 +351,13 @@ def test_commit_while_completing_rebalance_is_refused(tmp_path: Path) -> None:
             a = await done(co.join_group(join_req("g")))
             assert co.groups["g"].state is GroupState.COMPLETING_REBALANCE
             commit = {("t", 0): (1, -1, None)}
-            assert co.commit_offsets("g", a.member_id, None, 1, commit) == {("t", 0): E.REBALANCE_IN_PROGRESS}
+            assert co.commit_offsets("g", a.member_id, None, 1, commit) == {
+                ("t", 0): E.REBALANCE_IN_PROGRESS
+            }
             # A consumer outside the group may not commit to an active group.
-            assert co.commit_offsets("g", "", None, -1, commit) == {("t", 0): E.REBALANCE_IN_PROGRESS}
+            assert co.commit_offsets("g", "", None, -1, commit) == {
+                ("t", 0): E.REBALANCE_IN_PROGRESS
+            }
 
     run(body())
 
@@ -304,9 +368,20 @@ def test_groups_and_offsets_survive_restart_and_load_in_progress(tmp_path: Path)
             broker.create_topic("t", 2, 1)
             co = broker.coordinator
             [a] = await stable_group(broker, "live", 1)
-            assert co.commit_offsets("live", a.member_id, None, a.generation_id, {("t", 0): (5, 3, "meta")})[("t", 0)] == E.NONE
-            assert co.commit_offsets("simple", "", None, -1, {("t", 1): (7, -1, None)})[("t", 1)] == E.NONE
-            assert co.commit_offsets("gone", "", None, -1, {("t", 1): (9, -1, None)})[("t", 1)] == E.NONE
+            assert (
+                co.commit_offsets(
+                    "live", a.member_id, None, a.generation_id, {("t", 0): (5, 3, "meta")}
+                )[("t", 0)]
+                == E.NONE
+            )
+            assert (
+                co.commit_offsets("simple", "", None, -1, {("t", 1): (7, -1, None)})[("t", 1)]
+                == E.NONE
+            )
+            assert (
+                co.commit_offsets("gone", "", None, -1, {("t", 1): (9, -1, None)})[("t", 1)]
+                == E.NONE
+            )
             assert co.delete_groups(["gone"]) == {"gone": E.NONE}
             assert co.delete_offsets("simple", [("t", 0)]) == (E.NONE, {("t", 0): E.NONE})
             return a.member_id, a.generation_id
@@ -314,15 +389,26 @@ def test_groups_and_offsets_survive_restart_and_load_in_progress(tmp_path: Path)
     async def second(member_id: str, generation: int) -> None:
         async with running(tmp_path) as broker:
             co = broker.coordinator
-            assert co.heartbeat("live", member_id, None, generation) == E.COORDINATOR_LOAD_IN_PROGRESS
+            assert (
+                co.heartbeat("live", member_id, None, generation) == E.COORDINATOR_LOAD_IN_PROGRESS
+            )
             assert co.list_groups()[0] == E.COORDINATOR_LOAD_IN_PROGRESS
             await wait_loaded(broker)
             assert co.heartbeat("live", member_id, None, generation) == E.NONE
             assert co.describe_group("live").state == "Stable"
             assert co.describe_group("live").members[0].assignment  # type: ignore[index]
             _, fetched = co.fetch_offsets("live", None)
-            assert [(f.topic, f.partition, f.committed.offset, f.committed.leader_epoch, f.committed.metadata)
-                    for f in fetched if f.committed] == [("t", 0, 5, 3, "meta")]
+            assert [
+                (
+                    f.topic,
+                    f.partition,
+                    f.committed.offset,
+                    f.committed.leader_epoch,
+                    f.committed.metadata,
+                )
+                for f in fetched
+                if f.committed
+            ] == [("t", 0, 5, 3, "meta")]
             _, simple = co.fetch_offsets("simple", None)
             assert [(f.partition, f.committed and f.committed.offset) for f in simple] == [(1, 7)]
             assert co.describe_group("gone").state == "Dead"
@@ -341,12 +427,19 @@ def test_offsets_expire_for_empty_and_standalone_groups(tmp_path: Path) -> None:
     now = [1_000_000]
 
     async def body() -> None:
-        async with running(tmp_path, ("offsets.retention.minutes", "1"), clock=lambda: now[0]) as broker:
+        async with running(
+            tmp_path, ("offsets.retention.minutes", "1"), clock=lambda: now[0]
+        ) as broker:
             broker.create_topic("t", 2, 1)
             co = broker.coordinator
-            assert co.commit_offsets("standalone", "", None, -1, {("t", 0): (1, -1, None)})[("t", 0)] == E.NONE
+            assert (
+                co.commit_offsets("standalone", "", None, -1, {("t", 0): (1, -1, None)})[("t", 0)]
+                == E.NONE
+            )
             [a] = await stable_group(broker, "consumers", 1)
-            co.commit_offsets("consumers", a.member_id, None, a.generation_id, {("t", 1): (2, -1, None)})
+            co.commit_offsets(
+                "consumers", a.member_id, None, a.generation_id, {("t", 1): (2, -1, None)}
+            )
             now[0] += 30_000
             assert co.leave_group("consumers", [(a.member_id, None)]) == (E.NONE, [E.NONE])
             await asyncio.sleep(0.05)
@@ -372,10 +465,21 @@ def test_delete_groups_and_offsets(tmp_path: Path) -> None:
             broker.create_topic("u", 1, 1)
             co = broker.coordinator
             [a] = await stable_group(broker, "g", 1)
-            co.commit_offsets("g", a.member_id, None, a.generation_id, {("t", 0): (1, -1, None), ("u", 0): (2, -1, None)})
+            co.commit_offsets(
+                "g",
+                a.member_id,
+                None,
+                a.generation_id,
+                {("t", 0): (1, -1, None), ("u", 0): (2, -1, None)},
+            )
             assert co.delete_offsets("g", [("t", 0), ("u", 0)]) == (
-                E.NONE, {("t", 0): E.GROUP_SUBSCRIBED_TO_TOPIC, ("u", 0): E.NONE})
-            assert co.delete_groups(["g", "missing"]) == {"g": E.NON_EMPTY_GROUP, "missing": E.GROUP_ID_NOT_FOUND}
+                E.NONE,
+                {("t", 0): E.GROUP_SUBSCRIBED_TO_TOPIC, ("u", 0): E.NONE},
+            )
+            assert co.delete_groups(["g", "missing"]) == {
+                "g": E.NON_EMPTY_GROUP,
+                "missing": E.GROUP_ID_NOT_FOUND,
+            }
             assert co.delete_offsets("missing", [("t", 0)]) == (E.GROUP_ID_NOT_FOUND, {})
             co.leave_group("g", [(a.member_id, None)])
             await asyncio.sleep(0.05)

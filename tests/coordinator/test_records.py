@@ -107,7 +107,9 @@ def test_unknown_and_truncated_records_are_refused() -> None:
     epoch=st.integers(-1, 2**31 - 1),
     metadata=st.text(max_size=100),
 )
-def test_offset_records_roundtrip(group: str, topic: str, partition: int, offset: int, epoch: int, metadata: str) -> None:
+def test_offset_records_roundtrip(
+    group: str, topic: str, partition: int, offset: int, epoch: int, metadata: str
+) -> None:
     assert parse_key(offset_key(group, topic, partition)) == OffsetKey(group, topic, partition)
     committed = CommittedOffset(offset, epoch, metadata, 17)
     assert parse_offset_value(offset_value(committed)) == committed

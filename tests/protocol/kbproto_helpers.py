@@ -103,4 +103,3 @@ def kafka_python_class(api_key: int, kind: str) -> Any:
                 if issubclass(c, ApiMessage) and c is not ApiMessage and getattr(c, "_json", None):
                     _KP[(c.API_KEY, c.type)] = c
     return _KP.get((api_key, kind))
-

@@ -91,7 +91,11 @@ def test_kafka_python_agrees(key: int, version: int, kind: str, data: st.DataObj
     if kind == "request":
         header, body = decode_request(bytes(theirs.encode(version=version, header=True)))
         assert (header.api_key, header.api_version, header.correlation_id, header.client_id) == (
-            key, version, 12345, "kp")
+            key,
+            version,
+            12345,
+            "kp",
+        )
         assert body == msg
     else:
         frame = encode_response(12345, key, version, msg)

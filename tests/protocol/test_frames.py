@@ -50,8 +50,14 @@ def cstr(s: str) -> bytes:  # compact string, short enough for a 1-byte varint
 
 
 def test_api_versions_v3_request_with_header_v2() -> None:
-    frame = (struct.pack(">hhi", 18, 3, 1) + s16("rdkafka") + b"\x00"
-             + cstr("librdkafka") + cstr("2.16.0") + b"\x00")
+    frame = (
+        struct.pack(">hhi", 18, 3, 1)
+        + s16("rdkafka")
+        + b"\x00"
+        + cstr("librdkafka")
+        + cstr("2.16.0")
+        + b"\x00"
+    )
     header, body = decode_request(frame)
     assert (header.api_key, header.api_version, header.correlation_id) == (18, 3, 1)
     assert header.client_id == "rdkafka" and header.header_version == 2
@@ -68,17 +74,24 @@ def test_api_versions_v0_request_header_v1_null_client_id() -> None:
 
 def test_produce_v3_request() -> None:
     records = b"\x00" * 61 + b"batch"
-    frame = (struct.pack(">hhi", 0, 3, 42) + s16("producer")
-             + struct.pack(">hhi", -1, -1, 30000)
-             + struct.pack(">i", 1) + s16("t")
-             + struct.pack(">iii", 1, 0, len(records)) + records)
+    frame = (
+        struct.pack(">hhi", 0, 3, 42)
+        + s16("producer")
+        + struct.pack(">hhi", -1, -1, 30000)
+        + struct.pack(">i", 1)
+        + s16("t")
+        + struct.pack(">iii", 1, 0, len(records))
+        + records
+    )
     header, req = decode_request(frame)
     assert header.correlation_id == 42
     assert req.transactional_id is None and req.acks == -1 and req.timeout_ms == 30000
     part = req.topic_data[0].partition_data[0]
     assert req.topic_data[0].name == "t" and part.index == 0
     assert isinstance(part.records, memoryview) and bytes(part.records) == records
-    rebuilt = ProduceRequest(None, -1, 30000, [ProduceRequest.Topic("t", [ProduceRequest.Topic.Partition(0, records)])])
+    rebuilt = ProduceRequest(
+        None, -1, 30000, [ProduceRequest.Topic("t", [ProduceRequest.Topic.Partition(0, records)])]
+    )
     assert encode_request(0, 3, 42, "producer", rebuilt)[4:] == frame
 
 
@@ -87,12 +100,23 @@ def test_metadata_v0_and_v12_requests() -> None:
     _, req = decode_request(frame)
     assert [t.name for t in req.topics] == ["t"] and req.allow_auto_topic_creation is True
     tid = uuid.UUID(int=7)
-    frame12 = (struct.pack(">hhi", 3, 12, 1) + s16("c") + b"\x00"
-               + b"\x02" + tid.bytes + b"\x00" + b"\x00"  # one topic by id, null name, no tags
-               + b"\x00\x01" + b"\x00")  # auto create false, topic ops true, no tags
+    frame12 = (
+        struct.pack(">hhi", 3, 12, 1)
+        + s16("c")
+        + b"\x00"
+        + b"\x02"
+        + tid.bytes
+        + b"\x00"
+        + b"\x00"  # one topic by id, null name, no tags
+        + b"\x00\x01"
+        + b"\x00"
+    )  # auto create false, topic ops true, no tags
     _, req12 = decode_request(frame12)
     assert req12.topics == [MetadataRequest.Topic(topic_id=tid, name=None)]
-    assert req12.allow_auto_topic_creation is False and req12.include_topic_authorized_operations is True
+    assert (
+        req12.allow_auto_topic_creation is False
+        and req12.include_topic_authorized_operations is True
+    )
     assert encode_request(3, 12, 1, "c", req12)[4:] == frame12
 
 
@@ -113,9 +137,17 @@ def test_unknown_key_and_version_carry_the_header() -> None:
 def test_api_versions_response_v3_uses_header_v0() -> None:
     body = api_versions_response([ApiKey.METADATA, ApiKey.API_VERSIONS])
     frame = encode_response(7, 18, 3, body)
-    expected = (struct.pack(">i", 7) + struct.pack(">h", 0) + b"\x03"
-                + struct.pack(">hhh", 3, 0, 12) + b"\x00" + struct.pack(">hhh", 18, 0, 4) + b"\x00"
-                + struct.pack(">i", 0) + b"\x00")
+    expected = (
+        struct.pack(">i", 7)
+        + struct.pack(">h", 0)
+        + b"\x03"
+        + struct.pack(">hhh", 3, 0, 12)
+        + b"\x00"
+        + struct.pack(">hhh", 18, 0, 4)
+        + b"\x00"
+        + struct.pack(">i", 0)
+        + b"\x00"
+    )
     assert frame == struct.pack(">i", len(expected)) + expected
 
 
@@ -137,15 +169,25 @@ def test_flexible_response_header_has_tag_byte() -> None:
 
 def _fetch_v12(records: object) -> object:
     part = FetchResponse.Topic.Partition(
-        partition_index=0, error_code=0, high_watermark=10, log_start_offset=0,
-        aborted_transactions=None, records=records, current_leader=LeaderIdAndEpoch(2, 5),
+        partition_index=0,
+        error_code=0,
+        high_watermark=10,
+        log_start_offset=0,
+        aborted_transactions=None,
+        records=records,
+        current_leader=LeaderIdAndEpoch(2, 5),
     )
     return FetchResponse(responses=[FetchResponse.Topic(topic="t", partitions=[part])])
 
 
 FETCH_V12_BODY_HEAD = (
-    struct.pack(">ihi", 0, 0, 0) + b"\x02" + cstr("t") + b"\x02"
-    + struct.pack(">ihqqq", 0, 0, 10, -1, 0) + b"\x00" + struct.pack(">i", -1)
+    struct.pack(">ihi", 0, 0, 0)
+    + b"\x02"
+    + cstr("t")
+    + b"\x02"
+    + struct.pack(">ihqqq", 0, 0, 10, -1, 0)
+    + b"\x00"
+    + struct.pack(">i", -1)
 )
 # partition tags: one field, tag 1, 9 bytes (the struct and its own empty tag section);
 # then the topic's and the response's empty tag sections
@@ -167,7 +209,9 @@ def test_fetch_response_segments_leave_records_out() -> None:
     placeholder = RecordsPlaceholder(1000, source=("segment.log", 4096))
     segs = encode_response_segments(77, 1, 12, _fetch_v12(placeholder))
     assert len(segs) == 3 and segs[1] is placeholder
-    head = struct.pack(">i", 77) + b"\x00" + FETCH_V12_BODY_HEAD + bytes([0xE9, 0x07])  # varint 1001
+    head = (
+        struct.pack(">i", 77) + b"\x00" + FETCH_V12_BODY_HEAD + bytes([0xE9, 0x07])
+    )  # varint 1001
     total = len(head) + 1000 + len(FETCH_V12_BODY_TAIL)
     assert segs[0] == struct.pack(">i", total) + head
     assert segs[2] == FETCH_V12_BODY_TAIL
@@ -197,10 +241,36 @@ def test_encoder_rejects_null_in_non_nullable_field() -> None:
 
 
 EXPECTED_RANGES = {
-    0: (0, 11), 1: (4, 16), 2: (1, 8), 3: (0, 12), 8: (2, 9), 9: (1, 9), 10: (0, 4), 11: (0, 9),
-    12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5), 16: (0, 4), 17: (0, 1), 18: (0, 4), 19: (2, 7),
-    20: (1, 6), 21: (0, 2), 22: (0, 4), 23: (2, 4), 32: (1, 4), 33: (0, 2), 35: (1, 4), 36: (0, 2),
-    37: (0, 3), 42: (0, 2), 43: (0, 2), 44: (0, 1), 47: (0, 0), 60: (0, 1),
+    0: (0, 11),
+    1: (4, 16),
+    2: (1, 8),
+    3: (0, 12),
+    8: (2, 9),
+    9: (1, 9),
+    10: (0, 4),
+    11: (0, 9),
+    12: (0, 4),
+    13: (0, 5),
+    14: (0, 5),
+    15: (0, 5),
+    16: (0, 4),
+    17: (0, 1),
+    18: (0, 4),
+    19: (2, 7),
+    20: (1, 6),
+    21: (0, 2),
+    22: (0, 4),
+    23: (2, 4),
+    32: (1, 4),
+    33: (0, 2),
+    35: (1, 4),
+    36: (0, 2),
+    37: (0, 3),
+    42: (0, 2),
+    43: (0, 2),
+    44: (0, 1),
+    47: (0, 0),
+    60: (0, 1),
 }
 
 
@@ -212,7 +282,10 @@ def test_apis_table_ranges() -> None:
 def test_advertised_is_apis_intersect_handlers() -> None:
     assert advertised_versions([18, 3, 0, 12345]) == [(0, 0, 11), (3, 0, 12), (18, 0, 4)]
     body = api_versions_response([0, 1])
-    assert [(a.api_key, a.min_version, a.max_version) for a in body.api_keys] == [(0, 0, 11), (1, 4, 16)]
+    assert [(a.api_key, a.min_version, a.max_version) for a in body.api_keys] == [
+        (0, 0, 11),
+        (1, 4, 16),
+    ]
 
 
 def test_kafka_python_reads_the_table_as_a_real_release() -> None:
@@ -231,24 +304,59 @@ def test_header_versions_follow_the_flexible_rule() -> None:
     assert not sasl.flexible(1)
 
 
-@pytest.mark.parametrize(("name", "code"), [
-    ("NONE", 0), ("OFFSET_OUT_OF_RANGE", 1), ("CORRUPT_MESSAGE", 2), ("UNKNOWN_TOPIC_OR_PARTITION", 3),
-    ("INVALID_FETCH_SIZE", 4), ("LEADER_NOT_AVAILABLE", 5), ("NOT_LEADER_OR_FOLLOWER", 6),
-    ("REQUEST_TIMED_OUT", 7), ("MESSAGE_TOO_LARGE", 10), ("COORDINATOR_LOAD_IN_PROGRESS", 14),
-    ("COORDINATOR_NOT_AVAILABLE", 15), ("NOT_COORDINATOR", 16), ("INVALID_TOPIC_EXCEPTION", 17),
-    ("RECORD_LIST_TOO_LARGE", 18), ("NOT_ENOUGH_REPLICAS", 19), ("NOT_ENOUGH_REPLICAS_AFTER_APPEND", 20),
-    ("INVALID_REQUIRED_ACKS", 21), ("ILLEGAL_GENERATION", 22), ("INCONSISTENT_GROUP_PROTOCOL", 23),
-    ("INVALID_GROUP_ID", 24), ("UNKNOWN_MEMBER_ID", 25), ("INVALID_SESSION_TIMEOUT", 26),
-    ("REBALANCE_IN_PROGRESS", 27), ("INVALID_COMMIT_OFFSET_SIZE", 28), ("UNSUPPORTED_VERSION", 35),
-    ("TOPIC_ALREADY_EXISTS", 36), ("INVALID_PARTITIONS", 37), ("INVALID_REPLICATION_FACTOR", 38),
-    ("INVALID_CONFIG", 40), ("INVALID_REQUEST", 42), ("POLICY_VIOLATION", 44),
-    ("OUT_OF_ORDER_SEQUENCE_NUMBER", 45), ("DUPLICATE_SEQUENCE_NUMBER", 46), ("INVALID_PRODUCER_EPOCH", 47),
-    ("UNKNOWN_PRODUCER_ID", 59), ("NON_EMPTY_GROUP", 68), ("GROUP_ID_NOT_FOUND", 69),
-    ("FENCED_LEADER_EPOCH", 74), ("UNKNOWN_LEADER_EPOCH", 75), ("OFFSET_NOT_AVAILABLE", 78),
-    ("MEMBER_ID_REQUIRED", 79), ("FENCED_INSTANCE_ID", 82), ("GROUP_SUBSCRIBED_TO_TOPIC", 86),
-    ("INVALID_RECORD", 87), ("UNSTABLE_OFFSET_COMMIT", 88), ("UNKNOWN_TOPIC_ID", 100),
-    ("INCONSISTENT_TOPIC_ID", 103), ("UNKNOWN_SERVER_ERROR", -1),
-])
+@pytest.mark.parametrize(
+    ("name", "code"),
+    [
+        ("NONE", 0),
+        ("OFFSET_OUT_OF_RANGE", 1),
+        ("CORRUPT_MESSAGE", 2),
+        ("UNKNOWN_TOPIC_OR_PARTITION", 3),
+        ("INVALID_FETCH_SIZE", 4),
+        ("LEADER_NOT_AVAILABLE", 5),
+        ("NOT_LEADER_OR_FOLLOWER", 6),
+        ("REQUEST_TIMED_OUT", 7),
+        ("MESSAGE_TOO_LARGE", 10),
+        ("COORDINATOR_LOAD_IN_PROGRESS", 14),
+        ("COORDINATOR_NOT_AVAILABLE", 15),
+        ("NOT_COORDINATOR", 16),
+        ("INVALID_TOPIC_EXCEPTION", 17),
+        ("RECORD_LIST_TOO_LARGE", 18),
+        ("NOT_ENOUGH_REPLICAS", 19),
+        ("NOT_ENOUGH_REPLICAS_AFTER_APPEND", 20),
+        ("INVALID_REQUIRED_ACKS", 21),
+        ("ILLEGAL_GENERATION", 22),
+        ("INCONSISTENT_GROUP_PROTOCOL", 23),
+        ("INVALID_GROUP_ID", 24),
+        ("UNKNOWN_MEMBER_ID", 25),
+        ("INVALID_SESSION_TIMEOUT", 26),
+        ("REBALANCE_IN_PROGRESS", 27),
+        ("INVALID_COMMIT_OFFSET_SIZE", 28),
+        ("UNSUPPORTED_VERSION", 35),
+        ("TOPIC_ALREADY_EXISTS", 36),
+        ("INVALID_PARTITIONS", 37),
+        ("INVALID_REPLICATION_FACTOR", 38),
+        ("INVALID_CONFIG", 40),
+        ("INVALID_REQUEST", 42),
+        ("POLICY_VIOLATION", 44),
+        ("OUT_OF_ORDER_SEQUENCE_NUMBER", 45),
+        ("DUPLICATE_SEQUENCE_NUMBER", 46),
+        ("INVALID_PRODUCER_EPOCH", 47),
+        ("UNKNOWN_PRODUCER_ID", 59),
+        ("NON_EMPTY_GROUP", 68),
+        ("GROUP_ID_NOT_FOUND", 69),
+        ("FENCED_LEADER_EPOCH", 74),
+        ("UNKNOWN_LEADER_EPOCH", 75),
+        ("OFFSET_NOT_AVAILABLE", 78),
+        ("MEMBER_ID_REQUIRED", 79),
+        ("FENCED_INSTANCE_ID", 82),
+        ("GROUP_SUBSCRIBED_TO_TOPIC", 86),
+        ("INVALID_RECORD", 87),
+        ("UNSTABLE_OFFSET_COMMIT", 88),
+        ("UNKNOWN_TOPIC_ID", 100),
+        ("INCONSISTENT_TOPIC_ID", 103),
+        ("UNKNOWN_SERVER_ERROR", -1),
+    ],
+)
 def test_error_code_numbers(name: str, code: int) -> None:
     assert ErrorCode[name] == code
 
@@ -258,8 +366,11 @@ def test_error_codes_match_kafka_python() -> None:
 
     import kafka.errors as kerr
 
-    theirs = {c.errno for _, c in inspect.getmembers(kerr, inspect.isclass)
-              if issubclass(c, kerr.BrokerResponseError) and isinstance(getattr(c, "errno", None), int)}
+    theirs = {
+        c.errno
+        for _, c in inspect.getmembers(kerr, inspect.isclass)
+        if issubclass(c, kerr.BrokerResponseError) and isinstance(getattr(c, "errno", None), int)
+    }
     assert {int(c) for c in ErrorCode} <= theirs
 
 

@@ -63,9 +63,13 @@ def test_random_bodies_never_raise_anything_else(key: int, version: int, tail: b
 @pytest.mark.parametrize(("key", "version"), CASES)
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_corrupted_bytes_never_raise_anything_else(key: int, version: int, data: st.DataObject) -> None:
+def test_corrupted_bytes_never_raise_anything_else(
+    key: int, version: int, data: st.DataObject
+) -> None:
     codec = api(key).request_codec(version)
-    frame = bytearray(_frame_body(key, version, data.draw(message_st(codec.message, version, codec.flexible))))
+    frame = bytearray(
+        _frame_body(key, version, data.draw(message_st(codec.message, version, codec.flexible)))
+    )
     for _ in range(data.draw(st.integers(1, 4))):
         i = data.draw(st.integers(0, len(frame) - 1))
         frame[i] = data.draw(st.sampled_from([0x00, 0x7F, 0x80, 0xFF, frame[i] ^ 0x01]))
@@ -116,7 +120,9 @@ def test_huge_string_and_bytes_lengths_fail_fast() -> None:
 
 def test_huge_records_length_fails_fast() -> None:
     body = struct.pack(">hhi", -1, 1, 1000)  # transactional_id null, acks, timeout
-    body += struct.pack(">ih", 1, 1) + b"t" + struct.pack(">ii", 1, 0) + struct.pack(">i", 2**31 - 1)
+    body += (
+        struct.pack(">ih", 1, 1) + b"t" + struct.pack(">ii", 1, 0) + struct.pack(">i", 2**31 - 1)
+    )
     _bounded(encode_request_header(0, 3, 1, "c", 1) + body)
 
 
@@ -125,7 +131,9 @@ def test_negative_lengths_other_than_minus_one_are_errors() -> None:
     body = struct.pack(">hhii", -1, 1, 1000, 0)
     decode_request(encode_request_header(0, 3, 1, "c", 1) + body)
     with pytest.raises(ProtocolDecodeError):
-        decode_request(encode_request_header(0, 3, 1, "c", 1) + struct.pack(">hhii", -2, 1, 1000, 0))
+        decode_request(
+            encode_request_header(0, 3, 1, "c", 1) + struct.pack(">hhii", -2, 1, 1000, 0)
+        )
     # a non-nullable string can't be null either (SaslHandshake mechanism)
     with pytest.raises(ProtocolDecodeError):
         decode_request(encode_request_header(17, 1, 1, "c", 1) + struct.pack(">h", -1))
@@ -146,7 +154,9 @@ def test_overlong_varint_is_an_error() -> None:
 def test_trailing_bytes_are_ignored_as_kafka_does() -> None:
     # librdkafka 2.16 sends Metadata v9+ with a null topic list followed by
     # three stray bytes; Kafka ignores what follows the body, and so do we.
-    frame = encode_request_header(3, 12, 1, "c", 2) + b"\x00" + b"\x01\x00\x00" + b"\x00\x01\x00\x00"
+    frame = (
+        encode_request_header(3, 12, 1, "c", 2) + b"\x00" + b"\x01\x00\x00" + b"\x00\x01\x00\x00"
+    )
     header, body = decode_request(frame)
     assert header.correlation_id == 1 and body.topics is None
 

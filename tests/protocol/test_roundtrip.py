@@ -65,5 +65,7 @@ def test_fetch_segments_equal_plain_encoding(version: int, data: st.DataObject) 
     # framing segments and placeholders alternate: never two bytes segments in a row
     kinds = [isinstance(s, RecordsPlaceholder) for s in segs]
     assert all(not (a is False and b is False) for a, b in itertools.pairwise(kinds))
-    rebuilt = b"".join(records[s.source] if isinstance(s, RecordsPlaceholder) else bytes(s) for s in segs)
+    rebuilt = b"".join(
+        records[s.source] if isinstance(s, RecordsPlaceholder) else bytes(s) for s in segs
+    )
     assert rebuilt == plain

@@ -39,7 +39,9 @@ def spark(spark_broker: BrokerProcess) -> Iterator[Any]:
     from kbroker.spark import spark_session
 
     session = spark_session(
-        "local[2]", "kbroker-tests", {"spark.ui.enabled": "false", "spark.driver.memory": "1g"},
+        "local[2]",
+        "kbroker-tests",
+        {"spark.ui.enabled": "false", "spark.driver.memory": "1g"},
         shuffle_partitions=2,
     )
     yield session
@@ -88,11 +90,18 @@ def reap(pids: list[int], timeout: float = 30.0) -> list[int]:
     return lingered
 
 
-def pipeline(*args: str, timeout: float = PIPELINE_TIMEOUT, check: bool = True) -> subprocess.CompletedProcess[str]:
+def pipeline(
+    *args: str, timeout: float = PIPELINE_TIMEOUT, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Runs ``kbroker pipeline ARGS`` to its end; kills it and its JVM if it overruns."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([*KBROKER, "pipeline", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+    proc = subprocess.Popen(
+        [*KBROKER, "pipeline", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -100,10 +109,14 @@ def pipeline(*args: str, timeout: float = PIPELINE_TIMEOUT, check: bool = True) 
         proc.kill()
         out, err = proc.communicate()
         reap(below, 5)
-        raise AssertionError(f"kbroker pipeline {' '.join(args)} ran over {timeout}s:\n{err[-3000:]}") from None
+        raise AssertionError(
+            f"kbroker pipeline {' '.join(args)} ran over {timeout}s:\n{err[-3000:]}"
+        ) from None
     done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     if check and done.returncode != 0:
-        raise AssertionError(f"kbroker pipeline {' '.join(args)} exited {done.returncode}:\n{err[-3000:]}")
+        raise AssertionError(
+            f"kbroker pipeline {' '.join(args)} exited {done.returncode}:\n{err[-3000:]}"
+        )
     return done
 
 

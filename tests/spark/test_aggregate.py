@@ -28,7 +28,9 @@ def records(start_ms: int, end_ms: int, step_ms: int, salt: int) -> list[tuple[A
     return out
 
 
-def expected(phases: list[list[tuple[Any, ...]]]) -> dict[tuple[str, int], tuple[int, float, float]]:
+def expected(
+    phases: list[list[tuple[Any, ...]]],
+) -> dict[tuple[str, int], tuple[int, float, float]]:
     """The job's semantics in plain Python: each run of the job sees one phase; a
     record is dropped if its window ended at or before the watermark of the previous
     phases; a window is output once the final watermark reaches its end."""
@@ -54,7 +56,9 @@ def expected(phases: list[list[tuple[Any, ...]]]) -> dict[tuple[str, int], tuple
     }
 
 
-def test_windows_match_plain_python(spark: Any, spark_broker: BrokerProcess, tmp_path: Path) -> None:
+def test_windows_match_plain_python(
+    spark: Any, spark_broker: BrokerProcess, tmp_path: Path
+) -> None:
     bs = spark_broker.bootstrap
     src, dst = topic_name("agg-in"), topic_name("agg-out")
     create_topic(bs, src, partitions=3)
@@ -63,13 +67,32 @@ def test_windows_match_plain_python(spark: Any, spark_broker: BrokerProcess, tmp
     checkpoint = str(tmp_path / "checkpoint")
 
     phase1 = records(t0, t0 + 60_000, 97, salt=0)
-    phase1 += [(b"k1", b"not a number", None, None, t0 + 5_000), (b"k2", None, None, None, t0 + 6_000)]
+    phase1 += [
+        (b"k1", b"not a number", None, None, t0 + 5_000),
+        (b"k2", None, None, None, t0 + 6_000),
+    ]
     produce(bs, src, phase1)
     # First run through the command line, so that it is covered end to end.
-    pipeline("aggregate", "--topic", src, "--output-topic", dst, "--window", "10s", "--watermark", "30s",
-             "--bootstrap", bs, "--checkpoint", checkpoint, "--once", "--conf", "spark.ui.enabled=false")
+    pipeline(
+        "aggregate",
+        "--topic",
+        src,
+        "--output-topic",
+        dst,
+        "--window",
+        "10s",
+        "--watermark",
+        "30s",
+        "--bootstrap",
+        bs,
+        "--checkpoint",
+        checkpoint,
+        "--once",
+        "--conf",
+        "spark.ui.enabled=false",
+    )
 
-    late = records(t0, t0 + 20_000, 331, salt=1)          # windows already closed: dropped
+    late = records(t0, t0 + 20_000, 331, salt=1)  # windows already closed: dropped
     on_time = records(t0 + 40_000, t0 + 60_000, 173, salt=2)  # windows still open: counted
     newer = records(t0 + 60_000, t0 + 120_000, 89, salt=3)
     phase2 = late + on_time + newer

@@ -24,7 +24,9 @@ from tests.broker.test_clients import create_topic, produce, topic_name
 from tests.spark.conftest import PIPELINE_TIMEOUT, descendants, pipeline, reap
 
 PARTITIONS = 4
-Expected = dict[tuple[int, int], tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]]
+Expected = dict[
+    tuple[int, int], tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
+]
 
 
 def make_records(first: int, count: int, midnight_ms: int) -> list[tuple[Any, ...]]:
@@ -39,7 +41,9 @@ def make_records(first: int, count: int, midnight_ms: int) -> list[tuple[Any, ..
     return out
 
 
-def produce_expected(bootstrap: str, topic: str, records: list[tuple[Any, ...]], into: Expected) -> None:
+def produce_expected(
+    bootstrap: str, topic: str, records: list[tuple[Any, ...]], into: Expected
+) -> None:
     reports = produce(bootstrap, topic, records, **{"compression.type": "lz4"})
     assert all(err is None for err, _ in reports)
     # Delivery reports carry no headers: find each record by its (unique) key and value.
@@ -47,13 +51,20 @@ def produce_expected(bootstrap: str, topic: str, records: list[tuple[Any, ...]],
     assert len(headers) == len(records)
     for _err, msg in reports:
         into[(msg.partition(), msg.offset())] = (
-            msg.key(), msg.value(), headers[(msg.key(), msg.value())], msg.timestamp()[1])
+            msg.key(),
+            msg.value(),
+            headers[(msg.key(), msg.value())],
+            msg.timestamp()[1],
+        )
 
 
 def check_output(spark: Any, output: Path, topic: str, want: Expected) -> None:
     """Row for row, through Spark (which reads via the sink's commit log) and pyarrow."""
-    rows = spark.read.parquet(str(output)).selectExpr(
-        "*", "unix_millis(timestamp) AS ts_ms", "CAST(date AS STRING) AS day").collect()
+    rows = (
+        spark.read.parquet(str(output))
+        .selectExpr("*", "unix_millis(timestamp) AS ts_ms", "CAST(date AS STRING) AS day")
+        .collect()
+    )
     got: Expected = {}
     for r in rows:
         k = (r.partition, r.offset)
@@ -70,17 +81,23 @@ def check_output(spark: Any, output: Path, topic: str, want: Expected) -> None:
         )
     missing = sorted(set(want) - set(got))
     extra = sorted(set(got) - set(want))
-    assert not missing and not extra, f"missing {missing[:10]} ({len(missing)}), extra {extra[:10]} ({len(extra)})"
+    assert not missing and not extra, (
+        f"missing {missing[:10]} ({len(missing)}), extra {extra[:10]} ({len(extra)})"
+    )
     assert got == want
 
     table = pads.dataset(str(output), format="parquet", partitioning="hive").to_table(
-        columns=["partition", "offset"])
-    pairs = list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True))
+        columns=["partition", "offset"]
+    )
+    pairs = list(
+        zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True)
+    )
     assert len(pairs) == len(set(pairs)) == len(want), "pyarrow sees files no committed batch wrote"
 
 
 def checkpoint_batches(checkpoint: Path) -> tuple[int, int]:
     """(latest planned batch, latest committed batch), -1 for none."""
+
     def latest(d: Path) -> int:
         ids = [int(p.name) for p in d.glob("[0-9]*")] if d.is_dir() else []
         return max(ids, default=-1)
@@ -90,10 +107,16 @@ def checkpoint_batches(checkpoint: Path) -> tuple[int, int]:
 
 def uncommitted_part_files(output: Path) -> list[Path]:
     committed = committed_files(output) or set()
-    return [p for p in output.rglob("part-*") if "_checkpoint" not in p.parts and p.name not in committed]
+    return [
+        p
+        for p in output.rglob("part-*")
+        if "_checkpoint" not in p.parts and p.name not in committed
+    ]
 
 
-def test_archive_exactly_once_across_reruns_and_sigkill(spark: Any, spark_broker: BrokerProcess, tmp_path: Path) -> None:
+def test_archive_exactly_once_across_reruns_and_sigkill(
+    spark: Any, spark_broker: BrokerProcess, tmp_path: Path
+) -> None:
     bs = spark_broker.bootstrap
     topic = topic_name("archive")
     create_topic(bs, topic, partitions=PARTITIONS)
@@ -105,8 +128,18 @@ def test_archive_exactly_once_across_reruns_and_sigkill(spark: Any, spark_broker
 
     # 1. 10,000 records, archived by the command (default checkpoint under the output).
     produce_expected(bs, topic, make_records(0, 10_000, midnight), want)
-    pipeline("archive", "--topic", topic, "--output", str(output), "--bootstrap", bs, "--once",
-             "--conf", "spark.ui.enabled=false")
+    pipeline(
+        "archive",
+        "--topic",
+        topic,
+        "--output",
+        str(output),
+        "--bootstrap",
+        bs,
+        "--once",
+        "--conf",
+        "spark.ui.enabled=false",
+    )
     assert (checkpoint / "commits").is_dir()
     check_output(spark, output, topic, want)
     dates = {p.name for p in (output / f"topic={topic}").iterdir()}
@@ -117,14 +150,31 @@ def test_archive_exactly_once_across_reruns_and_sigkill(spark: Any, spark_broker
     produce_expected(bs, topic, make_records(10_000, 1_000, midnight), want)
     _planned, base = checkpoint_batches(checkpoint)
     proc = subprocess.Popen(
-        [*KBROKER, "pipeline", "archive", "--topic", topic, "--output", str(output), "--bootstrap", bs,
-         "--interval", "1s", "--conf", "spark.ui.enabled=false"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            *KBROKER,
+            "pipeline",
+            "archive",
+            "--topic",
+            topic,
+            "--output",
+            str(output),
+            "--bootstrap",
+            bs,
+            "--interval",
+            "1s",
+            "--conf",
+            "spark.ui.enabled=false",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         wait_for(lambda: checkpoint_batches(checkpoint)[1] > base, proc, "a first batch")
         produce_expected(bs, topic, make_records(11_000, 1_000, midnight), want)
-        wait_for(lambda: spark.read.parquet(str(output)).count() >= len(want), proc, "the new records")
+        wait_for(
+            lambda: spark.read.parquet(str(output)).count() >= len(want), proc, "the new records"
+        )
         below = descendants(proc.pid)
         proc.send_signal(signal.SIGTERM)
         _out, err = proc.communicate(timeout=60)
@@ -164,9 +214,25 @@ def kill_mid_batch(bs: str, topic: str, output: Path, *, whole_tree: bool) -> li
     checkpoint = output / "_checkpoint"
     _planned, base = checkpoint_batches(checkpoint)
     proc = subprocess.Popen(
-        [*KBROKER, "pipeline", "archive", "--topic", topic, "--output", str(output), "--bootstrap", bs,
-         "--once", "--max-records-per-batch", "300", "--conf", "spark.ui.enabled=false"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            *KBROKER,
+            "pipeline",
+            "archive",
+            "--topic",
+            topic,
+            "--output",
+            str(output),
+            "--bootstrap",
+            bs,
+            "--once",
+            "--max-records-per-batch",
+            "300",
+            "--conf",
+            "spark.ui.enabled=false",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     orphans: list[Path] = []
     killed_in = -1

@@ -31,29 +31,44 @@ def test_unreachable_broker(tmp_path: Path) -> None:
 
 def test_missing_topics(spark_broker: BrokerProcess, tmp_path: Path) -> None:
     bs = spark_broker.bootstrap
-    msg = refused("archive", "--topic", "no-such-topic", "--output", str(tmp_path), "--bootstrap", bs)
+    msg = refused(
+        "archive", "--topic", "no-such-topic", "--output", str(tmp_path), "--bootstrap", bs
+    )
     assert msg == f"Error: topic no-such-topic does not exist on {bs}"
     msg = refused("archive", "--topic", "no-such-.*", "--output", str(tmp_path), "--bootstrap", bs)
     assert msg == f"Error: no topic on {bs} matches 'no-such-.*'"
     existing = topic_name("cli")
     create_topic(bs, existing)
-    msg = refused("aggregate", "--topic", existing, "--output-topic", "no-such-out", "--bootstrap", bs)
+    msg = refused(
+        "aggregate", "--topic", existing, "--output-topic", "no-such-out", "--bootstrap", bs
+    )
     assert msg == f"Error: topic no-such-out does not exist on {bs}"
 
 
 @pytest.mark.parametrize("window", ["10x", "ten seconds", "0s", "-5s", ""])
 def test_bad_window(spark_broker: BrokerProcess, window: str) -> None:
-    msg = refused("aggregate", "--topic", "a", "--output-topic", "b", "--window", window,
-                  "--bootstrap", spark_broker.bootstrap)
+    msg = refused(
+        "aggregate",
+        "--topic",
+        "a",
+        "--output-topic",
+        "b",
+        "--window",
+        window,
+        "--bootstrap",
+        spark_broker.bootstrap,
+    )
     assert msg.startswith(f"Error: bad window {window!r}")
 
 
 def test_bad_watermark_interval_and_conf(spark_broker: BrokerProcess, tmp_path: Path) -> None:
     bs = spark_broker.bootstrap
-    assert refused("aggregate", "--topic", "a", "--output-topic", "b", "--watermark", "soon",
-                   "--bootstrap", bs).startswith("Error: bad watermark 'soon'")
-    assert refused("archive", "--topic", "a", "--output", str(tmp_path), "--interval", "1y",
-                   "--bootstrap", bs).startswith("Error: bad interval '1y'")
+    assert refused(
+        "aggregate", "--topic", "a", "--output-topic", "b", "--watermark", "soon", "--bootstrap", bs
+    ).startswith("Error: bad watermark 'soon'")
+    assert refused(
+        "archive", "--topic", "a", "--output", str(tmp_path), "--interval", "1y", "--bootstrap", bs
+    ).startswith("Error: bad interval '1y'")
     topic = topic_name("cli")
     create_topic(bs, topic)
     file = tmp_path / "a-file"

@@ -47,14 +47,18 @@ def topics(spark_broker: BrokerProcess) -> tuple[str, str]:
     bs = spark_broker.bootstrap
     prefix = topic_name("ds")
     create_topic(bs, f"{prefix}-create", partitions=3)
-    create_topic(bs, f"{prefix}-append", partitions=3, **{"message.timestamp.type": "LogAppendTime"})
+    create_topic(
+        bs, f"{prefix}-append", partitions=3, **{"message.timestamp.type": "LogAppendTime"}
+    )
     for n, codec in enumerate(["none", "gzip", "snappy", "lz4", "zstd"]):
         fill(bs, f"{prefix}-create", n * 400, 400, codec)
     fill(bs, f"{prefix}-append", 0, 300, "zstd")
     return f"{prefix}-create", f"{prefix}-append"
 
 
-def test_batch_rows_equal_the_connectors(spark: Any, spark_broker: BrokerProcess, topics: tuple[str, str]) -> None:
+def test_batch_rows_equal_the_connectors(
+    spark: Any, spark_broker: BrokerProcess, topics: tuple[str, str]
+) -> None:
     bs = spark_broker.bootstrap
     create, append = topics
     connector, ours = both(spark, bs, subscribe=create, includeHeaders="true")
@@ -73,18 +77,30 @@ def test_batch_rows_equal_the_connectors(spark: Any, spark_broker: BrokerProcess
     assert ours == connector
 
 
-def test_streaming_read_resumes_exactly(spark: Any, spark_broker: BrokerProcess, tmp_path: Path) -> None:
+def test_streaming_read_resumes_exactly(
+    spark: Any, spark_broker: BrokerProcess, tmp_path: Path
+) -> None:
     bs = spark_broker.bootstrap
     topic = topic_name("ds-stream")
     create_topic(bs, topic, partitions=3)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
 
     def run() -> None:
-        stream = (spark.readStream.format("kbroker").option("kafka.bootstrap.servers", bs)
-                  .option("subscribe", topic).option("startingOffsets", "earliest")
-                  .option("includeHeaders", "true").load())
-        query = (stream.writeStream.format("parquet").option("path", str(out))
-                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        stream = (
+            spark.readStream.format("kbroker")
+            .option("kafka.bootstrap.servers", bs)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("includeHeaders", "true")
+            .load()
+        )
+        query = (
+            stream.writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
         assert query.awaitTermination(120)
         assert query.exception() is None
 
@@ -94,15 +110,25 @@ def test_streaming_read_resumes_exactly(spark: Any, spark_broker: BrokerProcess,
     run()
     run()  # nothing new: nothing added
     got = spark.read.parquet(str(out)).orderBy(*ORDER).collect()
-    want = spark.read.format("kafka").option("kafka.bootstrap.servers", bs).option("subscribe", topic) \
-        .option("includeHeaders", "true").load().orderBy(*ORDER).collect()
+    want = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bs)
+        .option("subscribe", topic)
+        .option("includeHeaders", "true")
+        .load()
+        .orderBy(*ORDER)
+        .collect()
+    )
     assert len(want) == 1500
     assert got == want
 
 
 def test_missing_topic_is_a_clear_error(spark: Any, spark_broker: BrokerProcess) -> None:
-    reader = spark.read.format("kbroker").option("kafka.bootstrap.servers", spark_broker.bootstrap) \
+    reader = (
+        spark.read.format("kbroker")
+        .option("kafka.bootstrap.servers", spark_broker.bootstrap)
         .option("subscribe", "no-such-topic")
+    )
     with pytest.raises(Exception, match="topic no-such-topic does not exist"):
         reader.load().collect()
     with pytest.raises(PipelineError, match="exactly one of subscribe"):

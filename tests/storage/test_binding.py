@@ -47,7 +47,9 @@ def test_build_validate_decode(codec: int) -> None:
         (None, b"no key", [], NOW + 1),
         (b"no value", None, [], NOW + 9),
     ]
-    data = build_batch(records, codec=codec, timestamp=NOW, producer_id=7, producer_epoch=1, base_sequence=3)
+    data = build_batch(
+        records, codec=codec, timestamp=NOW, producer_id=7, producer_epoch=1, base_sequence=3
+    )
     [info] = validate_batches(data, max_batch_bytes=1 << 20, inspect_compressed=True)
     assert (info.records, info.codec, info.producer_id, info.base_sequence) == (3, codec, 7, 3)
     assert info.max_timestamp == NOW + 9
@@ -81,7 +83,9 @@ def test_validate_require_keys() -> None:
 @settings(max_examples=50, deadline=None)
 @given(st.binary(max_size=300))
 def test_validate_never_crashes_on_garbage(data: bytes) -> None:
-    with contextlib.suppress(CorruptRecordError, _kbroker.InvalidRecordError, _kbroker.RecordTooLargeError):
+    with contextlib.suppress(
+        CorruptRecordError, _kbroker.InvalidRecordError, _kbroker.RecordTooLargeError
+    ):
         validate_batches(data, max_batch_bytes=1 << 20, inspect_compressed=True)
 
 

@@ -80,7 +80,9 @@ def assigned_partitions(assignment: bytes) -> dict[str, list[int]] | None:
 
 def encode_subscription(topics: list[str], user_data: bytes | None = None) -> bytes:
     """A v0 subscription (used by tests and tools that join groups themselves)."""
-    return _VERSION.pack(0) + _SUBSCRIPTION[0].encode(ConsumerSubscription(topics=topics, user_data=user_data))
+    return _VERSION.pack(0) + _SUBSCRIPTION[0].encode(
+        ConsumerSubscription(topics=topics, user_data=user_data)
+    )
 
 
 def encode_assignment(partitions: dict[str, list[int]]) -> bytes:

@@ -248,12 +248,18 @@ class GroupCoordinator:
                     elif isinstance(key, GroupKey):
                         records[key.group] = None if value is None else parse_group_value(value)
                 except RecordFormatError as exc:
-                    log.warning("skipping unreadable record in __consumer_offsets-%d: %s", index, exc)
+                    log.warning(
+                        "skipping unreadable record in __consumer_offsets-%d: %s", index, exc
+                    )
             await asyncio.sleep(0)
         now = self.clock()
         for group_id in set(records) | {g for g, o in offsets.items() if o}:
             record = records.get(group_id)
-            group = Group.from_record(group_id, record, now) if record is not None else Group(group_id, now)
+            group = (
+                Group.from_record(group_id, record, now)
+                if record is not None
+                else Group(group_id, now)
+            )
             group.offsets = offsets.get(group_id, {})
             if record is None and not group.offsets:
                 continue
@@ -291,7 +297,9 @@ class GroupCoordinator:
             return E.INVALID_REQUEST
         return E.NONE
 
-    def _join_new_member(self, group: Group, req: JoinRequest) -> JoinResult | asyncio.Future[JoinResult]:
+    def _join_new_member(
+        self, group: Group, req: JoinRequest
+    ) -> JoinResult | asyncio.Future[JoinResult]:
         if group.state is GroupState.DEAD:
             # Being deleted: the client looks the coordinator up again and retries.
             return JoinResult(E.COORDINATOR_NOT_AVAILABLE)
@@ -312,7 +320,9 @@ class GroupCoordinator:
             return JoinResult(E.MEMBER_ID_REQUIRED, member_id=member_id)
         return self._add_member_and_rebalance(group, member_id, req)
 
-    def _join_known_member(self, group: Group, req: JoinRequest) -> JoinResult | asyncio.Future[JoinResult]:
+    def _join_known_member(
+        self, group: Group, req: JoinRequest
+    ) -> JoinResult | asyncio.Future[JoinResult]:
         member_id = req.member_id
         if group.state is GroupState.DEAD:
             return JoinResult(E.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
@@ -343,7 +353,9 @@ class GroupCoordinator:
     def _new_waiter(self) -> asyncio.Future[JoinResult]:
         return asyncio.get_running_loop().create_future()
 
-    def _add_member_and_rebalance(self, group: Group, member_id: str, req: JoinRequest) -> asyncio.Future[JoinResult]:
+    def _add_member_and_rebalance(
+        self, group: Group, member_id: str, req: JoinRequest
+    ) -> asyncio.Future[JoinResult]:
         member = Member(
             member_id=member_id,
             group_instance_id=req.group_instance_id,
@@ -364,7 +376,9 @@ class GroupCoordinator:
         self._try_complete_join(group)
         return waiter
 
-    def _update_member_and_rebalance(self, group: Group, member: Member, req: JoinRequest) -> asyncio.Future[JoinResult]:
+    def _update_member_and_rebalance(
+        self, group: Group, member: Member, req: JoinRequest
+    ) -> asyncio.Future[JoinResult]:
         member.protocols = list(req.protocols)
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
         member.session_timeout_ms = req.session_timeout_ms
@@ -393,12 +407,18 @@ class GroupCoordinator:
                 group.replace_static_member(instance, new_id, old_id)
                 member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = old
                 return JoinResult(error, member_id=new_id)
-            log.info("static member %s of group %s rejoined as %s without a rebalance",
-                     instance, group.group_id, new_id)
+            log.info(
+                "static member %s of group %s rejoined as %s without a rebalance",
+                instance,
+                group.group_id,
+                new_id,
+            )
             leader = group.is_leader(new_id)
             return group.join_result(member, with_members=leader, skip_assignment=leader)
         waiter = member.join_waiter = self._new_waiter()
-        self._maybe_prepare_rebalance(group, f"static member {instance} rejoined with new protocols")
+        self._maybe_prepare_rebalance(
+            group, f"static member {instance} rejoined with new protocols"
+        )
         self._try_complete_join(group)
         return waiter
 
@@ -425,7 +445,9 @@ class GroupCoordinator:
             timer = DelayedJoin(group, group.max_rebalance_timeout_ms(), self._complete_join)
         group.join_timer = timer
         group.transition(GroupState.PREPARING_REBALANCE, self.clock())
-        log.info("group %s: rebalancing (generation %d): %s", group.group_id, group.generation_id, reason)
+        log.info(
+            "group %s: rebalancing (generation %d): %s", group.group_id, group.generation_id, reason
+        )
 
     def _try_complete_join(self, group: Group) -> None:
         if group.state is GroupState.PREPARING_REBALANCE and group.join_timer is not None:
@@ -433,23 +455,38 @@ class GroupCoordinator:
 
     def _complete_join(self, group: Group) -> None:
         group.join_timer = None
-        if group.state is not GroupState.PREPARING_REBALANCE or self.groups.get(group.group_id) is not group:
+        if (
+            group.state is not GroupState.PREPARING_REBALANCE
+            or self.groups.get(group.group_id) is not group
+        ):
             return
         joined = [m for m in group.members.values() if m.awaiting_join]
         if not group.leader_id or group.leader_id not in {m.member_id for m in joined}:
             group.leader_id = joined[0].member_id if joined else None
         for member in [m for m in group.members.values() if not m.awaiting_join]:
-            log.info("group %s: removing %s, which did not rejoin in time", group.group_id, member.member_id)
+            log.info(
+                "group %s: removing %s, which did not rejoin in time",
+                group.group_id,
+                member.member_id,
+            )
             self._remove_member(group, member)
         group.init_next_generation(self.clock())
         if not group.members:
             error = self._store_group(group)
             if error != E.NONE:
-                log.warning("group %s: could not store the empty generation: %s", group.group_id, error.name)
+                log.warning(
+                    "group %s: could not store the empty generation: %s", group.group_id, error.name
+                )
             log.info("group %s is empty at generation %d", group.group_id, group.generation_id)
             return
-        log.info("group %s: generation %d with %d members, protocol %s, leader %s", group.group_id,
-                 group.generation_id, len(group.members), group.protocol_name, group.leader_id)
+        log.info(
+            "group %s: generation %d with %d members, protocol %s, leader %s",
+            group.group_id,
+            group.generation_id,
+            len(group.members),
+            group.protocol_name,
+            group.leader_id,
+        )
         for m in group.members.values():
             m.answer_join(group.join_result(m, with_members=group.is_leader(m.member_id)))
             self._schedule_heartbeat(group, m)
@@ -539,13 +576,17 @@ class GroupCoordinator:
             return
         for m in group.members.values():
             m.assignment = assignments[m.member_id]
-            m.answer_sync(SyncResult(E.NONE, group.protocol_type, group.protocol_name, m.assignment))
+            m.answer_sync(
+                SyncResult(E.NONE, group.protocol_type, group.protocol_name, m.assignment)
+            )
         group.transition(GroupState.STABLE, self.clock())
         log.info("group %s is stable at generation %d", group.group_id, group.generation_id)
 
     # -- Heartbeat and LeaveGroup ----------------------------------------------------------
 
-    def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int) -> ErrorCode:
+    def heartbeat(
+        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
+    ) -> ErrorCode:
         error = self.check(group_id)
         if error != E.NONE:
             return error
@@ -578,7 +619,9 @@ class GroupCoordinator:
             return E.NONE, [E.UNKNOWN_MEMBER_ID] * len(leaving)
         if group.state is GroupState.DEAD:
             return E.COORDINATOR_NOT_AVAILABLE, []
-        return E.NONE, [self._leave_one(group, member_id, instance) for member_id, instance in leaving]
+        return E.NONE, [
+            self._leave_one(group, member_id, instance) for member_id, instance in leaving
+        ]
 
     def _leave_one(self, group: Group, member_id: str, instance: str | None) -> ErrorCode:
         if instance is not None:
@@ -613,7 +656,10 @@ class GroupCoordinator:
         protocol = group.protocol_name if stable else None
         members = [
             MemberDescription(
-                m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
                 m.metadata(protocol) if protocol is not None else b"",
                 m.assignment if stable else b"",
             )
@@ -703,7 +749,9 @@ class GroupCoordinator:
             return dict.fromkeys(offsets, error)
         return self._store_offsets(group, offsets, retention_ms)
 
-    def _check_commit(self, group: Group, member_id: str, instance: str | None, generation_id: int) -> ErrorCode:
+    def _check_commit(
+        self, group: Group, member_id: str, instance: str | None, generation_id: int
+    ) -> ErrorCode:
         if group.state is GroupState.DEAD:
             return E.COORDINATOR_NOT_AVAILABLE
         if group.is_static_member_fenced(member_id, instance):
@@ -743,10 +791,12 @@ class GroupCoordinator:
                 accepted[tp] = CommittedOffset(offset, epoch, metadata or "", now, expire)
         if accepted:
             records: list[Record] = [
-                (offset_key(group.group_id, t, p), offset_value(c)) for (t, p), c in accepted.items()
+                (offset_key(group.group_id, t, p), offset_value(c))
+                for (t, p), c in accepted.items()
             ]
             error = _store_error(
-                self.store.append(self.partition_of(group.group_id), records, now), _STORE_OFFSET_ERRORS
+                self.store.append(self.partition_of(group.group_id), records, now),
+                _STORE_OFFSET_ERRORS,
             )
             if error == E.NONE:
                 group.offsets.update(accepted)
@@ -754,7 +804,10 @@ class GroupCoordinator:
         return results
 
     def fetch_offsets(
-        self, group_id: str, partitions: list[TopicPartitionKey] | None, require_stable: bool = False
+        self,
+        group_id: str,
+        partitions: list[TopicPartitionKey] | None,
+        require_stable: bool = False,
     ) -> tuple[ErrorCode, list[FetchedOffset]]:
         """OffsetFetch: the committed offsets of ``partitions`` (None: all the group has)."""
         error = self.check(group_id, allow_empty=True)
@@ -809,7 +862,9 @@ class GroupCoordinator:
         """An empty group with no offsets left is forgotten (and tombstoned)."""
         if group.state is not GroupState.EMPTY or group.offsets or group.pending_members:
             return
-        error = self.store.append(self.partition_of(group.group_id), [(group_key(group.group_id), None)], self.clock())
+        error = self.store.append(
+            self.partition_of(group.group_id), [(group_key(group.group_id), None)], self.clock()
+        )
         if error != E.NONE:
             return
         self._unload(group, E.COORDINATOR_NOT_AVAILABLE)
@@ -894,5 +949,7 @@ class GroupCoordinator:
     def _store_group(self, group: Group, assignments: dict[str, bytes] | None = None) -> ErrorCode:
         record = group.to_record(assignments)
         return self.store.append(
-            self.partition_of(group.group_id), [(group_key(group.group_id), group_value(record))], self.clock()
+            self.partition_of(group.group_id),
+            [(group_key(group.group_id), group_value(record))],
+            self.clock(),
         )

@@ -98,7 +98,9 @@ class InitialDelayedJoin(_Timer):
 class DelayedHeartbeat(_Timer):
     """A member's session: ``expire(group, member)`` runs unless kept alive in time."""
 
-    def __init__(self, group: Group, member: Member, expire: Callable[[Group, Member], None]) -> None:
+    def __init__(
+        self, group: Group, member: Member, expire: Callable[[Group, Member], None]
+    ) -> None:
         super().__init__()
         self.group = group
         self.member = member

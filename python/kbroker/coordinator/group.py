@@ -235,7 +235,9 @@ class Group:
     def select_protocol(self) -> str:
         candidates = self.candidate_protocols()
         if not candidates:
-            raise IllegalStateTransition(f"group {self.group_id}: no protocol every member supports")
+            raise IllegalStateTransition(
+                f"group {self.group_id}: no protocol every member supports"
+            )
         votes = Counter(m.vote(candidates) for m in self.members.values())
         # Ties go to the protocol first in the leader's (or first member's) preferences.
         order = next(iter(self.members.values())).protocol_names()
@@ -285,7 +287,9 @@ class Group:
         for m in self.members.values():
             m.is_new = False
 
-    def join_result(self, member: Member, with_members: bool, skip_assignment: bool = False) -> JoinResult:
+    def join_result(
+        self, member: Member, with_members: bool, skip_assignment: bool = False
+    ) -> JoinResult:
         return JoinResult(
             error=ErrorCode.NONE,
             member_id=member.member_id,
@@ -311,7 +315,9 @@ class Group:
                 rebalance_timeout_ms=m.rebalance_timeout_ms,
                 session_timeout_ms=m.session_timeout_ms,
                 subscription=m.metadata(protocol) if protocol is not None else b"",
-                assignment=m.assignment if assignments is None else assignments.get(m.member_id, b""),
+                assignment=m.assignment
+                if assignments is None
+                else assignments.get(m.member_id, b""),
             )
             for m in self.members.values()
         ]
@@ -334,17 +340,23 @@ class Group:
         group.leader_id = record.leader
         for m in record.members:
             protocols = [(record.protocol or "", m.subscription)]
-            group.add(Member(
-                member_id=m.member_id,
-                group_instance_id=m.group_instance_id,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                rebalance_timeout_ms=m.rebalance_timeout_ms if m.rebalance_timeout_ms >= 0 else m.session_timeout_ms,
-                session_timeout_ms=m.session_timeout_ms,
-                protocol_type=record.protocol_type,
-                protocols=protocols,
-                assignment=m.assignment,
-            ))
-        group.leader_id = record.leader if record.leader in group.members else next(iter(group.members), None)
+            group.add(
+                Member(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    rebalance_timeout_ms=m.rebalance_timeout_ms
+                    if m.rebalance_timeout_ms >= 0
+                    else m.session_timeout_ms,
+                    session_timeout_ms=m.session_timeout_ms,
+                    protocol_type=record.protocol_type,
+                    protocols=protocols,
+                    assignment=m.assignment,
+                )
+            )
+        group.leader_id = (
+            record.leader if record.leader in group.members else next(iter(group.members), None)
+        )
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
         return group

@@ -56,17 +56,22 @@ GroupMetadataValue = message(
     F("protocol", STRING, nullable="0+", default=None),
     F("leader", STRING, nullable="0+", default=None),
     F("current_state_timestamp", INT64, "2+", default=-1),
-    F("members", Array(message(
-        "MemberMetadata",
-        F("member_id", STRING),
-        F("group_instance_id", STRING, "3+", nullable="3+", default=None),
-        F("client_id", STRING),
-        F("client_host", STRING),
-        F("rebalance_timeout", INT32, "1+", default=-1),
-        F("session_timeout", INT32),
-        F("subscription", BYTES),
-        F("assignment", BYTES),
-    ))),
+    F(
+        "members",
+        Array(
+            message(
+                "MemberMetadata",
+                F("member_id", STRING),
+                F("group_instance_id", STRING, "3+", nullable="3+", default=None),
+                F("client_id", STRING),
+                F("client_host", STRING),
+                F("rebalance_timeout", INT32, "1+", default=-1),
+                F("session_timeout", INT32),
+                F("subscription", BYTES),
+                F("assignment", BYTES),
+            )
+        ),
+    ),
 )
 
 OFFSET_KEY_VERSION = 1
@@ -239,7 +244,9 @@ def _decode_value(codecs: dict[int, Codec], data: bytes, what: str) -> tuple[int
     version, body = _split(data)
     # Newer versions than kbroker knows only add tagged fields (KIP-915):
     # read them with the newest known layout.
-    codec = codecs.get(version) or (codecs[_MAX_VALUE_VERSION] if version > _MAX_VALUE_VERSION else None)
+    codec = codecs.get(version) or (
+        codecs[_MAX_VALUE_VERSION] if version > _MAX_VALUE_VERSION else None
+    )
     if codec is None:
         raise RecordFormatError(f"unknown {what} value version {version}")
     try:
@@ -264,8 +271,14 @@ def parse_group_value(data: bytes) -> GroupRecord:
         state_timestamp=v.current_state_timestamp,
         members=[
             MemberRecord(
-                m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                m.rebalance_timeout, m.session_timeout, bytes(m.subscription), bytes(m.assignment),
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout,
+                m.session_timeout,
+                bytes(m.subscription),
+                bytes(m.assignment),
             )
             for m in v.members
         ],

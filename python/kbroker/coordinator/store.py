@@ -124,7 +124,9 @@ class OffsetsStore:
             records: list[Record] = []
             pos = 0
             while len(data) - pos >= _BATCH_HEADER_SIZE:
-                base, length, _epoch, _magic, _crc, attributes, last_delta = _BATCH_HEAD.unpack_from(data, pos)
+                base, length, _epoch, _magic, _crc, attributes, last_delta = (
+                    _BATCH_HEAD.unpack_from(data, pos)
+                )
                 total = length + _LOG_OVERHEAD
                 if pos + total > len(data):
                     break
@@ -137,6 +139,11 @@ class OffsetsStore:
                 offset = base + last_delta + 1
                 pos += total
             if pos == 0:
-                log.error("cannot read %s-%d at offset %d: stopping the load", OFFSETS_TOPIC, index, offset)
+                log.error(
+                    "cannot read %s-%d at offset %d: stopping the load",
+                    OFFSETS_TOPIC,
+                    index,
+                    offset,
+                )
                 return
             yield records

@@ -40,7 +40,9 @@ Handler = Callable[["Broker", RequestHeader, Any], Any]
 
 # The connection of the request being dispatched, for handlers that record who
 # sent it (the group coordinator's client host). Read it before any await.
-current_connection: ContextVar[ConnectionContext | None] = ContextVar("current_connection", default=None)
+current_connection: ContextVar[ConnectionContext | None] = ContextVar(
+    "current_connection", default=None
+)
 
 
 def client_host() -> str:

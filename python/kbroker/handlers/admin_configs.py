@@ -109,7 +109,9 @@ def _render(setting: Setting, value: Value) -> str | None:
     return None if setting.type is ConfigType.PASSWORD else setting.render(value)
 
 
-def _broker_synonyms(config: BrokerConfig, name: str, dynamic_source: ConfigSource) -> list[Synonym]:
+def _broker_synonyms(
+    config: BrokerConfig, name: str, dynamic_source: ConfigSource
+) -> list[Synonym]:
     """Where ``name``'s value can come from, most specific first (Kafka's order:
     dynamic, static, default; within each, the name before its fallbacks). Only
     the setting's own default applies when nothing is set (a fallback's default
@@ -130,10 +132,14 @@ def _broker_synonyms(config: BrokerConfig, name: str, dynamic_source: ConfigSour
     return out
 
 
-def broker_config_entry(config: BrokerConfig, name: str, cluster_default: bool = False) -> ConfigEntry:
+def broker_config_entry(
+    config: BrokerConfig, name: str, cluster_default: bool = False
+) -> ConfigEntry:
     setting = BROKER[name]
     dynamic_source = (
-        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG if cluster_default else ConfigSource.DYNAMIC_BROKER_CONFIG
+        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        if cluster_default
+        else ConfigSource.DYNAMIC_BROKER_CONFIG
     )
     synonyms = _broker_synonyms(config, name, dynamic_source)
     if cluster_default:
@@ -159,7 +165,8 @@ def topic_config_entries(config: BrokerConfig, overrides: Mapping[str, Value]) -
         synonyms = _broker_synonyms(config, ts.broker_setting, ConfigSource.DYNAMIC_BROKER_CONFIG)
         if ts.name in overrides:
             synonyms.insert(
-                0, (ts.name, _render(setting, overrides[ts.name]), ConfigSource.DYNAMIC_TOPIC_CONFIG)
+                0,
+                (ts.name, _render(setting, overrides[ts.name]), ConfigSource.DYNAMIC_TOPIC_CONFIG),
             )
         out.append(
             ConfigEntry(
@@ -235,7 +242,9 @@ def _check_broker_name(broker: Broker, name: str, allow_default: bool = True) ->
     try:
         broker_id = int(name)
     except ValueError:
-        raise ResourceError("INVALID_REQUEST", f"Broker id must be an integer, but it is: {name}") from None
+        raise ResourceError(
+            "INVALID_REQUEST", f"Broker id must be an integer, but it is: {name}"
+        ) from None
     if broker_id != broker.broker_id:
         raise ResourceError(
             "INVALID_REQUEST",
@@ -407,7 +416,8 @@ def _edit(
             kind = AlterOp(op.config_operation)
         except ValueError:
             raise ResourceError(
-                "INVALID_REQUEST", f"Unknown alter configs operation {op.config_operation} for {name}"
+                "INVALID_REQUEST",
+                f"Unknown alter configs operation {op.config_operation} for {name}",
             ) from None
         if kind is AlterOp.DELETE:
             out.pop(name, None)

@@ -52,7 +52,9 @@ def _check_assignment(broker: Broker, replicas: Sequence[int], expected_rf: int 
     if not replicas:
         raise TopicError("INVALID_REPLICA_ASSIGNMENT", "a partition must have at least one replica")
     if len(set(replicas)) != len(replicas):
-        raise TopicError("INVALID_REPLICA_ASSIGNMENT", f"duplicate brokers in replica list {list(replicas)}")
+        raise TopicError(
+            "INVALID_REPLICA_ASSIGNMENT", f"duplicate brokers in replica list {list(replicas)}"
+        )
     for b in replicas:
         if b != broker.broker_id:
             raise TopicError(
@@ -111,7 +113,8 @@ def _create_one(broker: Broker, t: Any, validate_only: bool, version: int) -> An
         for other in broker.metadata.topics():
             if other.replace(".", "_") == collides:
                 raise TopicError(
-                    "INVALID_TOPIC_EXCEPTION", f"Topic '{name}' collides with existing topic: {other}"
+                    "INVALID_TOPIC_EXCEPTION",
+                    f"Topic '{name}' collides with existing topic: {other}",
                 )
         topic_id = ZERO_UUID
         if not validate_only:
@@ -166,7 +169,9 @@ def handle_delete_topics(broker: Broker, header: RequestHeader, request: Any) ->
     results: list[Any] = []
 
     def fail(name: str | None, topic_id: uuid.UUID, error: ErrorCode, message: str) -> None:
-        results.append(Result(name=name, topic_id=topic_id, error_code=error, error_message=message))
+        results.append(
+            Result(name=name, topic_id=topic_id, error_code=error, error_message=message)
+        )
 
     if header.api_version >= 6:
         entries = [(t.name, t.topic_id) for t in request.topics]
@@ -176,9 +181,19 @@ def handle_delete_topics(broker: Broker, header: RequestHeader, request: Any) ->
     ids: list[uuid.UUID] = []
     for name, topic_id in entries:
         if name is None and topic_id == ZERO_UUID:
-            fail(None, ZERO_UUID, ErrorCode.INVALID_REQUEST, "Neither topic name nor id were specified.")
+            fail(
+                None,
+                ZERO_UUID,
+                ErrorCode.INVALID_REQUEST,
+                "Neither topic name nor id were specified.",
+            )
         elif name is not None and topic_id != ZERO_UUID:
-            fail(name, topic_id, ErrorCode.INVALID_REQUEST, "You may not specify both topic name and topic id.")
+            fail(
+                name,
+                topic_id,
+                ErrorCode.INVALID_REQUEST,
+                "You may not specify both topic name and topic id.",
+            )
         elif name is None:
             ids.append(topic_id)
         else:
@@ -259,7 +274,11 @@ def handle_create_partitions(broker: Broker, header: RequestHeader, request: Any
         else:
             results.append(Result(name=t.name, error_code=ErrorCode.NONE, error_message=None))
     results += [
-        Result(name=n, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic in request.")
+        Result(
+            name=n,
+            error_code=ErrorCode.INVALID_REQUEST,
+            error_message="Duplicate topic in request.",
+        )
         for n in dupes
     ]
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)
@@ -293,7 +312,11 @@ def handle_delete_records(broker: Broker, header: RequestHeader, request: Any) -
         partitions = []
         for p in t.partitions:
             low, error = _delete_records(broker, t.name, p.partition_index, p.offset)
-            partitions.append(PartitionResult(partition_index=p.partition_index, low_watermark=low, error_code=error))
+            partitions.append(
+                PartitionResult(
+                    partition_index=p.partition_index, low_watermark=low, error_code=error
+                )
+            )
         topics.append(TopicResult(name=t.name, partitions=partitions))
     return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
 

@@ -28,25 +28,27 @@ def handle_describe_groups(broker: Broker, header: RequestHeader, request: Any) 
     groups = []
     for group_id in request.groups:
         d = broker.coordinator.describe_group(group_id)
-        groups.append(Group(
-            error_code=d.error,
-            group_id=group_id,
-            group_state=d.state,
-            protocol_type=d.protocol_type,
-            protocol_data=d.protocol_name,
-            members=[
-                Member(
-                    member_id=m.member_id,
-                    group_instance_id=m.group_instance_id,
-                    client_id=m.client_id,
-                    client_host=m.client_host,
-                    member_metadata=m.metadata,
-                    member_assignment=m.assignment,
-                )
-                for m in d.members or []
-            ],
-            authorized_operations=GROUP_OPERATIONS if include_ops else INT32_MIN,
-        ))
+        groups.append(
+            Group(
+                error_code=d.error,
+                group_id=group_id,
+                group_state=d.state,
+                protocol_type=d.protocol_type,
+                protocol_data=d.protocol_name,
+                members=[
+                    Member(
+                        member_id=m.member_id,
+                        group_instance_id=m.group_instance_id,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        member_metadata=m.metadata,
+                        member_assignment=m.assignment,
+                    )
+                    for m in d.members or []
+                ],
+                authorized_operations=GROUP_OPERATIONS if include_ops else INT32_MIN,
+            )
+        )
     return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)
 
 

@@ -87,7 +87,12 @@ class _Reader:
                 try:
                     limit = min(req.partition_max_bytes, remaining)
                     if limit > 0 or total == 0:
-                        sl = partition.read(req.fetch_offset, max(limit, 0), total == 0, lso if self.committed else hw)
+                        sl = partition.read(
+                            req.fetch_offset,
+                            max(limit, 0),
+                            total == 0,
+                            lso if self.committed else hw,
+                        )
                         if sl is not None:
                             n = len(sl)
                             records = RecordsPlaceholder(n, sl)
@@ -112,9 +117,15 @@ class _Reader:
                     )
                 )
             responses.append(
-                TopicResponse(topic=topic.topic if self.version < 13 else "", topic_id=topic.topic_id if self.version >= 13 else ZERO_UUID, partitions=parts)
+                TopicResponse(
+                    topic=topic.topic if self.version < 13 else "",
+                    topic_id=topic.topic_id if self.version >= 13 else ZERO_UUID,
+                    partitions=parts,
+                )
             )
-        body = FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses)
+        body = FetchResponse(
+            throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses
+        )
         return body, total, errors
 
     def partitions(self) -> list[Partition]:

@@ -26,7 +26,10 @@ def _find(broker: Broker, key: str, key_type: int) -> Any:
     ep = broker.advertised
     code, message = ErrorCode.NONE, None
     if key_type == KEY_TYPE_TRANSACTION:
-        code, message = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported yet"
+        code, message = (
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "transactions are not supported yet",
+        )
     elif key_type != KEY_TYPE_GROUP:
         code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
     else:
@@ -35,9 +38,16 @@ def _find(broker: Broker, key: str, key_type: int) -> Any:
         if check not in (ErrorCode.NONE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
             code, message = check, "the group coordinator is not available"
     if code != ErrorCode.NONE:
-        return Coordinator(key=key, node_id=-1, host="", port=-1, error_code=code, error_message=message)
+        return Coordinator(
+            key=key, node_id=-1, host="", port=-1, error_code=code, error_message=message
+        )
     return Coordinator(
-        key=key, node_id=broker.broker_id, host=ep.host, port=ep.port, error_code=code, error_message=None
+        key=key,
+        node_id=broker.broker_id,
+        host=ep.host,
+        port=ep.port,
+        error_code=code,
+        error_message=None,
     )
 
 

@@ -29,7 +29,11 @@ def handle_init_producer_id(broker: Broker, header: RequestHeader, request: Any)
         # No transaction coordinator yet: a clear, non-retriable refusal.
         return _response(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     # An idempotent producer recovering from an error (v3+) bumps its epoch.
-    if header.api_version >= 3 and request.producer_id >= 0 and 0 <= request.producer_epoch < MAX_EPOCH - 1:
+    if (
+        header.api_version >= 3
+        and request.producer_id >= 0
+        and 0 <= request.producer_epoch < MAX_EPOCH - 1
+    ):
         return _response(ErrorCode.NONE, request.producer_id, request.producer_epoch + 1)
     return _response(ErrorCode.NONE, broker.producer_ids.next_id(), 0)
 

@@ -64,7 +64,9 @@ def handle_join_group(broker: Broker, header: RequestHeader, request: Any) -> An
         require_known_member_id=version >= 4,
         client_id=header.client_id or "",
         client_host=client_host(),
-        rebalance_timeout_ms=request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms,
+        rebalance_timeout_ms=request.rebalance_timeout_ms
+        if version >= 1
+        else request.session_timeout_ms,
         session_timeout_ms=request.session_timeout_ms,
         protocol_type=request.protocol_type,
         protocols=_protocols(request.protocols),

@@ -18,7 +18,9 @@ def handle_list_groups(broker: Broker, header: RequestHeader, request: Any) -> A
         throttle_time_ms=0,
         error_code=error,
         groups=[
-            ListGroupsResponse.Group(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state)
+            ListGroupsResponse.Group(
+                group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state
+            )
             for g in groups
         ],
     )

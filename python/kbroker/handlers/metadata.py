@@ -60,7 +60,9 @@ def handle_metadata(broker: Broker, header: RequestHeader, request: Any) -> Any:
         topics = [_topic_entry(t) for _, t in sorted(known.items())]
     else:
         by_id = {t.topic_id: t for t in known.values()}
-        auto_create = request.allow_auto_topic_creation and broker.config["auto.create.topics.enable"]
+        auto_create = (
+            request.allow_auto_topic_creation and broker.config["auto.create.topics.enable"]
+        )
         for wanted in requested:
             name = wanted.name
             if name is None:
@@ -92,7 +94,9 @@ def handle_metadata(broker: Broker, header: RequestHeader, request: Any) -> Any:
     ep = broker.advertised
     return MetadataResponse(
         throttle_time_ms=0,
-        brokers=[MetadataResponse.Broker(node_id=broker.broker_id, host=ep.host, port=ep.port, rack=None)],
+        brokers=[
+            MetadataResponse.Broker(node_id=broker.broker_id, host=ep.host, port=ep.port, rack=None)
+        ],
         cluster_id=broker.metadata.cluster_id,
         controller_id=broker.broker_id,
         topics=topics,
@@ -120,7 +124,9 @@ def handle_describe_cluster(broker: Broker, header: RequestHeader, request: Any)
         cluster_id=broker.metadata.cluster_id,
         controller_id=broker.broker_id,
         brokers=[
-            DescribeClusterResponse.Broker(broker_id=broker.broker_id, host=ep.host, port=ep.port, rack=None)
+            DescribeClusterResponse.Broker(
+                broker_id=broker.broker_id, host=ep.host, port=ep.port, rack=None
+            )
         ],
     )
 

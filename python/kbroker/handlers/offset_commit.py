@@ -29,7 +29,11 @@ def handle_offset_commit(broker: Broker, header: RequestHeader, request: Any) ->
         indexes = []
         for p in topic.partitions:
             epoch = p.committed_leader_epoch if version >= 6 else -1
-            offsets[(topic.name, p.partition_index)] = (p.committed_offset, epoch, p.committed_metadata)
+            offsets[(topic.name, p.partition_index)] = (
+                p.committed_offset,
+                epoch,
+                p.committed_metadata,
+            )
             indexes.append(p.partition_index)
         order.append((topic.name, indexes))
     retention = request.retention_time_ms if 2 <= version <= 4 else -1
@@ -44,7 +48,12 @@ def handle_offset_commit(broker: Broker, header: RequestHeader, request: Any) ->
     return OffsetCommitResponse(
         throttle_time_ms=0,
         topics=[
-            Topic(name=name, partitions=[Partition(partition_index=i, error_code=results[(name, i)]) for i in indexes])
+            Topic(
+                name=name,
+                partitions=[
+                    Partition(partition_index=i, error_code=results[(name, i)]) for i in indexes
+                ],
+            )
             for name, indexes in order
         ],
     )

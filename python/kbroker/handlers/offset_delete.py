@@ -19,13 +19,17 @@ Partition = OffsetDeleteResponse.Topic.Partition
 
 
 def handle_offset_delete(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    wanted = list(dict.fromkeys((t.name, p.partition_index) for t in request.topics for p in t.partitions))
+    wanted = list(
+        dict.fromkeys((t.name, p.partition_index) for t in request.topics for p in t.partitions)
+    )
     error, results = broker.coordinator.delete_offsets(request.group_id, wanted)
     if error != ErrorCode.NONE:
         return OffsetDeleteResponse(error_code=error, throttle_time_ms=0, topics=[])
     topics: dict[str, list[Any]] = {}
     for name, index in wanted:
-        topics.setdefault(name, []).append(Partition(partition_index=index, error_code=results[(name, index)]))
+        topics.setdefault(name, []).append(
+            Partition(partition_index=index, error_code=results[(name, index)])
+        )
     return OffsetDeleteResponse(
         error_code=ErrorCode.NONE,
         throttle_time_ms=0,

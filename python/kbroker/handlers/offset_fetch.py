@@ -31,13 +31,15 @@ def _topics(fetched: list[FetchedOffset], error: ErrorCode = ErrorCode.NONE) -> 
     by_topic: dict[str, list[Any]] = {}
     for f in fetched:
         c = f.committed
-        by_topic.setdefault(f.topic, []).append(Partition(
-            partition_index=f.partition,
-            committed_offset=c.offset if c is not None else -1,
-            committed_leader_epoch=c.leader_epoch if c is not None else -1,
-            metadata=c.metadata if c is not None else "",
-            error_code=error if error != ErrorCode.NONE else f.error,
-        ))
+        by_topic.setdefault(f.topic, []).append(
+            Partition(
+                partition_index=f.partition,
+                committed_offset=c.offset if c is not None else -1,
+                committed_leader_epoch=c.leader_epoch if c is not None else -1,
+                metadata=c.metadata if c is not None else "",
+                error_code=error if error != ErrorCode.NONE else f.error,
+            )
+        )
     return [Topic(name=name, partitions=parts) for name, parts in by_topic.items()]
 
 
@@ -48,8 +50,14 @@ def handle_offset_fetch(broker: Broker, header: RequestHeader, request: Any) -> 
     if version >= 8:
         groups = []
         for g in request.groups:
-            error, fetched = coordinator.fetch_offsets(g.group_id, _wanted(g.topics), require_stable)
-            groups.append(OffsetFetchResponse.Group(group_id=g.group_id, topics=_topics(fetched), error_code=error))
+            error, fetched = coordinator.fetch_offsets(
+                g.group_id, _wanted(g.topics), require_stable
+            )
+            groups.append(
+                OffsetFetchResponse.Group(
+                    group_id=g.group_id, topics=_topics(fetched), error_code=error
+                )
+            )
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
     wanted = _wanted(request.topics)
     error, fetched = coordinator.fetch_offsets(request.group_id, wanted, require_stable)

@@ -70,7 +70,11 @@ def _produce_partition(
     broker: Broker, topic: str, index: int, records: Any, acks: int, version: int
 ) -> Any:
     if version < MIN_SERVED_VERSION:
-        return _error(index, ErrorCode.UNSUPPORTED_VERSION, "Produce v0-v2 (message format < 2) is not supported")
+        return _error(
+            index,
+            ErrorCode.UNSUPPORTED_VERSION,
+            "Produce v0-v2 (message format < 2) is not supported",
+        )
     if acks not in (0, 1, -1):
         return _error(index, ErrorCode.INVALID_REQUIRED_ACKS)
     partition = broker.partition(topic, index)
@@ -109,7 +113,9 @@ def _produce_partition(
         return _error(index, ErrorCode.CORRUPT_MESSAGE, str(exc))
     except OSError as exc:
         log.error("append to %s-%d failed: %s", topic, index, exc)
-        return _error(index, ErrorCode.KAFKA_STORAGE_ERROR, "the broker could not write to its disk")
+        return _error(
+            index, ErrorCode.KAFKA_STORAGE_ERROR, "the broker could not write to its disk"
+        )
     return PartitionResponse(
         index=index,
         error_code=ErrorCode.NONE,

@@ -113,9 +113,15 @@ class LogCleaner:
         log.info(
             "cleaned %s (dirty ratio %.2f): %d -> %d bytes, %d records removed, "
             "%d tombstones dropped, %d segments written in %d ms%s%s",
-            log_.tp, info.dirty_ratio, stats.bytes_read, stats.bytes_written,
-            stats.records_removed, stats.tombstones_dropped, stats.segments_written,
-            stats.elapsed_ms, "" if stats.complete else " (more passes needed)",
+            log_.tp,
+            info.dirty_ratio,
+            stats.bytes_read,
+            stats.bytes_written,
+            stats.records_removed,
+            stats.tombstones_dropped,
+            stats.segments_written,
+            stats.elapsed_ms,
+            "" if stats.complete else " (more passes needed)",
             " (aborted: the log changed)" if stats.aborted else "",
         )
         return stats

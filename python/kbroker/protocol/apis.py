@@ -86,7 +86,9 @@ class ApiSpec:
         if c is None:
             if not self.supports(version):
                 raise ValueError(f"{self.name} v{version} is not declared")
-            c = Codec(self.request if is_request else self.response, version, self.flexible(version))
+            c = Codec(
+                self.request if is_request else self.response, version, self.flexible(version)
+            )
             self._codecs[(is_request, version)] = c
         return c
 
@@ -125,17 +127,33 @@ APIS: tuple[ApiSpec, ...] = (
     _api(K.DELETE_TOPICS, "1-6", 4, admin.DeleteTopicsRequest, admin.DeleteTopicsResponse),
     _api(K.DELETE_RECORDS, "0-2", 2, admin.DeleteRecordsRequest, admin.DeleteRecordsResponse),
     _api(K.INIT_PRODUCER_ID, "0-4", 2, core.InitProducerIdRequest, core.InitProducerIdResponse),
-    _api(K.OFFSET_FOR_LEADER_EPOCH, "2-4", 4, core.OffsetForLeaderEpochRequest,
-         core.OffsetForLeaderEpochResponse),
+    _api(
+        K.OFFSET_FOR_LEADER_EPOCH,
+        "2-4",
+        4,
+        core.OffsetForLeaderEpochRequest,
+        core.OffsetForLeaderEpochResponse,
+    ),
     _api(K.DESCRIBE_CONFIGS, "1-4", 4, admin.DescribeConfigsRequest, admin.DescribeConfigsResponse),
     _api(K.ALTER_CONFIGS, "0-2", 2, admin.AlterConfigsRequest, admin.AlterConfigsResponse),
-    _api(K.DESCRIBE_LOG_DIRS, "1-4", 2, admin.DescribeLogDirsRequest, admin.DescribeLogDirsResponse),
-    _api(K.SASL_AUTHENTICATE, "0-2", 2, sasl.SaslAuthenticateRequest, sasl.SaslAuthenticateResponse),
-    _api(K.CREATE_PARTITIONS, "0-3", 2, admin.CreatePartitionsRequest, admin.CreatePartitionsResponse),
+    _api(
+        K.DESCRIBE_LOG_DIRS, "1-4", 2, admin.DescribeLogDirsRequest, admin.DescribeLogDirsResponse
+    ),
+    _api(
+        K.SASL_AUTHENTICATE, "0-2", 2, sasl.SaslAuthenticateRequest, sasl.SaslAuthenticateResponse
+    ),
+    _api(
+        K.CREATE_PARTITIONS, "0-3", 2, admin.CreatePartitionsRequest, admin.CreatePartitionsResponse
+    ),
     _api(K.DELETE_GROUPS, "0-2", 2, group.DeleteGroupsRequest, group.DeleteGroupsResponse),
     _api(K.ELECT_LEADERS, "0-2", 2, admin.ElectLeadersRequest, admin.ElectLeadersResponse),
-    _api(K.INCREMENTAL_ALTER_CONFIGS, "0-1", 1, admin.IncrementalAlterConfigsRequest,
-         admin.IncrementalAlterConfigsResponse),
+    _api(
+        K.INCREMENTAL_ALTER_CONFIGS,
+        "0-1",
+        1,
+        admin.IncrementalAlterConfigsRequest,
+        admin.IncrementalAlterConfigsResponse,
+    ),
     _api(K.OFFSET_DELETE, "0", None, group.OffsetDeleteRequest, group.OffsetDeleteResponse),
     _api(K.DESCRIBE_CLUSTER, "0-1", 0, admin.DescribeClusterRequest, admin.DescribeClusterResponse),
 )
@@ -155,12 +173,16 @@ def advertised_versions(handled_keys: Iterable[int]) -> list[tuple[int, int, int
     replies can be encoded) are simply left out of `handled_keys`.
     """
     handled = set(handled_keys)
-    return [(int(s.key), s.min_version, s.max_version) for s in sorted(APIS, key=lambda s: s.key)
-            if s.key in handled]
+    return [
+        (int(s.key), s.min_version, s.max_version)
+        for s in sorted(APIS, key=lambda s: s.key)
+        if s.key in handled
+    ]
 
 
-def api_versions_response(handled_keys: Iterable[int], error_code: int = 0,
-                          throttle_time_ms: int = 0) -> Any:
+def api_versions_response(
+    handled_keys: Iterable[int], error_code: int = 0, throttle_time_ms: int = 0
+) -> Any:
     """The ApiVersions response body advertising APIS ∩ handled_keys."""
     resp = core.ApiVersionsResponse
     return resp(

@@ -193,8 +193,15 @@ class _Gen:
 def _dec_length(g: _Gen, ind: int, var: str, flex: bool, wide: bool) -> None:
     """Read a length/count into var; null is -1 in both encodings."""
     if flex:
-        g.emit(ind, f"{var} = buf[pos]", f"if {var} < 128:", "    pos += 1", "else:",
-               f"    {var}, pos = _uv(buf, pos)", f"{var} -= 1")
+        g.emit(
+            ind,
+            f"{var} = buf[pos]",
+            f"if {var} < 128:",
+            "    pos += 1",
+            "else:",
+            f"    {var}, pos = _uv(buf, pos)",
+            f"{var} -= 1",
+        )
     elif wide:
         g.emit(ind, f"{var}, = _I32.unpack_from(buf, pos)", "pos += 4")
     else:
@@ -204,15 +211,20 @@ def _dec_length(g: _Gen, ind: int, var: str, flex: bool, wide: bool) -> None:
 def _dec_null(g: _Gen, ind: int, var: str, target: str, nullable: bool, what: str) -> None:
     g.emit(ind, f"if {var} < 0:")
     if nullable:
-        g.emit(ind + 1, f"if {var} != -1:", f"    raise _Bad('negative length for {what}')",
-               f"{target} = None")
+        g.emit(
+            ind + 1,
+            f"if {var} != -1:",
+            f"    raise _Bad('negative length for {what}')",
+            f"{target} = None",
+        )
     else:
         g.emit(ind + 1, f"raise _Bad('null or negative length for non-nullable {what}')")
     g.emit(ind, "else:")
 
 
-def _dec_value(g: _Gen, ind: int, t: Any, target: str, nullable: bool, version: int,
-               flex: bool, what: str) -> None:
+def _dec_value(
+    g: _Gen, ind: int, t: Any, target: str, nullable: bool, version: int, flex: bool, what: str
+) -> None:
     if isinstance(t, Primitive) and t.fmt:
         k = _const(struct.Struct(">" + t.fmt))
         g.emit(ind, f"{target}, = {k}.unpack_from(buf, pos)", f"pos += {t.size}")
@@ -236,10 +248,15 @@ def _dec_value(g: _Gen, ind: int, t: Any, target: str, nullable: bool, version: 
         _dec_length(g, ind, n, flex, wide=True)
         _dec_null(g, ind, n, target, nullable, what)
         ms = _min_size(el, version, flex)
-        g.emit(ind + 1, f"if {n} * {ms} > end - pos:", f"    raise _Bad('{what}: count exceeds input')")
+        g.emit(
+            ind + 1, f"if {n} * {ms} > end - pos:", f"    raise _Bad('{what}: count exceeds input')"
+        )
         if isinstance(el, Primitive) and el.fmt and el is not UUID:
-            g.emit(ind + 1, f"{target} = list(_unpack_from('>%d{el.fmt}' % {n}, buf, pos))",
-                   f"pos += {n} * {el.size}")
+            g.emit(
+                ind + 1,
+                f"{target} = list(_unpack_from('>%d{el.fmt}' % {n}, buf, pos))",
+                f"pos += {n} * {el.size}",
+            )
         else:
             ap = g.tmp("ap")
             item = g.tmp("x")
@@ -254,9 +271,18 @@ def _dec_value(g: _Gen, ind: int, t: Any, target: str, nullable: bool, version: 
 
 
 def _skip_tags(g: _Gen, ind: int) -> None:
-    g.emit(ind, "nt, pos = _uv(buf, pos)", "if nt > end - pos:", "    raise _Bad('tag count exceeds input')",
-           "for _ in range(nt):", "    tag, pos = _uv(buf, pos)", "    sz, pos = _uv(buf, pos)",
-           "    pos += sz", "    if pos > end:", "        raise _Bad('truncated tagged field')")
+    g.emit(
+        ind,
+        "nt, pos = _uv(buf, pos)",
+        "if nt > end - pos:",
+        "    raise _Bad('tag count exceeds input')",
+        "for _ in range(nt):",
+        "    tag, pos = _uv(buf, pos)",
+        "    sz, pos = _uv(buf, pos)",
+        "    pos += sz",
+        "    if pos > end:",
+        "        raise _Bad('truncated tagged field')",
+    )
 
 
 def _decoder_name(cls: type[Message], version: int, flex: bool) -> str:
@@ -276,8 +302,11 @@ def _decoder_name(cls: type[Message], version: int, flex: bool) -> str:
             return
         fmt = ">" + "".join(f.type.fmt for _, f in run)
         k = _const(struct.Struct(fmt))
-        g.emit(1, f"{', '.join(f'v{i}' for i, _ in run)}, = {k}.unpack_from(buf, pos)",
-               f"pos += {struct.calcsize(fmt)}")
+        g.emit(
+            1,
+            f"{', '.join(f'v{i}' for i, _ in run)}, = {k}.unpack_from(buf, pos)",
+            f"pos += {struct.calcsize(fmt)}",
+        )
         for i, f in run:
             if f.type is UUID:
                 g.emit(1, f"v{i} = _uuid(v{i})")
@@ -295,22 +324,51 @@ def _decoder_name(cls: type[Message], version: int, flex: bool) -> str:
             run.append((i, f))
         else:
             flush()
-            _dec_value(g, 1, f.type, f"v{i}", f.nullable_at(version), version, flex, f"{cls.__name__}.{f.name}")
+            _dec_value(
+                g,
+                1,
+                f.type,
+                f"v{i}",
+                f.nullable_at(version),
+                version,
+                flex,
+                f"{cls.__name__}.{f.name}",
+            )
     flush()
     if flex:
         if not tagged:
             g.emit(1, "if buf[pos] == 0:", "    pos += 1", "else:")
             _skip_tags(g, 2)
         else:
-            g.emit(1, "nt, pos = _uv(buf, pos)", "if nt > end - pos:",
-                   "    raise _Bad('tag count exceeds input')", "for _ in range(nt):",
-                   "    tag, pos = _uv(buf, pos)", "    sz, pos = _uv(buf, pos)", "    te = pos + sz",
-                   "    if te > end:", "        raise _Bad('truncated tagged field')")
+            g.emit(
+                1,
+                "nt, pos = _uv(buf, pos)",
+                "if nt > end - pos:",
+                "    raise _Bad('tag count exceeds input')",
+                "for _ in range(nt):",
+                "    tag, pos = _uv(buf, pos)",
+                "    sz, pos = _uv(buf, pos)",
+                "    te = pos + sz",
+                "    if te > end:",
+                "        raise _Bad('truncated tagged field')",
+            )
             for j, (i, f) in enumerate(tagged):
                 g.emit(2, f"{'if' if j == 0 else 'elif'} tag == {f.tag}:")
-                _dec_value(g, 3, f.type, f"v{i}", f.nullable_at(version), version, flex,
-                           f"{cls.__name__}.{f.name}")
-                g.emit(3, "if pos != te:", f"    raise _Bad('tagged field {f.name} has the wrong size')")
+                _dec_value(
+                    g,
+                    3,
+                    f.type,
+                    f"v{i}",
+                    f.nullable_at(version),
+                    version,
+                    flex,
+                    f"{cls.__name__}.{f.name}",
+                )
+                g.emit(
+                    3,
+                    "if pos != te:",
+                    f"    raise _Bad('tagged field {f.name} has the wrong size')",
+                )
             g.emit(2, "pos = te")
     k = _const(cls)
     g.emit(1, f"return {k}({', '.join(f'v{i}' for i in range(len(fields)))}), pos")
@@ -327,7 +385,9 @@ def _enc_length(flex: bool, wide: bool, expr: str) -> str:
     return f"{'_I32' if wide else '_I16'}.pack({expr})"
 
 
-def _enc_null(g: _Gen, ind: int, x: str, ap: str, flex: bool, wide: bool, nullable: bool, what: str) -> None:
+def _enc_null(
+    g: _Gen, ind: int, x: str, ap: str, flex: bool, wide: bool, nullable: bool, what: str
+) -> None:
     g.emit(ind, f"if {x} is None:")
     if nullable:
         null = b"\x00" if flex else (b"\xff\xff\xff\xff" if wide else b"\xff\xff")
@@ -337,8 +397,19 @@ def _enc_null(g: _Gen, ind: int, x: str, ap: str, flex: bool, wide: bool, nullab
     g.emit(ind, "else:")
 
 
-def _enc_value(g: _Gen, ind: int, t: Any, x: str, ap: str, out: str, nullable: bool, version: int,
-               flex: bool, seg: bool, what: str) -> None:
+def _enc_value(
+    g: _Gen,
+    ind: int,
+    t: Any,
+    x: str,
+    ap: str,
+    out: str,
+    nullable: bool,
+    version: int,
+    flex: bool,
+    seg: bool,
+    what: str,
+) -> None:
     if isinstance(t, Primitive) and t.fmt:
         k = _const(struct.Struct(">" + t.fmt))
         g.emit(ind, f"{ap}({k}.pack({x}.bytes))" if t is UUID else f"{ap}({k}.pack({x}))")
@@ -347,11 +418,19 @@ def _enc_value(g: _Gen, ind: int, t: Any, x: str, ap: str, out: str, nullable: b
         _enc_null(g, ind, x, ap, flex, wide, nullable, what)
         if t is STRING:
             b = g.tmp("b")
-            g.emit(ind + 1, f"{b} = {x}.encode('utf-8')", f"{ap}({_enc_length(flex, False, f'len({b})')})",
-                   f"{ap}({b})")
+            g.emit(
+                ind + 1,
+                f"{b} = {x}.encode('utf-8')",
+                f"{ap}({_enc_length(flex, False, f'len({b})')})",
+                f"{ap}({b})",
+            )
         elif t is RECORDS and seg:
-            g.emit(ind + 1, f"{ap}({_enc_length(flex, True, f'len({x})')})", f"if len({x}):",
-                   f"    {ap}(({x},))")
+            g.emit(
+                ind + 1,
+                f"{ap}({_enc_length(flex, True, f'len({x})')})",
+                f"if len({x}):",
+                f"    {ap}(({x},))",
+            )
         else:
             g.emit(ind + 1, f"{ap}({_enc_length(flex, True, f'len({x})')})", f"{ap}({x})")
     elif isinstance(t, Array):
@@ -368,8 +447,12 @@ def _enc_value(g: _Gen, ind: int, t: Any, x: str, ap: str, out: str, nullable: b
             else:
                 _enc_value(g, ind + 2, el, item, ap, out, False, version, flex, seg, what + "[]")
     else:
-        g.emit(ind, f"if {x} is None:", f"    raise _EncErr('{what} is not nullable')",
-               f"{_encoder_name(t, version, flex, seg)}({x}, {out})")
+        g.emit(
+            ind,
+            f"if {x} is None:",
+            f"    raise _EncErr('{what} is not nullable')",
+            f"{_encoder_name(t, version, flex, seg)}({x}, {out})",
+        )
 
 
 def _non_default(f: Field, x: str) -> str:
@@ -415,8 +498,19 @@ def _encoder_name(cls: type[Message], version: int, flex: bool, seg: bool) -> st
             flush()
             x = g.tmp("f")
             g.emit(1, f"{x} = o.{f.name}")
-            _enc_value(g, 1, f.type, x, "ap", "out", f.nullable_at(version), version, flex, seg,
-                       f"{cls.__name__}.{f.name}")
+            _enc_value(
+                g,
+                1,
+                f.type,
+                x,
+                "ap",
+                "out",
+                f.nullable_at(version),
+                version,
+                flex,
+                seg,
+                f"{cls.__name__}.{f.name}",
+            )
     flush()
     if flex:
         if not tagged:
@@ -425,10 +519,31 @@ def _encoder_name(cls: type[Message], version: int, flex: bool, seg: bool) -> st
             g.emit(1, "tg = []")
             for f in sorted(tagged, key=lambda f: f.tag or 0):
                 x = g.tmp("f")
-                g.emit(1, f"{x} = o.{f.name}", f"if {_non_default(f, x)}:", "    sub = []", "    sap = sub.append")
-                _enc_value(g, 2, f.type, x, "sap", "sub", f.nullable_at(version), version, flex, False,
-                           f"{cls.__name__}.{f.name}")
-                g.emit(2, "tb = b''.join(sub)", f"tg.append({uvarint(f.tag or 0)!r} + _uvb(len(tb)) + tb)")
+                g.emit(
+                    1,
+                    f"{x} = o.{f.name}",
+                    f"if {_non_default(f, x)}:",
+                    "    sub = []",
+                    "    sap = sub.append",
+                )
+                _enc_value(
+                    g,
+                    2,
+                    f.type,
+                    x,
+                    "sap",
+                    "sub",
+                    f.nullable_at(version),
+                    version,
+                    flex,
+                    False,
+                    f"{cls.__name__}.{f.name}",
+                )
+                g.emit(
+                    2,
+                    "tb = b''.join(sub)",
+                    f"tg.append({uvarint(f.tag or 0)!r} + _uvb(len(tb)) + tb)",
+                )
             g.emit(1, "ap(_uvb(len(tg)))", "out.extend(tg)")
     exec("\n".join(g.lines), _NS)
     return name
@@ -463,9 +578,15 @@ class Codec:
         self.message = message
         self.version = version
         self.flexible = flexible
-        self._dec: Callable[..., tuple[Message, int]] = _NS[_decoder_name(message, version, flexible)]
-        self._enc: Callable[[Any, list[Any]], None] = _NS[_encoder_name(message, version, flexible, False)]
-        self._enc_seg: Callable[[Any, list[Any]], None] = _NS[_encoder_name(message, version, flexible, True)]
+        self._dec: Callable[..., tuple[Message, int]] = _NS[
+            _decoder_name(message, version, flexible)
+        ]
+        self._enc: Callable[[Any, list[Any]], None] = _NS[
+            _encoder_name(message, version, flexible, False)
+        ]
+        self._enc_seg: Callable[[Any, list[Any]], None] = _NS[
+            _encoder_name(message, version, flexible, True)
+        ]
 
     def decode(self, data: bytes | bytearray | memoryview) -> Message:
         """Decode exactly `data` (trailing bytes are an error)."""
@@ -474,7 +595,9 @@ class Codec:
             buf = buf.cast("B")
         obj, pos = self.decode_from(buf, 0)
         if pos != len(buf):
-            raise ProtocolDecodeError(f"{len(buf) - pos} trailing bytes after {self.message.__name__}")
+            raise ProtocolDecodeError(
+                f"{len(buf) - pos} trailing bytes after {self.message.__name__}"
+            )
         return obj
 
     def decode_from(self, buf: memoryview, pos: int) -> tuple[Message, int]:
@@ -484,7 +607,9 @@ class Codec:
         except ProtocolDecodeError:
             raise
         except _DECODE_ERRORS as e:
-            raise ProtocolDecodeError(f"malformed {self.message.__name__} v{self.version}: {e}") from e
+            raise ProtocolDecodeError(
+                f"malformed {self.message.__name__} v{self.version}: {e}"
+            ) from e
 
     def encode_into(self, msg: Any, out: list[Any]) -> None:
         """Append the encoding of msg to a list of bytes chunks."""
@@ -493,7 +618,9 @@ class Codec:
         except ProtocolEncodeError:
             raise
         except (struct.error, AttributeError, TypeError, ValueError, OverflowError) as e:
-            raise ProtocolEncodeError(f"cannot encode {self.message.__name__} v{self.version}: {e}") from e
+            raise ProtocolEncodeError(
+                f"cannot encode {self.message.__name__} v{self.version}: {e}"
+            ) from e
 
     def encode(self, msg: Any) -> bytes:
         out: list[Any] = []
@@ -502,7 +629,8 @@ class Codec:
             return b"".join(out)
         except TypeError as e:
             raise ProtocolEncodeError(
-                f"{self.message.__name__}: a records field holds a placeholder; use encode_segments()") from e
+                f"{self.message.__name__}: a records field holds a placeholder; use encode_segments()"
+            ) from e
 
     def encode_segments(self, msg: Any, prefix: bytes = b"") -> list[Segment]:
         """Encode with records values left out as separate segments (see module doc)."""
@@ -512,7 +640,9 @@ class Codec:
         except ProtocolEncodeError:
             raise
         except (struct.error, AttributeError, TypeError, ValueError, OverflowError) as e:
-            raise ProtocolEncodeError(f"cannot encode {self.message.__name__} v{self.version}: {e}") from e
+            raise ProtocolEncodeError(
+                f"cannot encode {self.message.__name__} v{self.version}: {e}"
+            ) from e
         return _coalesce(out)
 
 

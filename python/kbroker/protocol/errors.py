@@ -148,36 +148,38 @@ class ErrorCode(IntEnum):
 
 
 # Codes whose Java exception is a RetriableException in Apache Kafka.
-_RETRIABLE = frozenset({
-    ErrorCode.CORRUPT_MESSAGE,
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    ErrorCode.LEADER_NOT_AVAILABLE,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER,
-    ErrorCode.REQUEST_TIMED_OUT,
-    ErrorCode.REPLICA_NOT_AVAILABLE,
-    ErrorCode.NETWORK_EXCEPTION,
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_COORDINATOR,
-    ErrorCode.NOT_ENOUGH_REPLICAS,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-    ErrorCode.NOT_CONTROLLER,
-    ErrorCode.CONCURRENT_TRANSACTIONS,
-    ErrorCode.KAFKA_STORAGE_ERROR,
-    ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
-    ErrorCode.INVALID_FETCH_SESSION_EPOCH,
-    ErrorCode.LISTENER_NOT_FOUND,
-    ErrorCode.FENCED_LEADER_EPOCH,
-    ErrorCode.UNKNOWN_LEADER_EPOCH,
-    ErrorCode.OFFSET_NOT_AVAILABLE,
-    ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
-    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
-    ErrorCode.UNSTABLE_OFFSET_COMMIT,
-    ErrorCode.THROTTLING_QUOTA_EXCEEDED,
-    ErrorCode.UNKNOWN_TOPIC_ID,
-    ErrorCode.INCONSISTENT_TOPIC_ID,
-    ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
-})
+_RETRIABLE = frozenset(
+    {
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.NOT_CONTROLLER,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+        ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+        ErrorCode.LISTENER_NOT_FOUND,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+        ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+        ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+        ErrorCode.UNSTABLE_OFFSET_COMMIT,
+        ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.INCONSISTENT_TOPIC_ID,
+        ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
+    }
+)
 
 
 class KafkaError(Exception):
@@ -190,7 +192,9 @@ class KafkaError(Exception):
     def __init__(self, code: int | ErrorCode, message: str | None = None) -> None:
         self.code = to_error_code(code)
         self.message = message
-        super().__init__(f"{self.code.name}({int(self.code)})" + (f": {message}" if message else ""))
+        super().__init__(
+            f"{self.code.name}({int(self.code)})" + (f": {message}" if message else "")
+        )
 
     @property
     def retriable(self) -> bool:

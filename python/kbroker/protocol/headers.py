@@ -38,8 +38,14 @@ class RequestHeader:
 
     __slots__ = ("api_key", "api_version", "client_id", "correlation_id", "header_version")
 
-    def __init__(self, api_key: int, api_version: int, correlation_id: int,
-                 client_id: str | None = None, header_version: int = 1) -> None:
+    def __init__(
+        self,
+        api_key: int,
+        api_version: int,
+        correlation_id: int,
+        client_id: str | None = None,
+        header_version: int = 1,
+    ) -> None:
         self.api_key = api_key
         self.api_version = api_version
         self.correlation_id = correlation_id
@@ -47,9 +53,11 @@ class RequestHeader:
         self.header_version = header_version
 
     def __repr__(self) -> str:
-        return (f"RequestHeader(api_key={self.api_key}, api_version={self.api_version}, "
-                f"correlation_id={self.correlation_id}, client_id={self.client_id!r}, "
-                f"header_version={self.header_version})")
+        return (
+            f"RequestHeader(api_key={self.api_key}, api_version={self.api_version}, "
+            f"correlation_id={self.correlation_id}, client_id={self.client_id!r}, "
+            f"header_version={self.header_version})"
+        )
 
 
 def _read_client_id(buf: memoryview, pos: int) -> tuple[str | None, int]:
@@ -59,7 +67,7 @@ def _read_client_id(buf: memoryview, pos: int) -> tuple[str | None, int]:
         return None, pos
     if n < 0 or pos + n > len(buf):
         raise ProtocolDecodeError("bad client_id length")
-    return str(buf[pos:pos + n], "utf-8"), pos + n
+    return str(buf[pos : pos + n], "utf-8"), pos + n
 
 
 def _skip_tagged(buf: memoryview, pos: int) -> int:
@@ -97,7 +105,9 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
             raise UnknownApiKeyError(f"unknown api key {api_key}", header)
         if not spec.supports(version):
             raise UnsupportedVersionError(
-                f"{spec.name} v{version} not supported ({spec.min_version}-{spec.max_version})", header)
+                f"{spec.name} v{version} not supported ({spec.min_version}-{spec.max_version})",
+                header,
+            )
         if spec.flexible(version):
             header.header_version = 2
             pos = _skip_tagged(buf, pos)
@@ -117,7 +127,9 @@ def _correlation_id(header: RequestHeader | int) -> int:
     return header if isinstance(header, int) else header.correlation_id
 
 
-def _response_prefix(header: RequestHeader | int, api_key: int, version: int) -> tuple[Codec, bytes]:
+def _response_prefix(
+    header: RequestHeader | int, api_key: int, version: int
+) -> tuple[Codec, bytes]:
     spec = APIS_BY_KEY[api_key]
     head = _I32.pack(_correlation_id(header))
     if spec.response_header_version(version) == 1:
@@ -144,8 +156,9 @@ def encode_response(header: RequestHeader | int, api_key: int, version: int, bod
         raise
 
 
-def encode_response_segments(header: RequestHeader | int, api_key: int, version: int,
-                             body: Any) -> list[Segment]:
+def encode_response_segments(
+    header: RequestHeader | int, api_key: int, version: int, body: Any
+) -> list[Segment]:
     """A response frame split around its records values, for zero-copy sends.
 
     Returns ``[bytes, records, bytes, records, ..., bytes]`` (a list that
@@ -165,8 +178,9 @@ def encode_response_segments(header: RequestHeader | int, api_key: int, version:
     return segs
 
 
-def encode_request_header(api_key: int, version: int, correlation_id: int,
-                          client_id: str | None, header_version: int) -> bytes:
+def encode_request_header(
+    api_key: int, version: int, correlation_id: int, client_id: str | None, header_version: int
+) -> bytes:
     """Header bytes for request header v0, v1 or v2."""
     out = _HDR.pack(api_key, version, correlation_id)
     if header_version >= 1:
@@ -180,19 +194,25 @@ def encode_request_header(api_key: int, version: int, correlation_id: int,
     return out
 
 
-def encode_request(api_key: int, version: int, correlation_id: int, client_id: str | None,
-                   body: Any) -> bytes:
+def encode_request(
+    api_key: int, version: int, correlation_id: int, client_id: str | None, body: Any
+) -> bytes:
     """A complete request frame (size prefix included), e.g. for inter-broker fetches."""
     spec = APIS_BY_KEY[api_key]
-    out: list[Any] = [b"", encode_request_header(api_key, version, correlation_id, client_id,
-                                                  spec.request_header_version(version))]
+    out: list[Any] = [
+        b"",
+        encode_request_header(
+            api_key, version, correlation_id, client_id, spec.request_header_version(version)
+        ),
+    ]
     spec.request_codec(version).encode_into(body, out)
     out[0] = _I32.pack(sum(map(len, out)))
     return b"".join(out)
 
 
-def decode_response(api_key: int, version: int,
-                    frame: bytes | bytearray | memoryview) -> tuple[int, Message]:
+def decode_response(
+    api_key: int, version: int, frame: bytes | bytearray | memoryview
+) -> tuple[int, Message]:
     """Decode a response frame (size prefix stripped) -> (correlation_id, body)."""
     spec = APIS_BY_KEY[api_key]
     buf = memoryview(frame)
@@ -221,7 +241,9 @@ def encode_api_versions_unsupported(header: RequestHeader | int) -> bytes:
     spec = APIS_BY_KEY[ApiKey.API_VERSIONS]
     body = ApiVersionsResponse(
         error_code=ErrorCode.UNSUPPORTED_VERSION,
-        api_keys=[ApiVersionsResponse.ApiVersion(int(spec.key), spec.min_version, spec.max_version)],
+        api_keys=[
+            ApiVersionsResponse.ApiVersion(int(spec.key), spec.min_version, spec.max_version)
+        ],
     )
     return encode_response(header, ApiKey.API_VERSIONS, 0, body)
 

@@ -176,7 +176,10 @@ def message(name: str, *fields: Field) -> Any:
     tags = [f.tag for f in fields if f.tag is not None]
     if len(set(tags)) != len(tags):
         raise ValueError(f"{name}: duplicate tags")
-    ns: dict[str, Any] = {"__slots__": tuple(names), "__module__": sys._getframe(1).f_globals["__name__"]}
+    ns: dict[str, Any] = {
+        "__slots__": tuple(names),
+        "__module__": sys._getframe(1).f_globals["__name__"],
+    }
     for f in fields:
         t = f.type.element if isinstance(f.type, Array) else f.type
         if isinstance(t, type) and issubclass(t, Message):

@@ -101,7 +101,10 @@ class Partition:
             info = infos[0]
             try:
                 duplicate = self.producers.check(
-                    info.producer_id, info.producer_epoch, info.base_sequence, info.last_offset_delta
+                    info.producer_id,
+                    info.producer_epoch,
+                    info.base_sequence,
+                    info.last_offset_delta,
                 )
             except ProducerStateError as exc:
                 raise PartitionError(exc.error, str(exc)) from None

@@ -183,7 +183,9 @@ class ProducerStateManager:
             for pid, raw in data["producers"].items():
                 entry = ProducerEntry(int(raw["epoch"]))
                 for first_seq, last_seq, first_offset, last_offset, ts in raw["batches"]:
-                    entry.batches.append(BatchMeta(first_seq, last_seq, first_offset, last_offset, ts))
+                    entry.batches.append(
+                        BatchMeta(first_seq, last_seq, first_offset, last_offset, ts)
+                    )
                     entry.last_timestamp = max(entry.last_timestamp, ts)
                 producers[int(pid)] = entry
         except (OSError, ValueError, KeyError, TypeError):

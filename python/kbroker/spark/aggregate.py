@@ -62,7 +62,9 @@ def check_aggregate(
     if field is not None and not _FIELD.match(field):
         raise PipelineError(f"bad field {field!r}: letters, digits, '_', '-' and '.' only")
     if is_pattern(topic) or is_pattern(output_topic) or "," in topic + output_topic:
-        raise PipelineError("the aggregate job reads one topic and writes one topic (names, not patterns)")
+        raise PipelineError(
+            "the aggregate job reads one topic and writes one topic (names, not patterns)"
+        )
     resolve_topics(bootstrap, topic)
     resolve_topics(bootstrap, output_topic)
     return window_length, delay, trigger_every
@@ -85,7 +87,14 @@ def start_aggregate(
     from pyspark.sql import functions as F
 
     window_length, delay, trigger_every = check_aggregate(
-        bootstrap, topic, output_topic, window=window, watermark=watermark, field=field, interval=interval)
+        bootstrap,
+        topic,
+        output_topic,
+        window=window,
+        watermark=watermark,
+        field=field,
+        interval=interval,
+    )
 
     text = F.col("value").cast("string")
     if field is not None:
@@ -107,12 +116,16 @@ def start_aggregate(
     )
     out = windows.select(
         F.col("key"),
-        F.to_json(F.struct(
-            F.col("key").cast("string").alias("key"),
-            F.unix_millis(F.col("window.start")).alias("window_start"),
-            F.unix_millis(F.col("window.end")).alias("window_end"),
-            "count", "sum", "avg",
-        )).alias("value"),
+        F.to_json(
+            F.struct(
+                F.col("key").cast("string").alias("key"),
+                F.unix_millis(F.col("window.start")).alias("window_start"),
+                F.unix_millis(F.col("window.end")).alias("window_end"),
+                "count",
+                "sum",
+                "avg",
+            )
+        ).alias("value"),
     )
     writer = (
         out.writeStream.format("kafka")
@@ -122,7 +135,9 @@ def start_aggregate(
         .option("checkpointLocation", checkpoint or default_checkpoint(topic, output_topic))
         .outputMode("append")
     )
-    writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=trigger_every)
+    writer = (
+        writer.trigger(availableNow=True) if once else writer.trigger(processingTime=trigger_every)
+    )
     return writer.start()
 
 
@@ -142,7 +157,15 @@ def aggregate(
     """Runs the aggregate job: to the end of what is there with ``once``, else until
     SIGTERM/SIGINT. Raises `PipelineError` with a readable message on failure."""
     query = start_aggregate(
-        spark, bootstrap, topic, output_topic, window=window, watermark=watermark, field=field,
-        checkpoint=checkpoint, once=once, interval=interval,
+        spark,
+        bootstrap,
+        topic,
+        output_topic,
+        window=window,
+        watermark=watermark,
+        field=field,
+        checkpoint=checkpoint,
+        once=once,
+        interval=interval,
     )
     run_query(query, until_stopped=not once)

@@ -130,7 +130,9 @@ def start_archive(
     """
     from pyspark.sql import functions as F
 
-    output, checkpoint, trigger_every = check_archive(bootstrap, topic, output, checkpoint, interval)
+    output, checkpoint, trigger_every = check_archive(
+        bootstrap, topic, output, checkpoint, interval
+    )
     local = _local_path(output)
     if local is not None and _local_path(checkpoint) is not None:
         remove_uncommitted_files(local)
@@ -157,7 +159,9 @@ def start_archive(
         .partitionBy(*PARTITION_BY)
         .outputMode("append")
     )
-    writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=trigger_every)
+    writer = (
+        writer.trigger(availableNow=True) if once else writer.trigger(processingTime=trigger_every)
+    )
     return writer.start()
 
 
@@ -175,7 +179,13 @@ def archive(
     """Runs the archive job: to the end of what is there with ``once``, else until
     SIGTERM/SIGINT. Raises `PipelineError` with a readable message on failure."""
     query = start_archive(
-        spark, bootstrap, topic, output, checkpoint=checkpoint, once=once, interval=interval,
+        spark,
+        bootstrap,
+        topic,
+        output,
+        checkpoint=checkpoint,
+        once=once,
+        interval=interval,
         max_records_per_batch=max_records_per_batch,
     )
     run_query(query, until_stopped=not once)

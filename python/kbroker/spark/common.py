@@ -21,13 +21,31 @@ if TYPE_CHECKING:
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([A-Za-z]+)\s*$")
 _UNITS = {
-    "ms": "milliseconds", "millisecond": "milliseconds", "milliseconds": "milliseconds",
-    "s": "seconds", "sec": "seconds", "second": "seconds", "seconds": "seconds",
-    "m": "minutes", "min": "minutes", "minute": "minutes", "minutes": "minutes",
-    "h": "hours", "hour": "hours", "hours": "hours",
-    "d": "days", "day": "days", "days": "days",
+    "ms": "milliseconds",
+    "millisecond": "milliseconds",
+    "milliseconds": "milliseconds",
+    "s": "seconds",
+    "sec": "seconds",
+    "second": "seconds",
+    "seconds": "seconds",
+    "m": "minutes",
+    "min": "minutes",
+    "minute": "minutes",
+    "minutes": "minutes",
+    "h": "hours",
+    "hour": "hours",
+    "hours": "hours",
+    "d": "days",
+    "day": "days",
+    "days": "days",
 }
-_MS = {"milliseconds": 1, "seconds": 1000, "minutes": 60_000, "hours": 3_600_000, "days": 86_400_000}
+_MS = {
+    "milliseconds": 1,
+    "seconds": 1000,
+    "minutes": 60_000,
+    "hours": 3_600_000,
+    "days": 86_400_000,
+}
 
 
 def parse_duration(text: str, what: str = "duration", *, allow_zero: bool = False) -> str:
@@ -73,6 +91,7 @@ def run_query(query: StreamingQuery, *, until_stopped: bool) -> None:
     stop = threading.Event()
     previous: dict[signal.Signals, Any] = {}
     if until_stopped and threading.current_thread() is threading.main_thread():
+
         def on_signal(signum: int, frame: FrameType | None) -> None:
             stop.set()
 
@@ -112,4 +131,3 @@ def failure_message(exc: BaseException) -> str:
     if isinstance(exc, PipelineError | JarsError | SessionError):
         return str(exc)
     return f"Spark failed: {spark_error(exc)}"
-

@@ -59,7 +59,8 @@ NAME = "kbroker"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 HEADERS_TYPE = ArrayType(
-    StructType([StructField("key", StringType(), True), StructField("value", BinaryType(), True)]), True
+    StructType([StructField("key", StringType(), True), StructField("value", BinaryType(), True)]),
+    True,
 )
 
 
@@ -91,7 +92,9 @@ class _Options:
         subscribe = opts.get("subscribe") or opts.get("topic")
         pattern = opts.get("subscribepattern")
         if bool(subscribe) == bool(pattern):
-            raise PipelineError("the kbroker source needs exactly one of subscribe or subscribePattern")
+            raise PipelineError(
+                "the kbroker source needs exactly one of subscribe or subscribePattern"
+            )
         self.spec: str = subscribe or f"(?:{pattern})"
         self.include_headers = opts.get("includeheaders", "false").lower() == "true"
         self.starting: str = opts.get("startingoffsets", "latest" if streaming else "earliest")
@@ -103,7 +106,9 @@ class _Options:
         return resolve_topics(self.bootstrap, self.spec)
 
 
-def _offsets_from(spec: str, topics: Sequence[str], bootstrap: str, what: str) -> dict[tuple[str, int], int]:
+def _offsets_from(
+    spec: str, topics: Sequence[str], bootstrap: str, what: str
+) -> dict[tuple[str, int], int]:
     """Concrete offsets for ``earliest``, ``latest`` or the connector's JSON form."""
     earliest = offsets(bootstrap, topics, EARLIEST)
     latest = offsets(bootstrap, topics, LATEST)
@@ -148,7 +153,9 @@ class KafkaRange(InputPartition):
         self.end = end
 
 
-def _plan(starts: Mapping[tuple[str, int], int], ends: Mapping[tuple[str, int], int]) -> list[KafkaRange]:
+def _plan(
+    starts: Mapping[tuple[str, int], int], ends: Mapping[tuple[str, int], int]
+) -> list[KafkaRange]:
     """A range per partition with records to read; a partition that appeared after the
     start (a new topic matching the pattern, added partitions) is read from its earliest."""
     ranges = []
@@ -185,7 +192,8 @@ def _read(options: _Options, schema: StructType, part: KafkaRange) -> Iterator[A
         if options.include_headers:
             # The connector gives null, not an empty array, for a record without headers.
             columns["headers"] = [
-                [{"key": k, "value": v} for k, v in r.headers] if r.headers else None for r in records
+                [{"key": k, "value": v} for k, v in r.headers] if r.headers else None
+                for r in records
             ]
         arrays = []
         for field in arrow_schema:
@@ -203,7 +211,9 @@ class KBrokerBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         topics = self.options.topics()
-        starts = _offsets_from(self.options.starting, topics, self.options.bootstrap, "startingOffsets")
+        starts = _offsets_from(
+            self.options.starting, topics, self.options.bootstrap, "startingOffsets"
+        )
         ends = _offsets_from(self.options.ending, topics, self.options.bootstrap, "endingOffsets")
         return _plan(starts, ends)
 
@@ -219,7 +229,9 @@ class KBrokerStreamReader(DataSourceStreamReader):
 
     def initialOffset(self) -> dict[str, Any]:
         topics = self.options.topics()
-        return _to_json(_offsets_from(self.options.starting, topics, self.options.bootstrap, "startingOffsets"))
+        return _to_json(
+            _offsets_from(self.options.starting, topics, self.options.bootstrap, "startingOffsets")
+        )
 
     def latestOffset(self) -> dict[str, Any]:
         # Topics (or partitions) that appeared since the start are read from their beginning.

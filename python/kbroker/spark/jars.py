@@ -78,13 +78,22 @@ def fetch(version: str | None = None, *, quiet: bool = True) -> Path:
     tmp = target.with_name(f"{target.name}.tmp.{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     cmd = [
-        mvn, "-B", "-Dstyle.color=never", *(["-q"] if quiet else []), "-f", str(POM),
-        f"-Dspark.version={version}", "dependency:copy-dependencies",
-        "-DincludeScope=runtime", f"-DoutputDirectory={tmp}",
+        mvn,
+        "-B",
+        "-Dstyle.color=never",
+        *(["-q"] if quiet else []),
+        "-f",
+        str(POM),
+        f"-Dspark.version={version}",
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={tmp}",
     ]
     print(f"[kbroker.spark] fetching spark-sql-kafka-0-10 {version} into {target}", file=sys.stderr)
     try:
-        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+        done = subprocess.run(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False
+        )
         if done.returncode != 0:
             tail = "\n".join(done.stdout.strip().splitlines()[-15:])
             raise JarsError(
@@ -106,7 +115,9 @@ def connector_jars(version: str | None = None, *, fetch_missing: bool = True) ->
     version = version or spark_version()
     folder = fetch(version) if fetch_missing else cache_dir(version)
     if not (folder / ".complete").exists():
-        raise JarsError(f"Spark's Kafka connector {version} is not in {folder}: run python -m kbroker.spark")
+        raise JarsError(
+            f"Spark's Kafka connector {version} is not in {folder}: run python -m kbroker.spark"
+        )
     shipped = {artifact_name(p.name) for p in (spark_home() / "jars").glob("*.jar")}
     jars = sorted(p for p in folder.glob("*.jar") if artifact_name(p.name) not in shipped)
     if not any(p.name.startswith("spark-sql-kafka-0-10_") for p in jars):

@@ -79,7 +79,9 @@ def _connect(bootstrap: str, timeout: float) -> BrokerClient:
             return BrokerClient(address, timeout=timeout, client_id="kbroker-spark")
         except ClientError as exc:
             errors.append(str(exc))
-    raise PipelineError(f"no broker reachable at {bootstrap}: " + "; ".join(errors or ["empty address"]))
+    raise PipelineError(
+        f"no broker reachable at {bootstrap}: " + "; ".join(errors or ["empty address"])
+    )
 
 
 def cluster_topics(bootstrap: str, timeout: float = 10.0) -> dict[str, list[PartitionInfo]]:
@@ -87,7 +89,8 @@ def cluster_topics(bootstrap: str, timeout: float = 10.0) -> dict[str, list[Part
     client = _connect(bootstrap, timeout)
     try:
         resp = client.request(
-            ApiKey.METADATA, _METADATA_VERSION,
+            ApiKey.METADATA,
+            _METADATA_VERSION,
             MetadataRequest(topics=None, allow_auto_topic_creation=False),
         )
     except ClientError as exc:
@@ -100,7 +103,10 @@ def cluster_topics(bootstrap: str, timeout: float = 10.0) -> dict[str, list[Part
         if t.error_code != ErrorCode.NONE or t.name is None:
             continue
         out[t.name] = sorted(
-            (PartitionInfo(t.name, p.partition_index, brokers.get(p.leader_id, "")) for p in t.partitions),
+            (
+                PartitionInfo(t.name, p.partition_index, brokers.get(p.leader_id, ""))
+                for p in t.partitions
+            ),
             key=lambda p: p.partition,
         )
     return out
@@ -130,7 +136,9 @@ def resolve_topics(bootstrap: str, spec: str, timeout: float = 10.0) -> list[str
     return names
 
 
-def offsets(bootstrap: str, topics: Sequence[str], which: int, timeout: float = 10.0) -> dict[tuple[str, int], int]:
+def offsets(
+    bootstrap: str, topics: Sequence[str], which: int, timeout: float = 10.0
+) -> dict[tuple[str, int], int]:
     """(topic, partition) -> the earliest (``EARLIEST``) or latest (``LATEST``, the high
     watermark) offset of every partition of ``topics``, asked of each leader."""
     layout = cluster_topics(bootstrap, timeout)
@@ -146,9 +154,12 @@ def offsets(bootstrap: str, topics: Sequence[str], which: int, timeout: float = 
     T = ListOffsetsRequest.Topic
     for leader, wanted in by_leader.items():
         req = ListOffsetsRequest(
-            replica_id=-1, isolation_level=0,
-            topics=[T(name=t, partitions=[T.Partition(partition_index=p, timestamp=which) for p in ps])
-                    for t, ps in wanted.items()],
+            replica_id=-1,
+            isolation_level=0,
+            topics=[
+                T(name=t, partitions=[T.Partition(partition_index=p, timestamp=which) for p in ps])
+                for t, ps in wanted.items()
+            ],
         )
         client = _connect(leader, timeout)
         try:
@@ -202,18 +213,35 @@ def read_range(
     try:
         while position < end:
             req = FetchRequest(
-                replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=max_bytes,
-                isolation_level=0, session_id=0, session_epoch=-1,
-                topics=[FetchRequest.Topic(topic=topic, partitions=[
-                    P(partition=partition, fetch_offset=position, log_start_offset=-1,
-                      partition_max_bytes=max_bytes),
-                ])],
-                forgotten_topics_data=[], rack_id="",
+                replica_id=-1,
+                max_wait_ms=100,
+                min_bytes=1,
+                max_bytes=max_bytes,
+                isolation_level=0,
+                session_id=0,
+                session_epoch=-1,
+                topics=[
+                    FetchRequest.Topic(
+                        topic=topic,
+                        partitions=[
+                            P(
+                                partition=partition,
+                                fetch_offset=position,
+                                log_start_offset=-1,
+                                partition_max_bytes=max_bytes,
+                            ),
+                        ],
+                    )
+                ],
+                forgotten_topics_data=[],
+                rack_id="",
             )
             try:
                 resp = client.request(ApiKey.FETCH, _FETCH_VERSION, req)
             except ClientError as exc:
-                raise PipelineError(f"Fetch {topic}-{partition}@{position} from {leader}: {exc}") from None
+                raise PipelineError(
+                    f"Fetch {topic}-{partition}@{position} from {leader}: {exc}"
+                ) from None
             [t] = resp.responses
             [p] = t.partitions
             if p.error_code != ErrorCode.NONE:
@@ -236,10 +264,14 @@ def read_range(
                     try:
                         decoded = decode_records(batch)
                     except KBrokerError as exc:
-                        raise PipelineError(f"corrupt batch in {topic}-{partition} at {base_offset}: {exc}") from None
+                        raise PipelineError(
+                            f"corrupt batch in {topic}-{partition} at {base_offset}: {exc}"
+                        ) from None
                     for offset, ts, key, value, headers in decoded:
                         if position <= offset < end:
-                            out.append(Record(topic, partition, offset, ts, ts_type, key, value, headers))
+                            out.append(
+                                Record(topic, partition, offset, ts, ts_type, key, value, headers)
+                            )
                 position = max(position, next_position)
                 if position >= end:
                     break

@@ -57,7 +57,9 @@ class BrokerClient:
     def request(self, api_key: ApiKey, version: int, body: Any) -> Any:
         self._correlation += 1
         try:
-            self._sock.sendall(encode_request(api_key, version, self._correlation, self.client_id, body))
+            self._sock.sendall(
+                encode_request(api_key, version, self._correlation, self.client_id, body)
+            )
             (size,) = _SIZE.unpack(self._read(4))
             if not 0 <= size <= MAX_RESPONSE_BYTES:
                 raise ClientError(f"response of {size} bytes from {self.address}")
@@ -65,7 +67,9 @@ class BrokerClient:
         except OSError as exc:
             raise ClientError(f"request to {self.address} failed: {exc}") from None
         if correlation != self._correlation:
-            raise ClientError(f"{self.address} answered request {correlation}, not {self._correlation}")
+            raise ClientError(
+                f"{self.address} answered request {correlation}, not {self._correlation}"
+            )
         return response
 
     def _read(self, n: int) -> bytes:
@@ -80,7 +84,9 @@ class BrokerClient:
     def for_group(self, group_id: str) -> BrokerClient:
         """A client connected to the coordinator of ``group_id``: this one or a new one
         (which the caller closes)."""
-        found = self.request(ApiKey.FIND_COORDINATOR, 3, FindCoordinatorRequest(key=group_id, key_type=0))
+        found = self.request(
+            ApiKey.FIND_COORDINATOR, 3, FindCoordinatorRequest(key=group_id, key_type=0)
+        )
         if found.error_code != ErrorCode.NONE:
             raise ClientError(
                 f"no coordinator for group {group_id!r}: {ErrorCode(found.error_code).name}"

@@ -43,17 +43,23 @@ def dump_segment(path: Path, print_data: bool, max_decompressed: int) -> Iterato
                     return
                 last = info.base_offset + info.last_offset_delta
                 yield (
-                    f"baseOffset: {info.base_offset} lastOffset: {last} count: {info.records}"
-                    f" position: {position} size: {info.size} maxTimestamp: {info.max_timestamp}"
-                    f" producerId: {info.producer_id} producerEpoch: {info.producer_epoch}"
-                    f" baseSequence: {info.base_sequence} isTransactional: {info.is_transactional}"
-                    f" isControl: {info.is_control} compresscodec: {_CODECS[info.codec]} crc: valid"
-                ), True
+                    (
+                        f"baseOffset: {info.base_offset} lastOffset: {last} count: {info.records}"
+                        f" position: {position} size: {info.size} maxTimestamp: {info.max_timestamp}"
+                        f" producerId: {info.producer_id} producerEpoch: {info.producer_epoch}"
+                        f" baseSequence: {info.base_sequence} isTransactional: {info.is_transactional}"
+                        f" isControl: {info.is_control} compresscodec: {_CODECS[info.codec]} crc: valid"
+                    ),
+                    True,
+                )
                 if print_data:
                     for offset, ts, key, value, headers in decode_records(raw, max_decompressed):
                         rendered = ",".join(f"{k}:{v!r}" for k, v in headers)
                         yield (
-                            f"| offset: {offset} timestamp: {ts}"
-                            f" key: {key!r} value: {value!r} headers: [{rendered}]"
-                        ), True
+                            (
+                                f"| offset: {offset} timestamp: {ts}"
+                                f" key: {key!r} value: {value!r} headers: [{rendered}]"
+                            ),
+                            True,
+                        )
                 position += total

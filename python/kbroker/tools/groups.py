@@ -54,7 +54,9 @@ def committed_offsets(client: BrokerClient, group: str) -> dict[tuple[str, int],
     }
 
 
-def log_end_offsets(client: BrokerClient, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+def log_end_offsets(
+    client: BrokerClient, partitions: Iterable[tuple[str, int]]
+) -> dict[tuple[str, int], int]:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in partitions:
         by_topic.setdefault(topic, []).append(partition)
@@ -64,8 +66,10 @@ def log_end_offsets(client: BrokerClient, partitions: Iterable[tuple[str, int]])
     req = ListOffsetsRequest(
         replica_id=-1,
         isolation_level=0,
-        topics=[T(name=t, partitions=[T.Partition(partition_index=p, timestamp=LATEST) for p in ps])
-                for t, ps in by_topic.items()],
+        topics=[
+            T(name=t, partitions=[T.Partition(partition_index=p, timestamp=LATEST) for p in ps])
+            for t, ps in by_topic.items()
+        ],
     )
     resp = client.request(ApiKey.LIST_OFFSETS, 5, req)
     return {
@@ -86,17 +90,23 @@ def describe_group(client: BrokerClient, group: str) -> dict[str, Any]:
         owners: dict[tuple[str, int], str] = {}
         members = []
         for m in d.members:
-            assignment = assigned_partitions(m.member_assignment) if d.protocol_type == PROTOCOL_TYPE else None
+            assignment = (
+                assigned_partitions(m.member_assignment)
+                if d.protocol_type == PROTOCOL_TYPE
+                else None
+            )
             for topic, parts in (assignment or {}).items():
                 for p in parts:
                     owners[(topic, p)] = m.member_id
-            members.append({
-                "member_id": m.member_id,
-                "group_instance_id": m.group_instance_id,
-                "client_id": m.client_id,
-                "host": m.client_host,
-                "assignment": {t: sorted(ps) for t, ps in sorted((assignment or {}).items())},
-            })
+            members.append(
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "host": m.client_host,
+                    "assignment": {t: sorted(ps) for t, ps in sorted((assignment or {}).items())},
+                }
+            )
         committed = committed_offsets(coordinator, group)
     finally:
         if coordinator is not client:
@@ -106,14 +116,16 @@ def describe_group(client: BrokerClient, group: str) -> dict[str, Any]:
     for tp in sorted(set(committed) | set(owners)):
         current = committed.get(tp, (-1, ""))[0]
         end = ends.get(tp)
-        offsets.append({
-            "topic": tp[0],
-            "partition": tp[1],
-            "current_offset": current if current >= 0 else None,
-            "log_end_offset": end,
-            "lag": end - current if end is not None and current >= 0 else None,
-            "member_id": owners.get(tp),
-        })
+        offsets.append(
+            {
+                "topic": tp[0],
+                "partition": tp[1],
+                "current_offset": current if current >= 0 else None,
+                "log_end_offset": end,
+                "lag": end - current if end is not None and current >= 0 else None,
+                "member_id": owners.get(tp),
+            }
+        )
     return {
         "group": group,
         "state": d.group_state,
@@ -138,8 +150,12 @@ def commit_offsets(
     P = OffsetCommitRequest.Topic.Partition
     for (topic, partition), offset in sorted(offsets.items()):
         by_topic.setdefault(topic, []).append(
-            P(partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
-              committed_metadata=metadata)
+            P(
+                partition_index=partition,
+                committed_offset=offset,
+                committed_leader_epoch=-1,
+                committed_metadata=metadata,
+            )
         )
     req = OffsetCommitRequest(
         group_id=group,

@@ -15,22 +15,37 @@ INT32_MIN = -(2**31)
 
 CreateTopicsRequest = message(
     "CreateTopicsRequest",
-    F("topics", Array(message(
-        "Topic",
-        F("name", STRING),
-        F("num_partitions", INT32),
-        F("replication_factor", INT16),
-        F("assignments", Array(message(
-            "Assignment",
-            F("partition_index", INT32),
-            F("broker_ids", Array(INT32)),
-        ))),
-        F("configs", Array(message(
-            "Config",
-            F("name", STRING),
-            F("value", STRING, nullable="0+"),
-        ))),
-    ))),
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING),
+                F("num_partitions", INT32),
+                F("replication_factor", INT16),
+                F(
+                    "assignments",
+                    Array(
+                        message(
+                            "Assignment",
+                            F("partition_index", INT32),
+                            F("broker_ids", Array(INT32)),
+                        )
+                    ),
+                ),
+                F(
+                    "configs",
+                    Array(
+                        message(
+                            "Config",
+                            F("name", STRING),
+                            F("value", STRING, nullable="0+"),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
     F("timeout_ms", INT32, default=60000),
     F("validate_only", BOOL, "1+"),
 )
@@ -38,35 +53,53 @@ CreateTopicsRequest = message(
 CreateTopicsResponse = message(
     "CreateTopicsResponse",
     F("throttle_time_ms", INT32, "2+"),
-    F("topics", Array(message(
-        "Topic",
-        F("name", STRING),
-        F("topic_id", UUID, "7+"),
-        F("error_code", INT16),
-        F("error_message", STRING, "1+", nullable="0+", default=None),
-        F("topic_config_error_code", INT16, "5+", tag=0),
-        F("num_partitions", INT32, "5+", default=-1),
-        F("replication_factor", INT16, "5+", default=-1),
-        F("configs", Array(message(
-            "Config",
-            F("name", STRING),
-            F("value", STRING, nullable="0+"),
-            F("read_only", BOOL),
-            F("config_source", INT8, default=-1),
-            F("is_sensitive", BOOL),
-        )), "5+", nullable="5+"),
-    ))),
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING),
+                F("topic_id", UUID, "7+"),
+                F("error_code", INT16),
+                F("error_message", STRING, "1+", nullable="0+", default=None),
+                F("topic_config_error_code", INT16, "5+", tag=0),
+                F("num_partitions", INT32, "5+", default=-1),
+                F("replication_factor", INT16, "5+", default=-1),
+                F(
+                    "configs",
+                    Array(
+                        message(
+                            "Config",
+                            F("name", STRING),
+                            F("value", STRING, nullable="0+"),
+                            F("read_only", BOOL),
+                            F("config_source", INT8, default=-1),
+                            F("is_sensitive", BOOL),
+                        )
+                    ),
+                    "5+",
+                    nullable="5+",
+                ),
+            )
+        ),
+    ),
 )
 
 # DeleteTopics (20) ---------------------------------------------------------------
 
 DeleteTopicsRequest = message(
     "DeleteTopicsRequest",
-    F("topics", Array(message(
-        "Topic",
-        F("name", STRING, nullable="0+", default=None),
-        F("topic_id", UUID),
-    )), "6+"),
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING, nullable="0+", default=None),
+                F("topic_id", UUID),
+            )
+        ),
+        "6+",
+    ),
     F("topic_names", Array(STRING), "0-5"),
     F("timeout_ms", INT32),
 )
@@ -74,28 +107,44 @@ DeleteTopicsRequest = message(
 DeleteTopicsResponse = message(
     "DeleteTopicsResponse",
     F("throttle_time_ms", INT32, "1+"),
-    F("responses", Array(message(
-        "Result",
-        F("name", STRING, nullable="6+"),
-        F("topic_id", UUID, "6+"),
-        F("error_code", INT16),
-        F("error_message", STRING, "5+", nullable="5+", default=None),
-    ))),
+    F(
+        "responses",
+        Array(
+            message(
+                "Result",
+                F("name", STRING, nullable="6+"),
+                F("topic_id", UUID, "6+"),
+                F("error_code", INT16),
+                F("error_message", STRING, "5+", nullable="5+", default=None),
+            )
+        ),
+    ),
 )
 
 # CreatePartitions (37) ---------------------------------------------------------------
 
 CreatePartitionsRequest = message(
     "CreatePartitionsRequest",
-    F("topics", Array(message(
-        "Topic",
-        F("name", STRING),
-        F("count", INT32),
-        F("assignments", Array(message(
-            "Assignment",
-            F("broker_ids", Array(INT32)),
-        )), nullable="0+"),
-    ))),
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING),
+                F("count", INT32),
+                F(
+                    "assignments",
+                    Array(
+                        message(
+                            "Assignment",
+                            F("broker_ids", Array(INT32)),
+                        )
+                    ),
+                    nullable="0+",
+                ),
+            )
+        ),
+    ),
     F("timeout_ms", INT32),
     F("validate_only", BOOL),
 )
@@ -103,55 +152,85 @@ CreatePartitionsRequest = message(
 CreatePartitionsResponse = message(
     "CreatePartitionsResponse",
     F("throttle_time_ms", INT32),
-    F("results", Array(message(
-        "Result",
-        F("name", STRING),
-        F("error_code", INT16),
-        F("error_message", STRING, nullable="0+", default=None),
-    ))),
+    F(
+        "results",
+        Array(
+            message(
+                "Result",
+                F("name", STRING),
+                F("error_code", INT16),
+                F("error_message", STRING, nullable="0+", default=None),
+            )
+        ),
+    ),
 )
 
 # DeleteRecords (21) ----------------------------------------------------------------
 
 DeleteRecordsRequest = message(
     "DeleteRecordsRequest",
-    F("topics", Array(message(
-        "Topic",
-        F("name", STRING),
-        F("partitions", Array(message(
-            "Partition",
-            F("partition_index", INT32),
-            F("offset", INT64),
-        ))),
-    ))),
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING),
+                F(
+                    "partitions",
+                    Array(
+                        message(
+                            "Partition",
+                            F("partition_index", INT32),
+                            F("offset", INT64),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
     F("timeout_ms", INT32),
 )
 
 DeleteRecordsResponse = message(
     "DeleteRecordsResponse",
     F("throttle_time_ms", INT32),
-    F("topics", Array(message(
-        "Topic",
-        F("name", STRING),
-        F("partitions", Array(message(
-            "Partition",
-            F("partition_index", INT32),
-            F("low_watermark", INT64),
-            F("error_code", INT16),
-        ))),
-    ))),
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING),
+                F(
+                    "partitions",
+                    Array(
+                        message(
+                            "Partition",
+                            F("partition_index", INT32),
+                            F("low_watermark", INT64),
+                            F("error_code", INT16),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
 )
 
 # DescribeConfigs (32) ----------------------------------------------------------------
 
 DescribeConfigsRequest = message(
     "DescribeConfigsRequest",
-    F("resources", Array(message(
-        "Resource",
-        F("resource_type", INT8),
-        F("resource_name", STRING),
-        F("configuration_keys", Array(STRING), nullable="0+"),
-    ))),
+    F(
+        "resources",
+        Array(
+            message(
+                "Resource",
+                F("resource_type", INT8),
+                F("resource_name", STRING),
+                F("configuration_keys", Array(STRING), nullable="0+"),
+            )
+        ),
+    ),
     F("include_synonyms", BOOL, "1+"),
     F("include_documentation", BOOL, "3+"),
 )
@@ -159,45 +238,71 @@ DescribeConfigsRequest = message(
 DescribeConfigsResponse = message(
     "DescribeConfigsResponse",
     F("throttle_time_ms", INT32),
-    F("results", Array(message(
-        "Result",
-        F("error_code", INT16),
-        F("error_message", STRING, nullable="0+", default=None),
-        F("resource_type", INT8),
-        F("resource_name", STRING),
-        F("configs", Array(message(
-            "Config",
-            F("name", STRING),
-            F("value", STRING, nullable="0+"),
-            F("read_only", BOOL),
-            F("config_source", INT8, "1+", default=-1),
-            F("is_sensitive", BOOL),
-            F("synonyms", Array(message(
-                "Synonym",
-                F("name", STRING),
-                F("value", STRING, nullable="0+"),
-                F("source", INT8),
-            )), "1+"),
-            F("config_type", INT8, "3+"),
-            F("documentation", STRING, "3+", nullable="0+", default=None),
-        ))),
-    ))),
+    F(
+        "results",
+        Array(
+            message(
+                "Result",
+                F("error_code", INT16),
+                F("error_message", STRING, nullable="0+", default=None),
+                F("resource_type", INT8),
+                F("resource_name", STRING),
+                F(
+                    "configs",
+                    Array(
+                        message(
+                            "Config",
+                            F("name", STRING),
+                            F("value", STRING, nullable="0+"),
+                            F("read_only", BOOL),
+                            F("config_source", INT8, "1+", default=-1),
+                            F("is_sensitive", BOOL),
+                            F(
+                                "synonyms",
+                                Array(
+                                    message(
+                                        "Synonym",
+                                        F("name", STRING),
+                                        F("value", STRING, nullable="0+"),
+                                        F("source", INT8),
+                                    )
+                                ),
+                                "1+",
+                            ),
+                            F("config_type", INT8, "3+"),
+                            F("documentation", STRING, "3+", nullable="0+", default=None),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
 )
 
 # AlterConfigs (33) and IncrementalAlterConfigs (44) -----------------------------------
 
 AlterConfigsRequest = message(
     "AlterConfigsRequest",
-    F("resources", Array(message(
-        "Resource",
-        F("resource_type", INT8),
-        F("resource_name", STRING),
-        F("configs", Array(message(
-            "Config",
-            F("name", STRING),
-            F("value", STRING, nullable="0+"),
-        ))),
-    ))),
+    F(
+        "resources",
+        Array(
+            message(
+                "Resource",
+                F("resource_type", INT8),
+                F("resource_name", STRING),
+                F(
+                    "configs",
+                    Array(
+                        message(
+                            "Config",
+                            F("name", STRING),
+                            F("value", STRING, nullable="0+"),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
     F("validate_only", BOOL),
 )
 
@@ -217,17 +322,27 @@ AlterConfigsResponse = message(
 
 IncrementalAlterConfigsRequest = message(
     "IncrementalAlterConfigsRequest",
-    F("resources", Array(message(
-        "Resource",
-        F("resource_type", INT8),
-        F("resource_name", STRING),
-        F("configs", Array(message(
-            "Config",
-            F("name", STRING),
-            F("config_operation", INT8),
-            F("value", STRING, nullable="0+"),
-        ))),
-    ))),
+    F(
+        "resources",
+        Array(
+            message(
+                "Resource",
+                F("resource_type", INT8),
+                F("resource_name", STRING),
+                F(
+                    "configs",
+                    Array(
+                        message(
+                            "Config",
+                            F("name", STRING),
+                            F("config_operation", INT8),
+                            F("value", STRING, nullable="0+"),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
     F("validate_only", BOOL),
 )
 
@@ -253,13 +368,18 @@ DescribeClusterResponse = message(
     F("endpoint_type", INT8, "1+", default=1),
     F("cluster_id", STRING),
     F("controller_id", INT32, default=-1),
-    F("brokers", Array(message(
-        "Broker",
-        F("broker_id", INT32),
-        F("host", STRING),
-        F("port", INT32),
-        F("rack", STRING, nullable="0+", default=None),
-    ))),
+    F(
+        "brokers",
+        Array(
+            message(
+                "Broker",
+                F("broker_id", INT32),
+                F("host", STRING),
+                F("port", INT32),
+                F("rack", STRING, nullable="0+", default=None),
+            )
+        ),
+    ),
     F("cluster_authorized_operations", INT32, default=INT32_MIN),
 )
 
@@ -267,35 +387,56 @@ DescribeClusterResponse = message(
 
 DescribeLogDirsRequest = message(
     "DescribeLogDirsRequest",
-    F("topics", Array(message(
-        "Topic",
-        F("topic", STRING),
-        F("partitions", Array(INT32)),
-    )), nullable="0+"),
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("topic", STRING),
+                F("partitions", Array(INT32)),
+            )
+        ),
+        nullable="0+",
+    ),
 )
 
 DescribeLogDirsResponse = message(
     "DescribeLogDirsResponse",
     F("throttle_time_ms", INT32),
     F("error_code", INT16, "3+"),
-    F("results", Array(message(
-        "Result",
-        F("error_code", INT16),
-        F("log_dir", STRING),
-        F("topics", Array(message(
-            "Topic",
-            F("name", STRING),
-            F("partitions", Array(message(
-                "Partition",
-                F("partition_index", INT32),
-                F("partition_size", INT64),
-                F("offset_lag", INT64),
-                F("is_future_key", BOOL),
-            ))),
-        ))),
-        F("total_bytes", INT64, "4+", default=-1),
-        F("usable_bytes", INT64, "4+", default=-1),
-    ))),
+    F(
+        "results",
+        Array(
+            message(
+                "Result",
+                F("error_code", INT16),
+                F("log_dir", STRING),
+                F(
+                    "topics",
+                    Array(
+                        message(
+                            "Topic",
+                            F("name", STRING),
+                            F(
+                                "partitions",
+                                Array(
+                                    message(
+                                        "Partition",
+                                        F("partition_index", INT32),
+                                        F("partition_size", INT64),
+                                        F("offset_lag", INT64),
+                                        F("is_future_key", BOOL),
+                                    )
+                                ),
+                            ),
+                        )
+                    ),
+                ),
+                F("total_bytes", INT64, "4+", default=-1),
+                F("usable_bytes", INT64, "4+", default=-1),
+            )
+        ),
+    ),
 )
 
 # ElectLeaders (43) -----------------------------------------------------------------
@@ -303,11 +444,17 @@ DescribeLogDirsResponse = message(
 ElectLeadersRequest = message(
     "ElectLeadersRequest",
     F("election_type", INT8, "1+"),
-    F("topic_partitions", Array(message(
-        "TopicPartitions",
-        F("topic", STRING),
-        F("partitions", Array(INT32)),
-    )), nullable="0+"),
+    F(
+        "topic_partitions",
+        Array(
+            message(
+                "TopicPartitions",
+                F("topic", STRING),
+                F("partitions", Array(INT32)),
+            )
+        ),
+        nullable="0+",
+    ),
     F("timeout_ms", INT32, default=60000),
 )
 
@@ -315,14 +462,24 @@ ElectLeadersResponse = message(
     "ElectLeadersResponse",
     F("throttle_time_ms", INT32),
     F("error_code", INT16, "1+"),
-    F("replica_election_results", Array(message(
-        "Result",
-        F("topic", STRING),
-        F("partition_result", Array(message(
-            "PartitionResult",
-            F("partition_id", INT32),
-            F("error_code", INT16),
-            F("error_message", STRING, nullable="0+", default=None),
-        ))),
-    ))),
+    F(
+        "replica_election_results",
+        Array(
+            message(
+                "Result",
+                F("topic", STRING),
+                F(
+                    "partition_result",
+                    Array(
+                        message(
+                            "PartitionResult",
+                            F("partition_id", INT32),
+                            F("error_code", INT16),
+                            F("error_message", STRING, nullable="0+", default=None),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
 )

@@ -28,15 +28,21 @@ FindCoordinatorResponse = message(
     F("node_id", INT32, "0-3"),
     F("host", STRING, "0-3"),
     F("port", INT32, "0-3"),
-    F("coordinators", Array(message(
-        "Coordinator",
-        F("key", STRING),
-        F("node_id", INT32),
-        F("host", STRING),
-        F("port", INT32),
-        F("error_code", INT16),
-        F("error_message", STRING, nullable="0+", default=None),
-    )), "4+"),
+    F(
+        "coordinators",
+        Array(
+            message(
+                "Coordinator",
+                F("key", STRING),
+                F("node_id", INT32),
+                F("host", STRING),
+                F("port", INT32),
+                F("error_code", INT16),
+                F("error_message", STRING, nullable="0+", default=None),
+            )
+        ),
+        "4+",
+    ),
 )
 
 # JoinGroup (11) -----------------------------------------------------------------
@@ -49,11 +55,16 @@ JoinGroupRequest = message(
     F("member_id", STRING),
     F("group_instance_id", STRING, "5+", nullable="5+", default=None),
     F("protocol_type", STRING),
-    F("protocols", Array(message(
-        "Protocol",
-        F("name", STRING),
-        F("metadata", BYTES),
-    ))),
+    F(
+        "protocols",
+        Array(
+            message(
+                "Protocol",
+                F("name", STRING),
+                F("metadata", BYTES),
+            )
+        ),
+    ),
     F("reason", STRING, "8+", nullable="8+", default=None),
 )
 
@@ -67,12 +78,17 @@ JoinGroupResponse = message(
     F("leader", STRING),
     F("skip_assignment", BOOL, "9+"),
     F("member_id", STRING),
-    F("members", Array(message(
-        "Member",
-        F("member_id", STRING),
-        F("group_instance_id", STRING, "5+", nullable="5+", default=None),
-        F("metadata", BYTES),
-    ))),
+    F(
+        "members",
+        Array(
+            message(
+                "Member",
+                F("member_id", STRING),
+                F("group_instance_id", STRING, "5+", nullable="5+", default=None),
+                F("metadata", BYTES),
+            )
+        ),
+    ),
 )
 
 # SyncGroup (14) -----------------------------------------------------------------
@@ -85,11 +101,16 @@ SyncGroupRequest = message(
     F("group_instance_id", STRING, "3+", nullable="3+", default=None),
     F("protocol_type", STRING, "5+", nullable="5+", default=None),
     F("protocol_name", STRING, "5+", nullable="5+", default=None),
-    F("assignments", Array(message(
-        "Assignment",
-        F("member_id", STRING),
-        F("assignment", BYTES),
-    ))),
+    F(
+        "assignments",
+        Array(
+            message(
+                "Assignment",
+                F("member_id", STRING),
+                F("assignment", BYTES),
+            )
+        ),
+    ),
 )
 
 SyncGroupResponse = message(
@@ -123,24 +144,36 @@ LeaveGroupRequest = message(
     "LeaveGroupRequest",
     F("group_id", STRING),
     F("member_id", STRING, "0-2"),
-    F("members", Array(message(
-        "Member",
-        F("member_id", STRING),
-        F("group_instance_id", STRING, nullable="0+", default=None),
-        F("reason", STRING, "5+", nullable="5+", default=None),
-    )), "3+"),
+    F(
+        "members",
+        Array(
+            message(
+                "Member",
+                F("member_id", STRING),
+                F("group_instance_id", STRING, nullable="0+", default=None),
+                F("reason", STRING, "5+", nullable="5+", default=None),
+            )
+        ),
+        "3+",
+    ),
 )
 
 LeaveGroupResponse = message(
     "LeaveGroupResponse",
     F("throttle_time_ms", INT32, "1+"),
     F("error_code", INT16),
-    F("members", Array(message(
-        "Member",
-        F("member_id", STRING),
-        F("group_instance_id", STRING, nullable="0+"),
-        F("error_code", INT16),
-    )), "3+"),
+    F(
+        "members",
+        Array(
+            message(
+                "Member",
+                F("member_id", STRING),
+                F("group_instance_id", STRING, nullable="0+"),
+                F("error_code", INT16),
+            )
+        ),
+        "3+",
+    ),
 )
 
 # DescribeGroups (15) --------------------------------------------------------------
@@ -154,24 +187,34 @@ DescribeGroupsRequest = message(
 DescribeGroupsResponse = message(
     "DescribeGroupsResponse",
     F("throttle_time_ms", INT32, "1+"),
-    F("groups", Array(message(
-        "Group",
-        F("error_code", INT16),
-        F("group_id", STRING),
-        F("group_state", STRING),
-        F("protocol_type", STRING),
-        F("protocol_data", STRING),
-        F("members", Array(message(
-            "Member",
-            F("member_id", STRING),
-            F("group_instance_id", STRING, "4+", nullable="4+", default=None),
-            F("client_id", STRING),
-            F("client_host", STRING),
-            F("member_metadata", BYTES),
-            F("member_assignment", BYTES),
-        ))),
-        F("authorized_operations", INT32, "3+", default=INT32_MIN),
-    ))),
+    F(
+        "groups",
+        Array(
+            message(
+                "Group",
+                F("error_code", INT16),
+                F("group_id", STRING),
+                F("group_state", STRING),
+                F("protocol_type", STRING),
+                F("protocol_data", STRING),
+                F(
+                    "members",
+                    Array(
+                        message(
+                            "Member",
+                            F("member_id", STRING),
+                            F("group_instance_id", STRING, "4+", nullable="4+", default=None),
+                            F("client_id", STRING),
+                            F("client_host", STRING),
+                            F("member_metadata", BYTES),
+                            F("member_assignment", BYTES),
+                        )
+                    ),
+                ),
+                F("authorized_operations", INT32, "3+", default=INT32_MIN),
+            )
+        ),
+    ),
 )
 
 # ListGroups (16) ----------------------------------------------------------------
@@ -185,12 +228,17 @@ ListGroupsResponse = message(
     "ListGroupsResponse",
     F("throttle_time_ms", INT32, "1+"),
     F("error_code", INT16),
-    F("groups", Array(message(
-        "Group",
-        F("group_id", STRING),
-        F("protocol_type", STRING),
-        F("group_state", STRING, "4+"),
-    ))),
+    F(
+        "groups",
+        Array(
+            message(
+                "Group",
+                F("group_id", STRING),
+                F("protocol_type", STRING),
+                F("group_state", STRING, "4+"),
+            )
+        ),
+    ),
 )
 
 # DeleteGroups (42) ----------------------------------------------------------------
@@ -203,11 +251,16 @@ DeleteGroupsRequest = message(
 DeleteGroupsResponse = message(
     "DeleteGroupsResponse",
     F("throttle_time_ms", INT32),
-    F("results", Array(message(
-        "Result",
-        F("group_id", STRING),
-        F("error_code", INT16),
-    ))),
+    F(
+        "results",
+        Array(
+            message(
+                "Result",
+                F("group_id", STRING),
+                F("error_code", INT16),
+            )
+        ),
+    ),
 )
 
 # OffsetCommit (8) -----------------------------------------------------------------
@@ -219,31 +272,51 @@ OffsetCommitRequest = message(
     F("member_id", STRING, "1+"),
     F("group_instance_id", STRING, "7+", nullable="7+", default=None),
     F("retention_time_ms", INT64, "2-4", default=-1),
-    F("topics", Array(message(
-        "Topic",
-        F("name", STRING),
-        F("partitions", Array(message(
-            "Partition",
-            F("partition_index", INT32),
-            F("committed_offset", INT64),
-            F("committed_leader_epoch", INT32, "6+", default=-1),
-            F("committed_metadata", STRING, nullable="0+"),
-        ))),
-    ))),
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING),
+                F(
+                    "partitions",
+                    Array(
+                        message(
+                            "Partition",
+                            F("partition_index", INT32),
+                            F("committed_offset", INT64),
+                            F("committed_leader_epoch", INT32, "6+", default=-1),
+                            F("committed_metadata", STRING, nullable="0+"),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
 )
 
 OffsetCommitResponse = message(
     "OffsetCommitResponse",
     F("throttle_time_ms", INT32, "3+"),
-    F("topics", Array(message(
-        "Topic",
-        F("name", STRING),
-        F("partitions", Array(message(
-            "Partition",
-            F("partition_index", INT32),
-            F("error_code", INT16),
-        ))),
-    ))),
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING),
+                F(
+                    "partitions",
+                    Array(
+                        message(
+                            "Partition",
+                            F("partition_index", INT32),
+                            F("error_code", INT16),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
 )
 
 # OffsetFetch (9) ------------------------------------------------------------------
@@ -259,27 +332,38 @@ OffsetFetchRequest = message(
     "OffsetFetchRequest",
     F("group_id", STRING, "0-7"),
     F("topics", Array(_OffsetFetchTopic), "0-7", nullable="2-7"),
-    F("groups", Array(message(
-        "Group",
-        F("group_id", STRING),
-        F("member_id", STRING, "9+", nullable="9+", default=None),
-        F("member_epoch", INT32, "9+", default=-1),
-        F("topics", Array(_OffsetFetchTopic), nullable="0+"),
-    )), "8+"),
+    F(
+        "groups",
+        Array(
+            message(
+                "Group",
+                F("group_id", STRING),
+                F("member_id", STRING, "9+", nullable="9+", default=None),
+                F("member_epoch", INT32, "9+", default=-1),
+                F("topics", Array(_OffsetFetchTopic), nullable="0+"),
+            )
+        ),
+        "8+",
+    ),
     F("require_stable", BOOL, "7+"),
 )
 
 _OffsetFetchResponseTopic = message(
     "Topic",
     F("name", STRING),
-    F("partitions", Array(message(
-        "Partition",
-        F("partition_index", INT32),
-        F("committed_offset", INT64),
-        F("committed_leader_epoch", INT32, "5+", default=-1),
-        F("metadata", STRING, nullable="0+"),
-        F("error_code", INT16),
-    ))),
+    F(
+        "partitions",
+        Array(
+            message(
+                "Partition",
+                F("partition_index", INT32),
+                F("committed_offset", INT64),
+                F("committed_leader_epoch", INT32, "5+", default=-1),
+                F("metadata", STRING, nullable="0+"),
+                F("error_code", INT16),
+            )
+        ),
+    ),
 )
 
 OffsetFetchResponse = message(
@@ -287,12 +371,18 @@ OffsetFetchResponse = message(
     F("throttle_time_ms", INT32, "3+"),
     F("topics", Array(_OffsetFetchResponseTopic), "0-7"),
     F("error_code", INT16, "2-7"),
-    F("groups", Array(message(
-        "Group",
-        F("group_id", STRING),
-        F("topics", Array(_OffsetFetchResponseTopic)),
-        F("error_code", INT16),
-    )), "8+"),
+    F(
+        "groups",
+        Array(
+            message(
+                "Group",
+                F("group_id", STRING),
+                F("topics", Array(_OffsetFetchResponseTopic)),
+                F("error_code", INT16),
+            )
+        ),
+        "8+",
+    ),
 )
 
 # OffsetDelete (47) ----------------------------------------------------------------
@@ -300,27 +390,47 @@ OffsetFetchResponse = message(
 OffsetDeleteRequest = message(
     "OffsetDeleteRequest",
     F("group_id", STRING),
-    F("topics", Array(message(
-        "Topic",
-        F("name", STRING),
-        F("partitions", Array(message(
-            "Partition",
-            F("partition_index", INT32),
-        ))),
-    ))),
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING),
+                F(
+                    "partitions",
+                    Array(
+                        message(
+                            "Partition",
+                            F("partition_index", INT32),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
 )
 
 OffsetDeleteResponse = message(
     "OffsetDeleteResponse",
     F("error_code", INT16),
     F("throttle_time_ms", INT32),
-    F("topics", Array(message(
-        "Topic",
-        F("name", STRING),
-        F("partitions", Array(message(
-            "Partition",
-            F("partition_index", INT32),
-            F("error_code", INT16),
-        ))),
-    ))),
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING),
+                F(
+                    "partitions",
+                    Array(
+                        message(
+                            "Partition",
+                            F("partition_index", INT32),
+                            F("error_code", INT16),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
 )
