@@ -245,6 +245,7 @@ class Broker:
 
         limits = ServerLimits(
             max_request_bytes=self.config["socket.request.max.bytes"],
+            max_queued_request_bytes=self.config["queued.max.request.bytes"],
             idle_timeout_ms=self.config["connections.max.idle.ms"],
         )
         self.server = Server(Dispatcher(self).dispatch, limits)

@@ -364,7 +364,20 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         "Allow a replica outside the ISR to become leader.",
     ),
     Setting(
-        "socket.request.max.bytes", _S.INT, 104857600, "Largest request the broker reads.", min=1
+        "socket.request.max.bytes",
+        _S.INT,
+        104857600,
+        "Largest request the broker reads.",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "queued.max.request.bytes",
+        _S.LONG,
+        268435456,
+        "Memory for requests, shared by all connections: a request's whole size is reserved when its size header is read, and a connection stops reading while the pool cannot grant it. Requests over 1 MiB together get at most 3/4 of it (a lone one, all that is free), so huge slow uploads leave room for small requests. At least socket.request.max.bytes; -1 no bound (Kafka's default). 256 MiB bounds request memory whatever clients send, yet takes a request of the default largest size beside ordinary traffic.",
+        min=-1,
+        read_only=True,
     ),
     Setting(
         "connections.max.idle.ms",
@@ -592,7 +605,18 @@ class BrokerConfig:
             if setting is None:
                 raise ConfigError(f"unknown setting {name!r}")
             given[name] = setting.parse(text)
-        return cls(given)
+        config = cls(given)
+        config.check_together()
+        return config
+
+    def check_together(self) -> None:
+        """Checks the settings that bound one another."""
+        pool, largest = self["queued.max.request.bytes"], self["socket.request.max.bytes"]
+        if pool != -1 and pool < largest:
+            raise ConfigError(
+                f"queued.max.request.bytes ({pool}) must be at least "
+                f"socket.request.max.bytes ({largest}), or -1 for no bound"
+            )
 
     def __getitem__(self, name: str) -> Any:
         setting = BROKER[name]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import struct
 from typing import Any
 
@@ -131,3 +132,137 @@ def test_no_response_for_acks_zero_keeps_order() -> None:
         return transport.written
 
     assert b"".join(asyncio.run(run())) == frame(b"a") + frame(b"b")
+
+
+def connect_to(server: Server) -> tuple[KafkaConnection, FakeTransport]:
+    conn = KafkaConnection(server)
+    transport = FakeTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    return conn, transport
+
+
+def test_pool_grants_whole_frames_in_turn_so_it_cannot_deadlock() -> None:
+    """Every connection announces a frame bigger than half the pool: one at a time
+    is granted (whole), the others stop reading until it is answered, and all finish."""
+
+    async def run() -> tuple[list[bool], int, list[bytes], int]:
+        answered: list[bytes] = []
+
+        def dispatch(data: memoryview, ctx: ConnectionContext) -> Any:
+            answered.append(bytes(data[:2]))
+            return frame(b"ok")
+
+        server = Server(
+            dispatch, ServerLimits(max_request_bytes=1000, max_queued_request_bytes=1000)
+        )
+        conns = [connect_to(server) for _ in range(4)]
+        bodies = [bytes([65 + i]) * 900 for i in range(4)]
+        for (conn, _), body in zip(conns, bodies, strict=True):
+            conn.data_received(frame(body)[:300])  # the header and a third of the body
+        paused = [t.paused for _, t in conns]
+        used = server.pool.used
+        # The rest of every body arrives as each connection reads again.
+        for _ in range(10):
+            for (conn, transport), body in zip(conns, bodies, strict=True):
+                if not transport.paused and conn._buf:
+                    conn.data_received(frame(body)[300:])
+            await settle()
+        return paused, used, answered, server.pool.used
+
+    paused, used, answered, used_after = asyncio.run(run())
+    assert paused == [False, True, True, True]
+    assert (used, used_after) == (900, 0)
+    assert sorted(answered) == [b"AA", b"BB", b"CC", b"DD"]
+
+
+def test_small_requests_get_memory_while_large_ones_fill_their_share() -> None:
+    async def run() -> tuple[bool, bool, int]:
+        server = Server(lambda d, c: frame(b"ok"), ServerLimits(max_queued_request_bytes=8 << 20))
+        big = [connect_to(server) for _ in range(3)]
+        for conn, _ in big:
+            conn.data_received(struct.pack(">i", 3 << 20))  # a 3 MiB frame, announced only
+        small, small_transport = connect_to(server)
+        small.data_received(frame(b"x" * 1000))
+        await settle()
+        # Two large frames fit in 3/4 of the pool, the third waits; the small one is served.
+        return big[1][1].paused, big[2][1].paused, len(small_transport.written)
+
+    second_paused, third_paused, small_answers = asyncio.run(run())
+    assert (second_paused, third_paused, small_answers) == (False, True, 1)
+
+
+def test_a_burst_of_pipelined_frames_is_handled_in_slices() -> None:
+    async def run() -> list[int]:
+        handled: list[int] = []
+        slices: list[int] = []
+
+        def dispatch(data: memoryview, ctx: ConnectionContext) -> Any:
+            handled.append(1)
+            return frame(b"ok")
+
+        conn, transport = connect(dispatch, max_frames_per_slice=16)
+        conn.data_received(b"".join(frame(b"r%d" % i) for i in range(100)))
+        slices.append(len(handled))
+        for _ in range(20):
+            await asyncio.sleep(0)
+            slices.append(len(handled))
+        assert len(transport.written) == 100 and not transport.paused
+        return slices
+
+    slices = asyncio.run(run())
+    assert slices[0] == 16  # the rest waits for the next turn of the loop
+    assert slices[-1] == 100
+    assert all(b - a <= 16 for a, b in itertools.pairwise(slices))
+
+
+def test_reading_pauses_at_the_bound_on_unanswered_requests() -> None:
+    async def run() -> tuple[int, bool, int, int, bool]:
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[bytes]] = []
+        most_unanswered = 0
+
+        def dispatch(data: memoryview, ctx: ConnectionContext) -> Any:
+            nonlocal most_unanswered
+            fut: asyncio.Future[bytes] = loop.create_future()
+            futures.append(fut)
+            most_unanswered = max(most_unanswered, sum(not f.done() for f in futures))
+            return fut
+
+        conn, transport = connect(dispatch, max_inflight_requests=5)
+        conn.data_received(b"".join(frame(b"r%d" % i) for i in range(12)))
+        await settle()
+        taken, paused = len(futures), transport.paused
+        for _ in range(10):
+            for fut in futures:
+                if not fut.done():
+                    fut.set_result(frame(b"ok"))
+            await settle()
+        return taken, paused, most_unanswered, len(transport.written), transport.paused
+
+    taken, paused, most, written, paused_after = asyncio.run(run())
+    assert (taken, paused) == (5, True)
+    assert (most, written, paused_after) == (5, 12, False)
+
+
+def test_a_large_frame_across_many_reads_is_assembled_whole_and_in_order() -> None:
+    async def run() -> tuple[list[bytes], int]:
+        def dispatch(data: memoryview, ctx: ConnectionContext) -> Any:
+            body = bytes(data)
+            return frame(body[:1] + str(len(body)).encode())
+
+        conn, transport = connect(dispatch)
+        big = bytes(range(256)) * (3 * 4096 + 7)  # ~3 MiB, not a multiple of the reads
+        stream = frame(b"a") + frame(big) + frame(b"c") + frame(b"d")
+        for i in range(0, len(stream), 250_000):
+            conn.data_received(stream[i : i + 250_000])
+            await settle()
+        await settle()
+        assert not conn._buf
+        return transport.written, conn._server.pool.used
+
+    written, used = asyncio.run(run())
+    size = len(bytes(range(256)) * (3 * 4096 + 7))
+    assert b"".join(written) == b"".join(
+        frame(x) for x in (b"a1", b"\x00" + str(size).encode(), b"c1", b"d1")
+    )
+    assert used == 0

@@ -5,10 +5,23 @@ path). Frames are cut from the byte stream as they arrive and handed to the
 dispatcher; a response may be ready at once or later (a long-poll fetch, an
 acks=all produce) and responses are written strictly in request order.
 
-Flow control: reading pauses while a connection's pending requests hold more
-than ``max_pending_bytes`` or while the transport's write buffer is above its
-high-water mark, so a client that does not read its responses cannot make the
-broker buffer without bound.
+Bounds (issue 10): memory and work are bounded per connection and globally.
+
+- Request memory: every frame is granted its whole size from one
+  ``RequestMemoryPool`` shared by all connections (``queued.max.request.bytes``)
+  when its 4-byte size header is read, before its body is buffered; the grant
+  is returned when the request has been answered. A connection the pool cannot
+  serve stops reading until memory is released. Grants are whole frames, so a
+  connection holding memory never waits for more and the pool cannot deadlock.
+  Only bytes read ahead of a refused header (at most one socket read per
+  connection) are held outside the pool.
+- Responses: a connection stops reading while it has ``max_inflight_requests``
+  requests unanswered, ``max_queued_response_bytes`` of answers waiting to be
+  written, ``max_pending_bytes`` of requests in progress, or a transport write
+  buffer above its high-water mark (a client that does not read its responses
+  is muted, as Kafka mutes a channel), and resumes when they drain.
+- Work: at most ``max_frames_per_slice`` frames of one connection are handled
+  before the loop serves others, so a pipelining client cannot stall the rest.
 
 Record bytes of fetch responses go out with ``sendfile(2)`` from the segment
 file straight to the socket once the transport's own buffer is empty (uvloop
@@ -31,6 +44,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
+
+from kbroker.config import BROKER, as_int
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +96,75 @@ class ConnectionContext:
 Dispatch = Callable[[memoryview, ConnectionContext], "Response | Awaitable[Response]"]
 
 
+def _default(name: str) -> int:
+    return as_int(BROKER[name].default)
+
+
 @dataclass
 class ServerLimits:
-    max_request_bytes: int = 104_857_600  # socket.request.max.bytes
-    max_pending_bytes: int = 64 * 1024 * 1024  # per connection, before reading pauses
-    idle_timeout_ms: int = 600_000  # connections.max.idle.ms
-    write_high_water: int = 4 * 1024 * 1024
+    max_request_bytes: int = _default("socket.request.max.bytes")
+    # Request memory shared by all connections; -1 no bound.
+    max_queued_request_bytes: int = _default("queued.max.request.bytes")
+    idle_timeout_ms: int = _default("connections.max.idle.ms")
+    # Per connection, before reading pauses:
+    max_pending_bytes: int = 64 * 1024 * 1024  # request bytes of unanswered requests
+    max_inflight_requests: int = 100  # requests read and not yet answered
+    max_queued_response_bytes: int = 16 * 1024 * 1024  # answers waiting to be written
+    write_high_water: int = 4 * 1024 * 1024  # the transport's own write buffer
+    # Frames of one connection handled before the loop serves others.
+    max_frames_per_slice: int = 16
+
+
+class RequestMemoryPool:
+    """Request memory shared by every connection (Kafka's ``queued.max.request.bytes``).
+
+    A frame is granted its whole size or nothing, so a connection that holds
+    memory never waits for more. Requests larger than ``SMALL_REQUEST_BYTES``
+    may together use at most three quarters of the pool, except that one of
+    them may always use what is free: slow uploads of huge requests leave room
+    for ordinary clients' small requests, and any request up to the pool's size
+    is served in turn.
+    """
+
+    SMALL_REQUEST_BYTES = 1024 * 1024
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity  # < 0: no bound
+        self.used = 0
+        self._large_used = 0
+        # Connections waiting for memory, in arrival order, and the size each needs.
+        self._waiters: dict[KafkaConnection, int] = {}
+
+    def try_reserve(self, size: int) -> bool:
+        large = size > self.SMALL_REQUEST_BYTES
+        if self.capacity >= 0:
+            if self.used + size > self.capacity:
+                return False
+            if large and self._large_used and self._large_used + size > self.capacity * 3 // 4:
+                return False
+        self.used += size
+        if large:
+            self._large_used += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        if size > self.SMALL_REQUEST_BYTES:
+            self._large_used -= size
+        # Wake, in order, the waiters whose frames now fit (each tries again).
+        free = self.capacity - self.used
+        for conn, need in list(self._waiters.items()):
+            if need <= free:
+                del self._waiters[conn]
+                free -= need
+                conn.pool_released()
+
+    def wait(self, conn: KafkaConnection, size: int) -> None:
+        """Calls ``conn.pool_released()`` once ``size`` bytes may be free."""
+        self._waiters[conn] = size
+
+    def forget(self, conn: KafkaConnection) -> None:
+        self._waiters.pop(conn, None)
 
 
 _conn_ids = itertools.count(1)
@@ -102,11 +180,20 @@ class KafkaConnection(asyncio.Protocol):
         self._server = server
         self.transport = None
         self.ctx = ConnectionContext(next(_conn_ids), "?")
+        # Bytes received and not yet cut into frames.
         self._buf = bytearray()
+        # Pool memory granted to the frame at the head of self._buf.
+        self._reserved = 0
+        # Frames may be waiting in self._buf (a slice ended, a bound was hit).
+        self._backlog = False
+        self._waiting_for_pool = False
+        self._resume_handle: asyncio.Handle | None = None
         self._pending: collections.deque[asyncio.Future[Response] | Response] = collections.deque()
         self._pending_bytes = 0
+        self._queued_response_bytes = 0
         self._writer_task: asyncio.Task[None] | None = None
         self._read_paused = False
+        self._reading_stopped = False  # for good: the server is stopping
         self._write_paused = False
         self._write_resumed: asyncio.Event | None = None
         self._closed = False
@@ -130,6 +217,14 @@ class KafkaConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._server.connections.discard(self)
+        self._server.pool.forget(self)
+        if self._resume_handle is not None:
+            self._resume_handle.cancel()
+            self._resume_handle = None
+        if self._reserved:
+            self._server.pool.release(self._reserved)
+            self._reserved = 0
+        self._buf = bytearray()
         for item in self._pending:
             if isinstance(item, asyncio.Future) and not item.done():
                 item.cancel()
@@ -153,81 +248,132 @@ class KafkaConnection(asyncio.Protocol):
         self._update_reading()
 
     def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
         self.last_active = time.monotonic()
         # Frames wholly inside `data` are handed on as slices of it (no copy);
-        # only a frame split across reads is assembled in self._buf.
-        buf = self._buf
-        if buf:
-            buf += data
-            source: bytes | bytearray = buf
+        # only a frame split across reads, or frames left for later, are kept
+        # in self._buf.
+        if self._buf:
+            self._buf += data
+            self._take_frames(self._buf)
         else:
-            source = data
-        limit = self._server.limits.max_request_bytes
+            self._take_frames(data)
+
+    def pool_released(self) -> None:
+        """The request memory pool has memory again: try the waiting frame."""
+        self._waiting_for_pool = False
+        self._update_reading()
+
+    def _resume(self) -> None:
+        self._resume_handle = None
+        if not self._closed:
+            self._take_frames(self._buf)
+
+    def _take_frames(self, source: bytes | bytearray) -> None:
+        """Dispatches the whole frames at the start of ``source`` as far as the
+        bounds allow, and keeps the rest in ``self._buf``."""
+        limits = self._server.limits
+        pool = self._server.pool
+        self._backlog = False
+        budget = limits.max_frames_per_slice
         pos = 0
         end = len(source)
         view = memoryview(source)
-        while end - pos >= 4:
+        while end - pos >= 4 and not self._closed:
+            if budget == 0 or self._must_wait():
+                self._backlog = True
+                break
             (size,) = _SIZE.unpack_from(source, pos)
-            if size < 0 or size > limit:
+            if size < 0 or size > limits.max_request_bytes:
                 log.warning(
-                    "closing %s: request frame of %d bytes (limit %d)", self.ctx.peer, size, limit
+                    "closing %s: request frame of %d bytes (limit %d)",
+                    self.ctx.peer,
+                    size,
+                    limits.max_request_bytes,
                 )
                 self.close()
                 return
-            if end - pos - 4 < size:
+            if not self._reserved:
+                # Whole frames only: memory is granted before the body is read.
+                if not pool.try_reserve(size):
+                    self._backlog = self._waiting_for_pool = True
+                    pool.wait(self, size)
+                    break
+                self._reserved = size
+            frame_end = pos + 4 + size
+            if frame_end > end:
                 break
-            if source is not buf:
-                frame = view[pos + 4 : pos + 4 + size]
-            elif pos == 0 and size + 4 == end:
-                # The buffer holds exactly this frame: hand it over whole.
-                frame = view[4:]
-                self._buf = bytearray()
+            if source is not self._buf:
+                frame = view[pos + 4 : frame_end]
+                pos = frame_end
+            elif pos == 0 and size >= end - frame_end:
+                # A large frame at the head of the buffer: hand the buffer
+                # over and copy what follows it instead.
+                frame = view[4:frame_end]
+                source = self._buf = bytearray(view[frame_end:])
+                view = memoryview(source)
+                end = len(source)
             else:
-                frame = memoryview(bytes(view[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
-            self._submit(frame, size)
-            if self._closed:
-                return
-        if source is buf:
-            if self._buf is buf and pos:
-                view.release()
-                del buf[:pos]
+                frame = memoryview(bytes(view[pos + 4 : frame_end]))
+                pos = frame_end
+            reserved, self._reserved = self._reserved, 0
+            budget -= 1
+            self._submit(frame, reserved)
+        if self._closed:
+            return
+        if source is self._buf:
+            view.release()
+            if pos:
+                del self._buf[:pos]
         elif pos < end:
-            self._buf += data[pos:]
+            self._buf = bytearray(view[pos:])
         self._update_reading()
 
     # -- requests and responses --------------------------------------------
 
     def _submit(self, frame: memoryview, size: int) -> None:
+        """Dispatches one frame; ``size`` bytes of the pool are held for it
+        until it has been answered."""
+        pool = self._server.pool
         try:
             result = self._server.dispatch(frame, self.ctx)
         except CloseConnection as exc:
+            pool.release(size)
             log.warning("closing %s: %s", self.ctx.peer, exc)
             self.close()
             return
         except Exception:
+            pool.release(size)
             log.exception("closing %s: request handler failed", self.ctx.peer)
             self.close()
             return
         if isinstance(result, Awaitable):
             fut = asyncio.ensure_future(result)
             self._pending_bytes += size
-            fut.add_done_callback(functools.partial(self._release, size))
+            fut.add_done_callback(functools.partial(self._answered, size))
             self._pending.append(fut)
             self._ensure_writer()
-        elif (
+            return
+        pool.release(size)
+        if (
             self._pending
             or self._writer_task is not None
             or (result is not None and self._needs_sendfile(result))
         ):
             # Behind earlier answers, or zero-copy: the writer task sends it in order.
             self._pending.append(result)
+            self._queued_response_bytes += _held_bytes(result)
             self._ensure_writer()
         elif result is not None:
             self._write_now(result)
 
-    def _release(self, size: int, _fut: object = None) -> None:
+    def _answered(self, size: int, fut: asyncio.Future[Response]) -> None:
+        """An asynchronous request is done: its request bytes are no longer held."""
+        self._server.pool.release(size)
         self._pending_bytes -= size
+        if not fut.cancelled() and fut.exception() is None:
+            self._queued_response_bytes += _held_bytes(fut.result())
         self._update_reading()
 
     @staticmethod
@@ -270,6 +416,8 @@ class KafkaConnection(asyncio.Protocol):
                 else:
                     response = head
                 self._pending.popleft()
+                self._queued_response_bytes -= _held_bytes(response)
+                self._update_reading()
                 if response is None or self._closed:
                     continue
                 if not isinstance(response, bytes) and self._needs_sendfile(response):
@@ -360,12 +508,31 @@ class KafkaConnection(asyncio.Protocol):
 
     # -- flow control and closing ------------------------------------------
 
+    def _must_wait(self) -> bool:
+        """Whether this connection may not take another request now."""
+        limits = self._server.limits
+        return (
+            self._reading_stopped
+            or self._write_paused
+            or len(self._pending) >= limits.max_inflight_requests
+            or self._pending_bytes > limits.max_pending_bytes
+            or self._queued_response_bytes > limits.max_queued_response_bytes
+        )
+
     def _update_reading(self) -> None:
+        """Reads only while no frame waits in the buffer and no bound is hit;
+        schedules the waiting frames once they may go on."""
         if self.transport is None or self._closed:
             return
-        should_pause = (
-            self._pending_bytes > self._server.limits.max_pending_bytes or self._write_paused
-        )
+        must_wait = self._must_wait()
+        if (
+            self._backlog
+            and not must_wait
+            and not self._waiting_for_pool
+            and self._resume_handle is None
+        ):
+            self._resume_handle = asyncio.get_running_loop().call_soon(self._resume)
+        should_pause = self._backlog or must_wait
         if should_pause and not self._read_paused:
             self.transport.pause_reading()
             self._read_paused = True
@@ -377,6 +544,11 @@ class KafkaConnection(asyncio.Protocol):
         if self.transport is not None and not self._closed:
             self._closed = True
             self.transport.close()
+
+    def stop_reading(self) -> None:
+        """Reads and dispatches no more requests (those read are still answered)."""
+        self._reading_stopped = True
+        self._update_reading()
 
     @property
     def busy(self) -> bool:
@@ -396,6 +568,15 @@ def _set_done(fut: asyncio.Future[None]) -> None:
 _BYTES = (bytes, bytearray, memoryview)
 
 
+def _held_bytes(response: Response) -> int:
+    """Memory a queued response holds (file parts are read only when sent)."""
+    if response is None:
+        return 0
+    if isinstance(response, bytes):
+        return len(response)
+    return sum(len(p) if isinstance(p, _BYTES) else 0 for p in response)
+
+
 def _materialize(part: ResponsePart) -> bytes | bytearray | memoryview:
     if isinstance(part, _BYTES):
         return part
@@ -411,6 +592,7 @@ class Server:
     def __init__(self, dispatch: Dispatch, limits: ServerLimits) -> None:
         self.dispatch = dispatch
         self.limits = limits
+        self.pool = RequestMemoryPool(limits.max_queued_request_bytes)
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.base_events.Server | None = None
         self._idle_task: asyncio.Task[None] | None = None
@@ -442,8 +624,7 @@ class Server:
             self._idle_task.cancel()
         conns = list(self.connections)
         for conn in conns:
-            if conn.transport is not None:
-                conn.transport.pause_reading()
+            conn.stop_reading()
         if conns:
             await asyncio.wait([asyncio.ensure_future(c.drain()) for c in conns], timeout=grace_s)
         for conn in conns:
