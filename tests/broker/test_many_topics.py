@@ -13,6 +13,8 @@ import time
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from kbroker.metadata import METADATA_FILE, METADATA_LOG
+
 WAIT = 120
 TOPICS = 600
 
@@ -106,3 +108,21 @@ def test_partitions_beyond_the_broker_limit_are_refused_before_anything_is_made(
             break
         time.sleep(0.2)
     assert len(md.topics["small"].partitions) == 100
+
+
+def test_a_topic_change_writes_the_same_whatever_the_number_of_topics(broker) -> None:  # type: ignore[no-untyped-def]
+    """A change appends one short line to the change log; it never rewrites the whole metadata."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    change_log = broker.data_dir / METADATA_LOG
+    snapshot = broker.data_dir / METADATA_FILE
+    grown = []
+    for batch in range(3):
+        _created(admin.create_topics([NewTopic(f"bulk{batch}.{i}", 1, 1) for i in range(400)]))
+        before = change_log.stat().st_size
+        snapshot_before = snapshot.stat().st_mtime_ns if snapshot.exists() else None
+        _created(admin.create_topics([NewTopic(f"single{batch}", 1, 1)]))
+        grown.append(change_log.stat().st_size - before)
+        assert (snapshot.stat().st_mtime_ns if snapshot.exists() else None) == snapshot_before
+    # The same few hundred bytes with 401, 802 and 1203 topics.
+    assert max(grown) < 1024, grown
+    assert max(grown) - min(grown) < 16, grown
