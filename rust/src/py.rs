@@ -14,19 +14,48 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use crate::cleaner::{
-    CleanStats as CoreCleanStats, CleanableInfo as CoreCleanableInfo, CleanerConfig as CoreCleanerConfig,
+    CleanStats as CoreCleanStats, CleanableInfo as CoreCleanableInfo,
+    CleanerConfig as CoreCleanerConfig,
 };
 use crate::compression::Codec;
 use crate::error::Error;
-use crate::log::{AppendInfo as CoreAppendInfo, Log as CoreLog, LogConfig as CoreLogConfig, LogSlice as CoreLogSlice};
+use crate::log::{
+    AppendInfo as CoreAppendInfo, Log as CoreLog, LogConfig as CoreLogConfig,
+    LogSlice as CoreLogSlice, RecoveryNote as CoreRecoveryNote,
+};
 use crate::records::{self, BatchBuilder, ValidateOptions};
 use crate::sendfile::{self, SendOutcome};
 
-create_exception!(_kbroker, KBrokerError, PyException, "Base class of kbroker storage errors.");
-create_exception!(_kbroker, CorruptRecordError, KBrokerError, "Bytes that are not a valid record batch.");
-create_exception!(_kbroker, InvalidRecordError, KBrokerError, "A well-formed batch that breaks a rule.");
-create_exception!(_kbroker, RecordTooLargeError, KBrokerError, "A batch larger than the configured limit.");
-create_exception!(_kbroker, OffsetOutOfRangeError, KBrokerError, "An offset outside the log.");
+create_exception!(
+    _kbroker,
+    KBrokerError,
+    PyException,
+    "Base class of kbroker storage errors."
+);
+create_exception!(
+    _kbroker,
+    CorruptRecordError,
+    KBrokerError,
+    "Bytes that are not a valid record batch."
+);
+create_exception!(
+    _kbroker,
+    InvalidRecordError,
+    KBrokerError,
+    "A well-formed batch that breaks a rule."
+);
+create_exception!(
+    _kbroker,
+    RecordTooLargeError,
+    KBrokerError,
+    "A batch larger than the configured limit."
+);
+create_exception!(
+    _kbroker,
+    OffsetOutOfRangeError,
+    KBrokerError,
+    "An offset outside the log."
+);
 
 /// Above this many bytes a pure computation releases the GIL.
 const GIL_RELEASE_BYTES: usize = 4096;
@@ -43,7 +72,9 @@ impl<'a, 'py> FromPyObject<'a, 'py> for ByteView {
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         let buf = PyBuffer::<u8>::get(&obj)?;
         if !buf.is_c_contiguous() {
-            return Err(PyValueError::new_err("a contiguous bytes-like object is required"));
+            return Err(PyValueError::new_err(
+                "a contiguous bytes-like object is required",
+            ));
         }
         Ok(ByteView(buf))
     }
@@ -71,6 +102,13 @@ impl From<Error> for PyErr {
                 Some(errno) => PyOSError::new_err((errno, msg)),
                 None => PyOSError::new_err(msg),
             },
+            Error::File(path, e) => match e.raw_os_error() {
+                Some(errno) => {
+                    PyOSError::new_err((errno, e.to_string(), path.to_string_lossy().into_owned()))
+                }
+                None => PyOSError::new_err(msg),
+            },
+            Error::BadStateFile(..) => KBrokerError::new_err(msg),
             Error::CorruptRecord(_) | Error::Varint(_) => CorruptRecordError::new_err(msg),
             Error::InvalidRecord(_) => InvalidRecordError::new_err(msg),
             Error::RecordTooLarge { .. } => RecordTooLargeError::new_err(msg),
@@ -125,7 +163,12 @@ fn validate_batches(
     require_keys: bool,
 ) -> PyResult<Vec<BatchInfo>> {
     let data = data.as_slice();
-    let opts = ValidateOptions { max_batch_bytes, inspect_compressed, max_decompressed_bytes, require_keys };
+    let opts = ValidateOptions {
+        max_batch_bytes,
+        inspect_compressed,
+        max_decompressed_bytes,
+        require_keys,
+    };
     let work = || -> Result<Vec<BatchInfo>, Error> {
         let mut out = Vec::new();
         for (position, size) in records::split_batches(data)? {
@@ -148,7 +191,11 @@ fn validate_batches(
         }
         Ok(out)
     };
-    Ok(if data.len() > GIL_RELEASE_BYTES { py.detach(work)? } else { work()? })
+    Ok(if data.len() > GIL_RELEASE_BYTES {
+        py.detach(work)?
+    } else {
+        work()?
+    })
 }
 
 type PyRecord<'py> = (
@@ -176,9 +223,20 @@ fn decode_records<'py>(
             let headers = r
                 .headers
                 .into_iter()
-                .map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), v.map(|v| PyBytes::new(py, &v))))
+                .map(|(k, v)| {
+                    (
+                        String::from_utf8_lossy(&k).into_owned(),
+                        v.map(|v| PyBytes::new(py, &v)),
+                    )
+                })
                 .collect();
-            (r.offset, r.timestamp, r.key.map(|k| PyBytes::new(py, &k)), r.value.map(|v| PyBytes::new(py, &v)), headers)
+            (
+                r.offset,
+                r.timestamp,
+                r.key.map(|k| PyBytes::new(py, &k)),
+                r.value.map(|v| PyBytes::new(py, &v)),
+                headers,
+            )
         })
         .collect())
 }
@@ -210,7 +268,11 @@ fn build_batch<'py>(
         let key: Option<Vec<u8>> = tuple.get_item(0)?.extract()?;
         let value: Option<Vec<u8>> = tuple.get_item(1)?.extract()?;
         let headers: Vec<(String, Option<Vec<u8>>)> = tuple.get_item(2)?.extract()?;
-        let ts: i64 = if tuple.len() > 3 { tuple.get_item(3)?.extract()? } else { timestamp };
+        let ts: i64 = if tuple.len() > 3 {
+            tuple.get_item(3)?.extract()?
+        } else {
+            timestamp
+        };
         builder.push(ts, key.as_deref(), value.as_deref(), &headers);
     }
     let bytes = py.detach(|| builder.build())?;
@@ -220,14 +282,119 @@ fn build_batch<'py>(
 /// sendfile(2) from `in_fd` at `offset` to `out_fd`. Returns the bytes sent,
 /// or None when the socket would block before anything was sent.
 #[pyfunction(name = "sendfile")]
-fn py_sendfile(py: Python<'_>, out_fd: RawFd, in_fd: RawFd, offset: u64, count: usize) -> PyResult<Option<usize>> {
+fn py_sendfile(
+    py: Python<'_>,
+    out_fd: RawFd,
+    in_fd: RawFd,
+    offset: u64,
+    count: usize,
+) -> PyResult<Option<usize>> {
     match py.detach(|| sendfile::sendfile(out_fd, in_fd, offset, count))? {
         SendOutcome::Sent(n) => Ok(Some(n)),
         SendOutcome::WouldBlock => Ok(None),
     }
 }
 
+// -- open segment files --------------------------------------------------
+
+/// Sets the process-wide bound on open segment files (log.max.open.files);
+/// handles above it are closed now.
+#[pyfunction]
+fn set_max_open_files(n: usize) {
+    crate::filecache::set_max_open_files(n)
+}
+
+/// The bound on open segment files.
+#[pyfunction]
+fn max_open_files() -> usize {
+    crate::filecache::max_open_files()
+}
+
+/// Segment files open now (not counting deleted ones readers still hold).
+#[pyfunction]
+fn open_segment_files() -> usize {
+    crate::filecache::open_files()
+}
+
+// -- offline verify ------------------------------------------------------
+
+/// A batch `verify_log_dir` found bad.
+#[pyclass(frozen, get_all, module = "kbroker._kbroker")]
+struct BadBatch {
+    segment_file: String,
+    position: u64,
+    offset: i64,
+    reason: String,
+    unreadable_after: u64,
+}
+
+/// What `verify_log_dir` found in one partition directory.
+#[pyclass(frozen, get_all, module = "kbroker._kbroker")]
+struct VerifyReport {
+    segments: usize,
+    batches: u64,
+    bytes: u64,
+    clean_shutdown: bool,
+    bad: Vec<Py<BadBatch>>,
+}
+
+/// Checks every batch of every segment of a partition directory (magic,
+/// sizes, CRC-32C, offsets), read only.
+#[pyfunction]
+fn verify_log_dir(py: Python<'_>, dir: &str) -> PyResult<VerifyReport> {
+    let r = py.detach(|| crate::verify::verify_log_dir(Path::new(dir)))?;
+    let bad = r
+        .bad
+        .into_iter()
+        .map(|b| {
+            Py::new(
+                py,
+                BadBatch {
+                    segment_file: b.segment_file.to_string_lossy().into_owned(),
+                    position: b.position,
+                    offset: b.offset,
+                    reason: b.reason,
+                    unreadable_after: b.unreadable_after,
+                },
+            )
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(VerifyReport {
+        segments: r.segments,
+        batches: r.batches,
+        bytes: r.bytes,
+        clean_shutdown: r.clean_shutdown,
+        bad,
+    })
+}
+
 // -- the log -------------------------------------------------------------
+
+/// One thing recovery did when a log was opened. `kind` is one of
+/// truncated, deleted-segment, reset, rebuilt-indexes, bad-checkpoint;
+/// `segment` is the segment's base offset (-1 for a checkpoint).
+#[pyclass(frozen, get_all, module = "kbroker._kbroker")]
+struct RecoveryNote {
+    kind: &'static str,
+    segment: i64,
+    position: u64,
+    offset: i64,
+    bytes: u64,
+    detail: String,
+}
+
+impl From<&CoreRecoveryNote> for RecoveryNote {
+    fn from(n: &CoreRecoveryNote) -> Self {
+        RecoveryNote {
+            kind: n.kind.as_str(),
+            segment: n.segment,
+            position: n.position,
+            offset: n.offset,
+            bytes: n.bytes,
+            detail: n.detail.clone(),
+        }
+    }
+}
 
 /// Storage settings of one partition log (Kafka's topic-level names, in snake case).
 #[pyclass(name = "LogConfig", module = "kbroker._kbroker", get_all, set_all)]
@@ -289,7 +456,8 @@ impl PyLogConfig {
             delete_retention_ms: delete_retention_ms.unwrap_or(d.delete_retention_ms),
             min_compaction_lag_ms: min_compaction_lag_ms.unwrap_or(d.min_compaction_lag_ms),
             max_compaction_lag_ms: max_compaction_lag_ms.unwrap_or(d.max_compaction_lag_ms),
-            min_cleanable_dirty_ratio: min_cleanable_dirty_ratio.unwrap_or(d.min_cleanable_dirty_ratio),
+            min_cleanable_dirty_ratio: min_cleanable_dirty_ratio
+                .unwrap_or(d.min_cleanable_dirty_ratio),
         }
     }
 
@@ -539,7 +707,13 @@ impl LogSlice {
     }
     /// Sends `count` bytes of the slice from `offset` (relative to the slice)
     /// to socket `out_fd`. Returns bytes sent, or None on would-block.
-    fn sendfile(&self, py: Python<'_>, out_fd: RawFd, offset: usize, count: usize) -> PyResult<Option<usize>> {
+    fn sendfile(
+        &self,
+        py: Python<'_>,
+        out_fd: RawFd,
+        offset: usize,
+        count: usize,
+    ) -> PyResult<Option<usize>> {
         if offset > self.inner.length || count > self.inner.length - offset {
             return Err(PyValueError::new_err("range outside the slice"));
         }
@@ -563,23 +737,54 @@ impl Log {
     fn open(py: Python<'_>, dir: &str, config: &PyLogConfig, now_ms: i64) -> PyResult<Self> {
         let cfg = CoreLogConfig::from(config);
         let log = py.detach(|| CoreLog::open(Path::new(dir), cfg, now_ms))?;
-        Ok(Log { inner: Arc::new(log) })
+        Ok(Log {
+            inner: Arc::new(log),
+        })
     }
 
     #[pyo3(signature = (batches, leader_epoch, log_append_time_ms, now_ms))]
-    fn append(&self, py: Python<'_>, batches: ByteView, leader_epoch: i32, log_append_time_ms: Option<i64>, now_ms: i64) -> PyResult<AppendInfo> {
+    fn append(
+        &self,
+        py: Python<'_>,
+        batches: ByteView,
+        leader_epoch: i32,
+        log_append_time_ms: Option<i64>,
+        now_ms: i64,
+    ) -> PyResult<AppendInfo> {
         let batches = batches.as_slice();
-        Ok(py.detach(|| self.inner.append(batches, leader_epoch, log_append_time_ms, now_ms))?.into())
+        Ok(py
+            .detach(|| {
+                self.inner
+                    .append(batches, leader_epoch, log_append_time_ms, now_ms)
+            })?
+            .into())
     }
 
-    fn append_as_follower(&self, py: Python<'_>, batches: ByteView, now_ms: i64) -> PyResult<AppendInfo> {
+    fn append_as_follower(
+        &self,
+        py: Python<'_>,
+        batches: ByteView,
+        now_ms: i64,
+    ) -> PyResult<AppendInfo> {
         let batches = batches.as_slice();
-        Ok(py.detach(|| self.inner.append_as_follower(batches, now_ms))?.into())
+        Ok(py
+            .detach(|| self.inner.append_as_follower(batches, now_ms))?
+            .into())
     }
 
     #[pyo3(signature = (offset, max_bytes, max_offset = None, min_one_batch = true))]
-    fn read(&self, py: Python<'_>, offset: i64, max_bytes: usize, max_offset: Option<i64>, min_one_batch: bool) -> PyResult<Option<LogSlice>> {
-        let slice = py.detach(|| self.inner.read(offset, max_bytes, max_offset, min_one_batch))?;
+    fn read(
+        &self,
+        py: Python<'_>,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: Option<i64>,
+        min_one_batch: bool,
+    ) -> PyResult<Option<LogSlice>> {
+        let slice = py.detach(|| {
+            self.inner
+                .read(offset, max_bytes, max_offset, min_one_batch)
+        })?;
         Ok(slice.map(|inner| LogSlice { inner }))
     }
 
@@ -605,13 +810,22 @@ impl Log {
 
     #[pyo3(signature = (now_ms, max_offset = None))]
     fn cleanable(&self, py: Python<'_>, now_ms: i64, max_offset: Option<i64>) -> CleanableInfo {
-        py.detach(|| self.inner.cleanable(now_ms, max_offset)).into()
+        py.detach(|| self.inner.cleanable(now_ms, max_offset))
+            .into()
     }
 
     #[pyo3(signature = (now_ms, config, max_offset = None))]
-    fn clean(&self, py: Python<'_>, now_ms: i64, config: &PyCleanerConfig, max_offset: Option<i64>) -> PyResult<CleanStats> {
+    fn clean(
+        &self,
+        py: Python<'_>,
+        now_ms: i64,
+        config: &PyCleanerConfig,
+        max_offset: Option<i64>,
+    ) -> PyResult<CleanStats> {
         let cfg = CoreCleanerConfig::from(config);
-        Ok(py.detach(|| self.inner.clean(now_ms, &cfg, max_offset))?.into())
+        Ok(py
+            .detach(|| self.inner.clean(now_ms, &cfg, max_offset))?
+            .into())
     }
 
     fn maybe_roll(&self, py: Python<'_>, now_ms: i64) -> PyResult<()> {
@@ -666,6 +880,15 @@ impl Log {
     fn dir(&self) -> String {
         self.inner.dir().to_string_lossy().into_owned()
     }
+    /// What recovery did when the log was opened.
+    #[getter]
+    fn recovery_notes(&self) -> Vec<RecoveryNote> {
+        self.inner
+            .recovery_notes()
+            .iter()
+            .map(RecoveryNote::from)
+            .collect()
+    }
 }
 
 #[pymodule]
@@ -676,12 +899,22 @@ fn _kbroker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CorruptRecordError", py.get_type::<CorruptRecordError>())?;
     m.add("InvalidRecordError", py.get_type::<InvalidRecordError>())?;
     m.add("RecordTooLargeError", py.get_type::<RecordTooLargeError>())?;
-    m.add("OffsetOutOfRangeError", py.get_type::<OffsetOutOfRangeError>())?;
+    m.add(
+        "OffsetOutOfRangeError",
+        py.get_type::<OffsetOutOfRangeError>(),
+    )?;
     m.add_function(wrap_pyfunction!(crc32c, m)?)?;
     m.add_function(wrap_pyfunction!(validate_batches, m)?)?;
     m.add_function(wrap_pyfunction!(decode_records, m)?)?;
     m.add_function(wrap_pyfunction!(build_batch, m)?)?;
     m.add_function(wrap_pyfunction!(py_sendfile, m)?)?;
+    m.add_function(wrap_pyfunction!(set_max_open_files, m)?)?;
+    m.add_function(wrap_pyfunction!(max_open_files, m)?)?;
+    m.add_function(wrap_pyfunction!(open_segment_files, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_log_dir, m)?)?;
+    m.add_class::<RecoveryNote>()?;
+    m.add_class::<BadBatch>()?;
+    m.add_class::<VerifyReport>()?;
     m.add_class::<BatchInfo>()?;
     m.add_class::<PyLogConfig>()?;
     m.add_class::<PyCleanerConfig>()?;
