@@ -337,10 +337,11 @@ pub(crate) fn check_batch_at(
         );
     }
     if h.base_offset < expect {
+        // Carry on from this batch: one line for one step back.
         return content(
-            expect,
+            h.base_offset.saturating_add(h.last_offset_delta as i64 + 1),
             format!(
-                "base offset {} is below the expected {expect}",
+                "base offset {} is below {expect}, the offset after the previous batch",
                 h.base_offset
             ),
         );
