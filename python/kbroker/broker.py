@@ -86,7 +86,9 @@ class Broker:
                 log.warning("ignoring stored broker setting %s: %s", name, exc)
         for topic in store.topics().values():
             self._topic_configs[topic.name] = parse_topic_configs(topic.configs)
-        self.logs = LogManager(self.data_dir, self.log_config_for)
+        self.logs = LogManager(
+            self.data_dir, self.log_config_for, max_open_files=self.config["log.max.open.files"]
+        )
         self.logs.open()
         known = {
             TopicPartition(t.name, p) for t in store.topics().values() for p in t.partitions

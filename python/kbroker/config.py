@@ -178,6 +178,7 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
     Setting("log.cleaner.backoff.ms", _S.LONG, 15_000, "Sleep of the cleaner when no log needs cleaning.", min=0),
     Setting("log.message.timestamp.type", _S.STRING, "CreateTime", "CreateTime or LogAppendTime.", choices=("CreateTime", "LogAppendTime")),
     Setting("log.segment.delete.delay.ms", _S.LONG, 60_000, "Wait before a deleted segment's files are removed.", min=0),
+    Setting("log.max.open.files", _S.INT, None, "Most segment files kept open at once; idle ones are closed and reopened on use. Unset: half the RLIMIT_NOFILE soft limit at start (kbroker's own setting).", nullable=True, min=16, read_only=True),
     Setting("log.preallocate", _S.BOOLEAN, False, "Preallocate segment files."),
     Setting("compression.type", _S.STRING, "producer", "Compression of stored batches; producer keeps what came.", choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
     Setting("min.insync.replicas", _S.INT, 1, "Replicas that must acknowledge an acks=all write.", min=1),

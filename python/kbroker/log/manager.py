@@ -13,6 +13,7 @@ import asyncio
 import fcntl
 import logging
 import os
+import resource
 import shutil
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -20,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kbroker import _kbroker
 from kbroker.log.log import Log, LogConfig, TopicPartition, now_ms
 
 if TYPE_CHECKING:
@@ -35,14 +37,37 @@ DELETED_SUFFIX = ".deleted"
 ConfigFor = Callable[[str], LogConfig]
 
 
+def default_max_open_files() -> int:
+    """log.max.open.files when unset: half the RLIMIT_NOFILE soft limit (the rest is
+    for sockets and everything else), at least 16."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(16, soft // 2)
+
+
 class DataDirLocked(RuntimeError):
     """Another process holds the data directory."""
 
 
 class LogManager:
-    def __init__(self, data_dir: Path, config_for: ConfigFor, recovery_threads: int = 2) -> None:
-        """``config_for(topic)`` gives the storage config a topic's logs use."""
+    def __init__(
+        self,
+        data_dir: Path,
+        config_for: ConfigFor,
+        recovery_threads: int = 2,
+        max_open_files: int | None = None,
+    ) -> None:
+        """``config_for(topic)`` gives the storage config a topic's logs use.
+
+        ``max_open_files`` bounds the segment files kept open process-wide
+        (log.max.open.files); None takes half the RLIMIT_NOFILE soft limit
+        when the manager opens.
+        """
         self.data_dir = data_dir
+        self._max_open_files = max_open_files
+        # Data-dropping recovery actions (cut tails, deleted segments) since start.
+        self.recovery_truncations = 0
         self._config_for = config_for
         self._recovery_threads = max(1, recovery_threads)
         self._logs: dict[TopicPartition, Log] = {}
@@ -55,6 +80,7 @@ class LogManager:
         """Locks the directory and opens (recovering as needed) every partition in it."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._take_dir_lock()
+        _kbroker.set_max_open_files(self._max_open_files or default_max_open_files())
         for leftover in self.data_dir.glob(f"*{DELETED_SUFFIX}"):
             shutil.rmtree(leftover, ignore_errors=True)
         found = [
@@ -70,6 +96,7 @@ class LogManager:
             )
             for log_ in opened:
                 self._logs[log_.tp] = log_
+                self.recovery_truncations += log_.recovery_truncations
         log.info("opened %d partition logs in %s", len(self._logs), self.data_dir)
 
     def close(self) -> None:
@@ -106,6 +133,7 @@ class LogManager:
             if existing is not None:
                 return existing
             created = Log.open(self.data_dir, tp, self._config_for(tp.topic))
+            self.recovery_truncations += created.recovery_truncations
             self._logs[tp] = created
             return created
 
