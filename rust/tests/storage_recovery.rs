@@ -462,7 +462,12 @@ fn recovery_reports_each_cut_and_each_deleted_segment() {
     fs::write(&second, &data).unwrap();
     let later: Vec<(i64, u64)> = bases[2..]
         .iter()
-        .map(|&b| (b, fs::metadata(seg_file(dir.path(), b, ".log")).unwrap().len()))
+        .map(|&b| {
+            (
+                b,
+                fs::metadata(seg_file(dir.path(), b, ".log")).unwrap().len(),
+            )
+        })
         .collect();
     let log = open(dir.path(), cfg());
     let notes = log.recovery_notes();
@@ -558,7 +563,10 @@ fn a_damaged_recovery_point_means_a_full_scan() {
         assert_eq!(log.log_end_offset(), 0, "{what}");
         // The checkpoint is rewritten: the next open is quiet.
         drop(log);
-        assert!(open(dir.path(), cfg()).recovery_notes().is_empty(), "{what}");
+        assert!(
+            open(dir.path(), cfg()).recovery_notes().is_empty(),
+            "{what}"
+        );
     }
 }
 
@@ -583,7 +591,11 @@ fn a_damaged_log_start_or_cleaner_checkpoint_is_treated_as_missing() {
             assert_eq!(notes[0].kind, RecoveryKind::BadCheckpoint);
             assert!(notes[0].detail.contains(name), "{name} {what}");
             assert_eq!(log.log_end_offset(), 160, "{name} {what}");
-            let start = if name == "log-start-offset" { bases[1] } else { bases[1] + 2 };
+            let start = if name == "log-start-offset" {
+                bases[1]
+            } else {
+                bases[1] + 2
+            };
             assert_eq!(log.log_start_offset(), start, "{name} {what}");
         }
     }
@@ -652,7 +664,11 @@ fn verify_finds_every_bad_batch_and_never_writes() {
             (last, last_len, 10),
         ]
     );
-    assert!(report.bad[0].reason.contains("below"), "{:?}", report.bad[0]);
+    assert!(
+        report.bad[0].reason.contains("below"),
+        "{:?}",
+        report.bad[0]
+    );
     assert_eq!(report.bad[0].offset, 0);
     assert_eq!(report.bad[1].offset, bases[1] + 4);
     assert!(report.bad[1].reason.contains("CRC"));
