@@ -30,6 +30,8 @@ const DEFAULT_MAX_OPEN_FILES: usize = 4096;
 
 static MAX_OPEN: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_OPEN_FILES);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// The cache's use counter, readable without its lock.
+static TICK: AtomicU64 = AtomicU64::new(0);
 
 /// The bound on open segment files (at least 1).
 pub fn max_open_files() -> usize {
@@ -81,6 +83,8 @@ impl Cache {
         let mut g = self.lock();
         g.tick += 1;
         let tick = g.tick;
+        TICK.store(tick, Ordering::Relaxed);
+        slot.touched_at.store(tick, Ordering::Relaxed);
         let inner = &mut *g;
         match inner.by_id.get_mut(&slot.id) {
             Some(e) => {
@@ -149,6 +153,8 @@ pub struct FileSlot {
     path: PathBuf,
     file: Mutex<Option<Arc<File>>>,
     pinned: AtomicBool,
+    /// Cache tick of the last touch.
+    touched_at: AtomicU64,
 }
 
 impl FileSlot {
@@ -174,6 +180,7 @@ impl FileSlot {
             path,
             file: Mutex::new(file.map(Arc::new)),
             pinned: AtomicBool::new(false),
+            touched_at: AtomicU64::new(0),
         })
     }
 
@@ -187,18 +194,24 @@ impl FileSlot {
 
     /// The open file, opening it if the cache closed it.
     pub fn get(self: &Arc<Self>) -> io::Result<Arc<File>> {
-        let file = {
+        let (file, opened) = {
             let mut g = self.lock();
             match g.as_ref() {
-                Some(f) => f.clone(),
+                Some(f) => (f.clone(), false),
                 None => {
                     let f = self.open()?;
                     *g = Some(f.clone());
-                    f
+                    (f, true)
                 }
             }
         };
-        if !self.pinned.load(Ordering::Acquire) {
+        // A slot among the most recently used half is not near eviction:
+        // skip the cache lock (reads touch a segment many times each).
+        let age = TICK
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.touched_at.load(Ordering::Relaxed));
+        let recent = !opened && age < (max_open_files() / 2) as u64;
+        if !recent && !self.pinned.load(Ordering::Acquire) {
             close_all(cache().touch(self));
         }
         Ok(file)
