@@ -1034,13 +1034,13 @@ pub fn write_cleaner_checkpoint(dir: &Path, first_dirty: i64, horizon: i64) -> R
 
 /// The next offset after the last whole batch of a file (headers only).
 fn next_offset_of_file(path: &Path) -> Result<Option<i64>> {
-    let file = File::open(path)?;
-    let len = file.metadata()?.len();
+    let file = File::open(path).map_err(Error::at(path))?;
+    let len = file.metadata().map_err(Error::at(path))?.len();
     let mut pos = 0u64;
     let mut next = None;
     let mut h = [0u8; HEADER_SIZE];
     while pos + HEADER_SIZE as u64 <= len {
-        file.read_exact_at(&mut h, pos)?;
+        file.read_exact_at(&mut h, pos).map_err(Error::at(path))?;
         let Ok(hdr) = BatchHeader::parse(&h) else {
             break;
         };
@@ -1068,8 +1068,8 @@ pub fn recover_swaps(dir: &Path) -> Result<()> {
     let mut index_swaps = Vec::new();
     let mut logs = Vec::new();
     let mut changed = false;
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
+    for entry in fs::read_dir(dir).map_err(Error::at(dir))? {
+        let entry = entry.map_err(Error::at(dir))?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         if name.ends_with(CLEANED_SUFFIX) {

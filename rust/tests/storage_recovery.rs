@@ -676,3 +676,22 @@ fn verify_finds_every_bad_batch_and_never_writes() {
     // Every other batch was still checked.
     assert_eq!(report.batches, 78);
 }
+
+#[test]
+fn a_swap_file_that_is_empty_or_garbage_leaves_the_old_segments() {
+    for content in [Vec::new(), vec![0xa5u8; 37], vec![0u8; 200]] {
+        let dir = tempfile::tempdir().unwrap();
+        build(dir.path(), 80);
+        {
+            let log = open(dir.path(), cfg());
+            log.close().unwrap();
+        }
+        for sfx in [".log.swap", ".index.swap", ".timeindex.swap"] {
+            fs::write(seg_file(dir.path(), 0, sfx), &content).unwrap();
+        }
+        check(dir.path(), 80);
+        for sfx in [".log.swap", ".index.swap", ".timeindex.swap"] {
+            assert!(!seg_file(dir.path(), 0, sfx).exists());
+        }
+    }
+}

@@ -163,3 +163,30 @@ def test_verify_usage_errors_exit_2(tmp_path: Path) -> None:
     empty = verify(str(tmp_path / "empty"))
     assert empty.returncode == 2 and "no segment files" in empty.stderr
     assert "Traceback" not in missing.stderr + empty.stderr
+
+
+def test_the_documented_repair_cuts_the_log_at_the_bad_batch(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """README: stop the broker, delete the partition's recovery-point and .clean-shutdown,
+    start: recovery scans every batch, cuts at the first bad one and says so."""
+    tp = TopicPartition("pay", 7)
+    part = write_log(tmp_path, tp, 120, clean=True)
+    bases = sorted(int(p.stem) for p in part.glob("*.log"))
+    seg = segment(part, bases[1])
+    data = bytearray(seg.read_bytes())
+    data[100] ^= 0x01
+    seg.write_bytes(bytes(data))
+    assert verify(str(tmp_path)).returncode == 1
+    # A clean shutdown trusts the data: without the repair the bad batch stays.
+    with LogManager(tmp_path, config_for) as mgr:
+        assert mgr.recovery_truncations == 0
+    (part / "recovery-point").unlink(missing_ok=True)
+    (part / ".clean-shutdown").unlink()
+    with caplog.at_level(logging.WARNING, "kbroker.log"), LogManager(tmp_path, config_for) as mgr:
+        log = mgr.get(tp)
+        assert log is not None and log.log_end_offset == bases[1]
+        assert mgr.recovery_truncations == len(bases) - 1
+    assert f"truncated segment {bases[1]:020d}.log at byte 0 (offset {bases[1]})" in caplog.text
+    result = verify(str(tmp_path))
+    assert result.returncode == 0, result.stdout
