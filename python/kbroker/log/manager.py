@@ -82,7 +82,14 @@ class LogManager:
         """Locks the directory and opens (recovering as needed) every partition in it."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._take_dir_lock()
-        _kbroker.set_max_open_files(self._max_open_files or default_max_open_files())
+        max_open = self._max_open_files or default_max_open_files()
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and max_open > soft - 64:
+            log.warning(
+                "log.max.open.files=%d leaves little of RLIMIT_NOFILE=%d for connections",
+                max_open, soft,
+            )
+        _kbroker.set_max_open_files(max_open)
         for leftover in self.data_dir.glob(f"*{DELETED_SUFFIX}"):
             shutil.rmtree(leftover, ignore_errors=True)
         found = [
