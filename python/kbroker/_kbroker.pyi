@@ -4,6 +4,7 @@ from typing import final
 
 __all__ = [
     "AppendInfo",
+    "BadBatch",
     "BatchInfo",
     "CleanStats",
     "CleanableInfo",
@@ -16,12 +17,18 @@ __all__ = [
     "LogSlice",
     "OffsetOutOfRangeError",
     "RecordTooLargeError",
+    "RecoveryNote",
+    "VerifyReport",
     "__version__",
     "build_batch",
     "crc32c",
     "decode_records",
+    "max_open_files",
+    "open_segment_files",
     "sendfile",
+    "set_max_open_files",
     "validate_batches",
+    "verify_log_dir",
 ]
 
 __version__: str
@@ -275,3 +282,58 @@ class Log:
     def segment_base_offsets(self) -> list[int]: ...
     @property
     def dir(self) -> str: ...
+    @property
+    def recovery_notes(self) -> list[RecoveryNote]: ...
+
+@final
+class RecoveryNote:
+    """One thing recovery did when a log was opened."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def segment(self) -> int: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def detail(self) -> str: ...
+
+def set_max_open_files(n: int) -> None: ...
+def max_open_files() -> int: ...
+def open_segment_files() -> int: ...
+
+@final
+class BadBatch:
+    """A batch verify_log_dir found bad."""
+
+    @property
+    def segment_file(self) -> str: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def unreadable_after(self) -> int: ...
+
+@final
+class VerifyReport:
+    """What verify_log_dir found in one partition directory."""
+
+    @property
+    def segments(self) -> int: ...
+    @property
+    def batches(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def clean_shutdown(self) -> bool: ...
+    @property
+    def bad(self) -> list[BadBatch]: ...
+
+def verify_log_dir(dir: str) -> VerifyReport: ...

@@ -126,7 +126,9 @@ class Broker:
                 log.warning("ignoring stored broker setting %s: %s", name, exc)
         for topic in store.topics().values():
             self._topic_configs[topic.name] = parse_topic_configs(topic.configs)
-        self.logs = LogManager(self.data_dir, self.log_config_for)
+        self.logs = LogManager(
+            self.data_dir, self.log_config_for, max_open_files=self.config["log.max.open.files"]
+        )
         self.logs.open()
         self._reconcile_logs(store.loaded_existing)
         for topic in store.topics().values():

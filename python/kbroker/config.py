@@ -346,6 +346,15 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         "Wait before a deleted segment's files are removed.",
         min=0,
     ),
+    Setting(
+        "log.max.open.files",
+        _S.INT,
+        None,
+        "Most segment files kept open at once; idle ones are closed and reopened on use. Unset: half the RLIMIT_NOFILE soft limit at start (kbroker's own setting).",
+        nullable=True,
+        min=16,
+        read_only=True,
+    ),
     Setting("log.preallocate", _S.BOOLEAN, False, "Preallocate segment files."),
     Setting(
         "compression.type",

@@ -44,7 +44,7 @@ use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::hash::BuildHasher;
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -1000,21 +1000,23 @@ fn group_segments(segs: &[Arc<Segment>], max_bytes: u64) -> Vec<&[Arc<Segment>]>
 // -- checkpoint and recovery ---------------------------------------------------
 
 /// The cleaner checkpoint: (first dirty offset, earliest delete horizon);
-/// (0, NO_HORIZON) when absent or unreadable (everything is dirty then).
-pub fn read_cleaner_checkpoint(dir: &Path) -> Result<(i64, i64)> {
-    let f = match File::open(dir.join(CLEANER_CHECKPOINT_FILE)) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((0, NO_HORIZON)),
-        Err(e) => return Err(e.into()),
+/// (0, NO_HORIZON) when absent (everything is dirty then), and
+/// `Err(what is wrong)` when unreadable (the caller falls back to the same).
+pub fn read_cleaner_checkpoint(dir: &Path) -> Result<std::result::Result<(i64, i64), String>> {
+    let path = dir.join(CLEANER_CHECKPOINT_FILE);
+    let text = match crate::log::read_state_file(&path)? {
+        None => return Ok(Ok((0, NO_HORIZON))),
+        Some(Ok(text)) => text,
+        Some(Err(problem)) => return Ok(Err(format!("{}: {problem}", path.display()))),
     };
-    let mut text = String::new();
-    if f.take(128).read_to_string(&mut text).is_err() {
-        return Ok((0, NO_HORIZON));
-    }
     let mut parts = text.split_whitespace().map(|p| p.parse::<i64>());
-    match (parts.next(), parts.next()) {
-        (Some(Ok(offset)), Some(Ok(horizon))) if offset >= 0 => Ok((offset, horizon)),
-        _ => Ok((0, NO_HORIZON)),
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(Ok(offset)), Some(Ok(horizon)), None) if offset >= 0 => Ok(Ok((offset, horizon))),
+        _ => Ok(Err(format!(
+            "{}: not \"<first dirty offset> <delete horizon>\": {:?}",
+            path.display(),
+            text.trim()
+        ))),
     }
 }
 
@@ -1032,13 +1034,13 @@ pub fn write_cleaner_checkpoint(dir: &Path, first_dirty: i64, horizon: i64) -> R
 
 /// The next offset after the last whole batch of a file (headers only).
 fn next_offset_of_file(path: &Path) -> Result<Option<i64>> {
-    let file = File::open(path)?;
-    let len = file.metadata()?.len();
+    let file = File::open(path).map_err(Error::at(path))?;
+    let len = file.metadata().map_err(Error::at(path))?.len();
     let mut pos = 0u64;
     let mut next = None;
     let mut h = [0u8; HEADER_SIZE];
     while pos + HEADER_SIZE as u64 <= len {
-        file.read_exact_at(&mut h, pos)?;
+        file.read_exact_at(&mut h, pos).map_err(Error::at(path))?;
         let Ok(hdr) = BatchHeader::parse(&h) else {
             break;
         };
@@ -1066,8 +1068,8 @@ pub fn recover_swaps(dir: &Path) -> Result<()> {
     let mut index_swaps = Vec::new();
     let mut logs = Vec::new();
     let mut changed = false;
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
+    for entry in fs::read_dir(dir).map_err(Error::at(dir))? {
+        let entry = entry.map_err(Error::at(dir))?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         if name.ends_with(CLEANED_SUFFIX) {

@@ -8,6 +8,11 @@ use std::io;
 pub enum Error {
     /// An operating-system error (kept whole so the errno survives).
     Io(io::Error),
+    /// An operating-system error on a named file (kept whole as well).
+    File(std::path::PathBuf, io::Error),
+    /// A state file (checkpoint) whose content cannot be used and cannot
+    /// safely be ignored.
+    BadStateFile(std::path::PathBuf, String),
     /// Bytes that are not a valid record batch: bad CRC, sizes, magic...
     CorruptRecord(String),
     /// A well-formed batch whose content breaks a rule (e.g. offsets,
@@ -29,6 +34,8 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Io(e) => write!(f, "{e}"),
+            Error::File(p, e) => write!(f, "{}: {e}", p.display()),
+            Error::BadStateFile(p, m) => write!(f, "{}: {m}", p.display()),
             Error::CorruptRecord(m) => write!(f, "corrupt record: {m}"),
             Error::InvalidRecord(m) => write!(f, "invalid record: {m}"),
             Error::RecordTooLarge { size, max } => {
@@ -46,7 +53,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Io(e) => Some(e),
+            Error::Io(e) | Error::File(_, e) => Some(e),
             _ => None,
         }
     }
@@ -55,6 +62,13 @@ impl std::error::Error for Error {
 impl From<io::Error> for Error {
     fn from(e: io::Error) -> Self {
         Error::Io(e)
+    }
+}
+
+impl Error {
+    /// Names the file an I/O error happened on.
+    pub fn at(path: &std::path::Path) -> impl FnOnce(io::Error) -> Error + '_ {
+        move |e| Error::File(path.to_path_buf(), e)
     }
 }
 

@@ -77,8 +77,15 @@ impl IndexEntry for TimeEntry {
 }
 
 /// What the index file holds: the first `persisted` in-memory entries.
+/// No handle is kept: the file is opened for each write and sync (they
+/// happen at flush, roll and close, never per append), so an index costs no
+/// descriptor between them.
 struct FileState {
-    file: Option<File>,
+    /// The file's length is known to match `persisted` (it was written or
+    /// checked since the index was made or handed over).
+    checked: bool,
+    /// Written since the last fdatasync.
+    unsynced: bool,
     persisted: usize,
     /// The file may hold entries past `persisted` (after a truncation or
     /// replacement) and must be cut back on the next write.
@@ -107,7 +114,8 @@ impl<E: IndexEntry> Index<E> {
             max_entries,
             entries: RwLock::new(entries),
             file: Mutex::new(FileState {
-                file: None,
+                checked: false,
+                unsynced: false,
                 persisted,
                 stale_tail: false,
             }),
@@ -230,23 +238,24 @@ impl<E: IndexEntry> Index<E> {
     pub fn write_pending(&self) -> Result<()> {
         let entries = self.read();
         let mut st = self.file_state();
-        if st.persisted == entries.len() && st.file.is_some() && !st.stale_tail {
-            return Ok(());
+        self.write_locked(&entries, &mut st).map(drop)
+    }
+
+    /// Returns the file when it had to be opened.
+    fn write_locked(&self, entries: &[E], st: &mut FileState) -> Result<Option<File>> {
+        if st.persisted == entries.len() && st.checked && !st.stale_tail {
+            return Ok(None);
         }
-        if st.file.is_none() {
-            st.file = Some(
-                OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .open(&self.path)?,
-            );
-        }
-        let file = st.file.as_ref().expect("opened above");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&self.path)?;
         let from = st.persisted.min(entries.len());
         if file.metadata()?.len() != (from * E::SIZE) as u64 {
             file.set_len((from * E::SIZE) as u64)?;
+            st.unsynced = true;
         }
         if from < entries.len() {
             let mut buf = vec![0u8; (entries.len() - from) * E::SIZE];
@@ -254,10 +263,12 @@ impl<E: IndexEntry> Index<E> {
                 e.encode(out);
             }
             file.write_all_at(&buf, (from * E::SIZE) as u64)?;
+            st.unsynced = true;
         }
         st.persisted = entries.len();
         st.stale_tail = false;
-        Ok(())
+        st.checked = true;
+        Ok(Some(file))
     }
 
     /// Writes every entry to `path` (not this index's own path) and
@@ -277,25 +288,33 @@ impl<E: IndexEntry> Index<E> {
         file.write_all_at(&buf, 0)?;
         file.sync_data()?;
         let mut st = self.file_state();
-        st.file = None;
+        st.checked = false;
+        st.unsynced = false;
         st.persisted = entries.len();
         st.stale_tail = false;
         Ok(())
     }
 
-    /// Writes pending entries and fdatasyncs the file.
+    /// Writes pending entries and fdatasyncs the file if it changed.
     pub fn sync(&self) -> Result<()> {
-        self.write_pending()?;
-        let st = self.file_state();
-        if let Some(f) = st.file.as_ref() {
-            f.sync_data()?;
+        let entries = self.read();
+        let mut st = self.file_state();
+        let opened = self.write_locked(&entries, &mut st)?;
+        if st.unsynced {
+            let file = match opened {
+                Some(f) => f,
+                None => OpenOptions::new().write(true).open(&self.path)?,
+            };
+            file.sync_data()?;
+            st.unsynced = false;
         }
         Ok(())
     }
 
-    /// Drops the open file handle (the segment is no longer appended to).
+    /// Forgets what is known of the file: the next write checks its length
+    /// again (the segment is no longer appended to).
     pub fn close_file(&self) {
-        self.file_state().file = None;
+        self.file_state().checked = false;
     }
 }
 

@@ -7,12 +7,14 @@ pub mod cleaner;
 pub mod compression;
 pub mod crc32c;
 pub mod error;
+pub mod filecache;
 pub mod index;
 pub mod log;
 pub mod records;
 pub mod segment;
 pub mod sendfile;
 pub mod varint;
+pub mod verify;
 
 #[cfg(feature = "python")]
 mod py;

@@ -19,7 +19,8 @@
 
 use std::fs::{self, File};
 use std::io::{self, IoSlice, Read, Write};
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -144,10 +145,12 @@ pub struct AppendInfo {
     pub bytes: usize,
 }
 
-/// A run of whole batches inside one segment file.
+/// A run of whole batches inside one segment file. It holds the file open
+/// (whatever the file cache does) until dropped.
 #[derive(Clone, Debug)]
 pub struct LogSlice {
     pub segment: Arc<Segment>,
+    pub file: Arc<File>,
     pub position: u64,
     pub length: usize,
     /// Base offset of the first batch (may be below the offset asked for).
@@ -158,13 +161,24 @@ impl LogSlice {
     /// The slice's bytes, copied (the broker sends them with sendfile).
     pub fn read_bytes(&self) -> Result<Vec<u8>> {
         let mut buf = vec![0u8; self.length];
-        let n = self.segment.read_at(&mut buf, self.position)?;
+        let mut done = 0;
+        while done < buf.len() {
+            match self
+                .file
+                .read_at(&mut buf[done..], self.position + done as u64)
+            {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         // Only a concurrent truncation can make the file shorter.
-        buf.truncate(n);
+        buf.truncate(done);
         Ok(buf)
     }
     pub fn fd(&self) -> RawFd {
-        self.segment.fd()
+        self.file.as_raw_fd()
     }
 }
 
@@ -197,6 +211,8 @@ pub struct Log {
     pub(crate) cleaner_horizon: AtomicI64,
     /// Held by the one clean running on this log.
     pub(crate) cleaning: Mutex<()>,
+    /// What recovery did at open.
+    recovery: Vec<RecoveryNote>,
 }
 
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
@@ -206,27 +222,116 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
 
 fn write_checkpoint(dir: &Path, name: &str, value: i64) -> Result<()> {
     let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
-    {
+    let path = dir.join(name);
+    (|| {
         let mut f = File::create(&tmp)?;
         f.write_all(format!("{value}\n").as_bytes())?;
         f.sync_all()?;
-    }
-    fs::rename(&tmp, dir.join(name))?;
+        drop(f);
+        fs::rename(&tmp, &path)
+    })()
+    .map_err(Error::at(&path))?;
     sync_dir(dir)
 }
 
-/// A checkpoint's value; None when missing or unreadable as one.
-fn read_checkpoint(dir: &Path, name: &str) -> Result<Option<i64>> {
-    let f = match File::open(dir.join(name)) {
+/// What recovery did to a log, or found wrong with it, at open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecoveryKind {
+    /// A torn or corrupt tail was cut off a segment.
+    Truncated,
+    /// A whole segment after a cut was deleted.
+    DeletedSegment,
+    /// Every segment was deleted: the log start checkpoint is past all data.
+    Reset,
+    /// A segment's index files were rebuilt from its log file.
+    RebuiltIndexes,
+    /// A checkpoint file could not be read and was treated as missing.
+    BadCheckpoint,
+}
+
+impl RecoveryKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecoveryKind::Truncated => "truncated",
+            RecoveryKind::DeletedSegment => "deleted-segment",
+            RecoveryKind::Reset => "reset",
+            RecoveryKind::RebuiltIndexes => "rebuilt-indexes",
+            RecoveryKind::BadCheckpoint => "bad-checkpoint",
+        }
+    }
+}
+
+/// One thing recovery did. `segment` is the segment's base offset (-1 for a
+/// checkpoint), `position` the byte position in its log file, `offset` the
+/// first offset affected, `bytes` the bytes dropped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveryNote {
+    pub kind: RecoveryKind,
+    pub segment: i64,
+    pub position: u64,
+    pub offset: i64,
+    pub bytes: u64,
+    pub detail: String,
+}
+
+/// Longest checkpoint file read (a decimal i64 and a newline, with room).
+const MAX_CHECKPOINT_BYTES: u64 = 128;
+
+/// The text of a small state file; None when it is missing. A file that
+/// cannot be read as short UTF-8 text yields `Err(what is wrong)`.
+pub(crate) fn read_state_file(path: &Path) -> Result<Option<std::result::Result<String, String>>> {
+    let f = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(Error::File(path.to_path_buf(), e)),
     };
-    let mut text = String::new();
-    if f.take(64).read_to_string(&mut text).is_err() {
-        return Ok(None);
+    let mut bytes = Vec::new();
+    match f.take(MAX_CHECKPOINT_BYTES + 1).read_to_end(&mut bytes) {
+        Ok(_) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+            return Ok(Some(Err("is a directory".into())))
+        }
+        Err(e) => return Err(Error::File(path.to_path_buf(), e)),
     }
-    Ok(text.trim().parse::<i64>().ok().filter(|v| *v >= 0))
+    if bytes.is_empty() {
+        return Ok(Some(Err("empty".into())));
+    }
+    if bytes.len() as u64 > MAX_CHECKPOINT_BYTES {
+        return Ok(Some(Err(format!(
+            "longer than {MAX_CHECKPOINT_BYTES} bytes"
+        ))));
+    }
+    match String::from_utf8(bytes) {
+        Ok(text) => Ok(Some(Ok(text))),
+        Err(e) => Ok(Some(Err(format!(
+            "not text (byte {:#04x} at {})",
+            e.as_bytes()[e.utf8_error().valid_up_to()],
+            e.utf8_error().valid_up_to()
+        )))),
+    }
+}
+
+/// A checkpoint's value; None when missing, or when unreadable as one (a
+/// note says so: every caller can fall back safely).
+fn read_checkpoint(dir: &Path, name: &str, notes: &mut Vec<RecoveryNote>) -> Result<Option<i64>> {
+    let path = dir.join(name);
+    let problem = match read_state_file(&path)? {
+        None => return Ok(None),
+        Some(Err(problem)) => problem,
+        Some(Ok(text)) => match text.trim().parse::<i64>() {
+            Ok(v) if v >= 0 => return Ok(Some(v)),
+            _ => format!("not a non-negative integer: {:?}", text.trim()),
+        },
+    };
+    notes.push(RecoveryNote {
+        kind: RecoveryKind::BadCheckpoint,
+        segment: -1,
+        position: 0,
+        offset: -1,
+        bytes: 0,
+        detail: format!("{}: {problem}", path.display()),
+    });
+    Ok(None)
 }
 
 fn remove_if_present(path: &Path) -> Result<()> {
@@ -244,24 +349,43 @@ fn remove_segment_files(dir: &Path, base: i64) -> Result<()> {
     Ok(())
 }
 
+fn log_file_len(dir: &Path, base: i64) -> u64 {
+    fs::metadata(dir.join(crate::segment::file_name(base, LOG_SUFFIX))).map_or(0, |m| m.len())
+}
+
 impl Log {
     /// Opens (creating if needed) the log in `dir` and recovers it: a clean
     /// shutdown trusts the data and checks the indexes; otherwise every
     /// segment from the one holding the recovery point on is checked batch
     /// by batch and cut at the first bad batch.
     pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log> {
-        fs::create_dir_all(dir)?;
+        fs::create_dir_all(dir).map_err(Error::at(dir))?;
         let clean = dir.join(CLEAN_SHUTDOWN_FILE).exists();
         // An interrupted compaction swap is finished or undone first, so
         // what follows sees one consistent set of segments.
         crate::cleaner::recover_swaps(dir)?;
-        let (cleaner_first_dirty, cleaner_horizon) = crate::cleaner::read_cleaner_checkpoint(dir)?;
+        let mut notes = Vec::new();
+        let (cleaner_first_dirty, cleaner_horizon) =
+            match crate::cleaner::read_cleaner_checkpoint(dir)? {
+                Ok(checkpoint) => checkpoint,
+                Err(problem) => {
+                    notes.push(RecoveryNote {
+                        kind: RecoveryKind::BadCheckpoint,
+                        segment: -1,
+                        position: 0,
+                        offset: -1,
+                        bytes: 0,
+                        detail: problem,
+                    });
+                    (0, crate::cleaner::NO_HORIZON)
+                }
+            };
 
         // Sweep: leftovers of interrupted writes go, stray indexes go.
         let mut bases = Vec::new();
         let mut index_files = Vec::new();
-        for entry in fs::read_dir(dir)? {
-            let entry = entry?;
+        for entry in fs::read_dir(dir).map_err(Error::at(dir))? {
+            let entry = entry.map_err(Error::at(dir))?;
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
             if name.ends_with(TMP_SUFFIX) || name.ends_with(".deleted") {
@@ -283,12 +407,8 @@ impl Log {
             }
         }
 
-        let checkpoint_rp = read_checkpoint(dir, RECOVERY_POINT_FILE)?;
-        let checkpoint_start = read_checkpoint(dir, LOG_START_OFFSET_FILE)?;
-        // A new log: nothing to recover, and nothing to sync or checkpoint
-        // (a missing checkpoint reads as offset 0, which is what it would say).
-        let fresh =
-            !clean && bases.is_empty() && checkpoint_rp.is_none() && checkpoint_start.is_none();
+        let checkpoint_rp = read_checkpoint(dir, RECOVERY_POINT_FILE, &mut notes)?;
+        let checkpoint_start = read_checkpoint(dir, LOG_START_OFFSET_FILE, &mut notes)?;
         // Segments from this index on are scanned batch by batch.
         let first_to_recover = if clean {
             bases.len()
@@ -313,9 +433,36 @@ impl Log {
             }
             let seg = loaded.segment;
             let is_last = i + 1 == bases.len();
+            if let Some(t) = &loaded.truncation {
+                notes.push(RecoveryNote {
+                    kind: RecoveryKind::Truncated,
+                    segment: base,
+                    position: t.position,
+                    offset: t.first_offset,
+                    bytes: t.bytes,
+                    detail: t.reason.clone(),
+                });
+            } else if loaded.rebuilt_indexes && mode == LoadMode::Trusted {
+                notes.push(RecoveryNote {
+                    kind: RecoveryKind::RebuiltIndexes,
+                    segment: base,
+                    position: 0,
+                    offset: base,
+                    bytes: 0,
+                    detail: String::new(),
+                });
+            }
             if loaded.truncated {
                 // Everything after a torn or corrupt batch is gone.
                 for &later in &bases[i + 1..] {
+                    notes.push(RecoveryNote {
+                        kind: RecoveryKind::DeletedSegment,
+                        segment: later,
+                        position: 0,
+                        offset: later,
+                        bytes: log_file_len(dir, later),
+                        detail: format!("after the cut in segment {base}"),
+                    });
                     remove_segment_files(dir, later)?;
                 }
             }
@@ -341,15 +488,31 @@ impl Log {
             }
         }
 
+        // A new log: nothing to sync or checkpoint (missing checkpoints
+        // and files mean an empty log at 0 on the next open), so creating
+        // many partitions costs no fsync.
+        let fresh = bases.is_empty() && checkpoint_start.is_none() && checkpoint_rp.is_none();
         let mut log_start = checkpoint_start.unwrap_or(0);
         if segments.is_empty() {
-            segments.push(Arc::new(Segment::create(dir, log_start, seg_cfg)?));
+            let seg = Segment::create(dir, log_start, seg_cfg)?;
+            if fresh {
+                seg.mark_synced();
+            }
+            segments.push(Arc::new(seg));
         }
         log_start = log_start.max(segments[0].base_offset());
         let last = segments.last().expect("one segment at least");
         let mut log_end = last.next_offset();
         if log_start > log_end {
             // Data the log start says exists was lost: start over there.
+            notes.push(RecoveryNote {
+                kind: RecoveryKind::Reset,
+                segment: segments[0].base_offset(),
+                position: 0,
+                offset: segments[0].base_offset(),
+                bytes: segments.iter().map(|s| s.size()).sum(),
+                detail: format!("the log start offset {log_start} is past the log end {log_end}"),
+            });
             for s in segments.drain(..) {
                 s.delete_files()?;
             }
@@ -357,6 +520,9 @@ impl Log {
             log_end = log_start;
         }
 
+        let empty = segments.iter().all(|s| s.is_empty());
+        // A damaged checkpoint file is rewritten, a missing one may stay so.
+        let rp_file_present = dir.join(RECOVERY_POINT_FILE).exists();
         let log = Log {
             dir: dir.to_path_buf(),
             segments: RwLock::new(Arc::new(segments)),
@@ -367,20 +533,23 @@ impl Log {
             }),
             log_start: AtomicI64::new(log_start),
             log_end: AtomicI64::new(log_end),
-            recovery_point: AtomicI64::new(if fresh {
-                0
+            recovery_point: AtomicI64::new(checkpoint_rp.unwrap_or(if empty && !rp_file_present {
+                // Nothing to recover: a missing checkpoint means the same.
+                log_end
             } else {
-                checkpoint_rp.unwrap_or(-1)
-            }),
+                -1
+            })),
             closed: AtomicBool::new(false),
             cleaner_first_dirty: AtomicI64::new(cleaner_first_dirty),
             cleaner_horizon: AtomicI64::new(cleaner_horizon),
             cleaning: Mutex::new(()),
+            recovery: notes,
         };
-        if fresh {
-            return Ok(log);
-        }
-        if checkpoint_start != Some(log_start) {
+        // A missing log start checkpoint means the first segment's base.
+        let implied_start = checkpoint_start.is_none()
+            && !dir.join(LOG_START_OFFSET_FILE).exists()
+            && log_start == log.segments()[0].base_offset();
+        if checkpoint_start != Some(log_start) && !implied_start {
             write_checkpoint(dir, LOG_START_OFFSET_FILE, log_start)?;
         }
         // Whatever recovery kept is now synced and becomes the recovery point.
@@ -763,6 +932,7 @@ impl Log {
             }
             return Ok(Some(LogSlice {
                 segment: seg.clone(),
+                file: seg.file()?,
                 position: pos,
                 length: (stop - pos) as usize,
                 first_offset: h.base_offset,
@@ -989,7 +1159,8 @@ impl Log {
         for seg in self.snapshot().iter() {
             seg.close_index_files();
         }
-        File::create(self.dir.join(CLEAN_SHUTDOWN_FILE))?.sync_all()?;
+        // An empty marker: the directory sync makes its existence durable.
+        File::create(self.dir.join(CLEAN_SHUTDOWN_FILE))?;
         sync_dir(&self.dir)?;
         self.closed.store(true, Ordering::Release);
         Ok(())
@@ -1062,13 +1233,14 @@ impl Log {
         commit()?;
         let mut list = Vec::with_capacity(segs.len() + 1 - old.len());
         list.extend_from_slice(&segs[..at]);
-        list.push(new);
+        list.push(new.clone());
         list.extend_from_slice(&segs[at + old.len()..]);
         self.publish(list);
         for (seg, _) in old {
             seg.delete_files()?;
         }
         finish()?;
+        new.unpin_file();
         Ok(true)
     }
 
@@ -1109,5 +1281,9 @@ impl Log {
     }
     pub fn dir(&self) -> PathBuf {
         self.dir.clone()
+    }
+    /// What recovery did when the log was opened.
+    pub fn recovery_notes(&self) -> &[RecoveryNote] {
+        &self.recovery
     }
 }

@@ -21,7 +21,7 @@ use crate::compression::Codec;
 use crate::error::Error;
 use crate::log::{
     AppendInfo as CoreAppendInfo, Log as CoreLog, LogConfig as CoreLogConfig,
-    LogSlice as CoreLogSlice,
+    LogSlice as CoreLogSlice, RecoveryNote as CoreRecoveryNote,
 };
 use crate::records::{self, BatchBuilder, ValidateOptions};
 use crate::sendfile::{self, SendOutcome};
@@ -102,6 +102,13 @@ impl From<Error> for PyErr {
                 Some(errno) => PyOSError::new_err((errno, msg)),
                 None => PyOSError::new_err(msg),
             },
+            Error::File(path, e) => match e.raw_os_error() {
+                Some(errno) => {
+                    PyOSError::new_err((errno, e.to_string(), path.to_string_lossy().into_owned()))
+                }
+                None => PyOSError::new_err(msg),
+            },
+            Error::BadStateFile(..) => KBrokerError::new_err(msg),
             Error::CorruptRecord(_) | Error::Varint(_) => CorruptRecordError::new_err(msg),
             Error::InvalidRecord(_) => InvalidRecordError::new_err(msg),
             Error::RecordTooLarge { .. } => RecordTooLargeError::new_err(msg),
@@ -288,7 +295,106 @@ fn py_sendfile(
     }
 }
 
+// -- open segment files --------------------------------------------------
+
+/// Sets the process-wide bound on open segment files (log.max.open.files);
+/// handles above it are closed now.
+#[pyfunction]
+fn set_max_open_files(n: usize) {
+    crate::filecache::set_max_open_files(n)
+}
+
+/// The bound on open segment files.
+#[pyfunction]
+fn max_open_files() -> usize {
+    crate::filecache::max_open_files()
+}
+
+/// Segment files open now (not counting deleted ones readers still hold).
+#[pyfunction]
+fn open_segment_files() -> usize {
+    crate::filecache::open_files()
+}
+
+// -- offline verify ------------------------------------------------------
+
+/// A batch `verify_log_dir` found bad.
+#[pyclass(frozen, get_all, module = "kbroker._kbroker")]
+struct BadBatch {
+    segment_file: String,
+    position: u64,
+    offset: i64,
+    reason: String,
+    unreadable_after: u64,
+}
+
+/// What `verify_log_dir` found in one partition directory.
+#[pyclass(frozen, get_all, module = "kbroker._kbroker")]
+struct VerifyReport {
+    segments: usize,
+    batches: u64,
+    bytes: u64,
+    clean_shutdown: bool,
+    bad: Vec<Py<BadBatch>>,
+}
+
+/// Checks every batch of every segment of a partition directory (magic,
+/// sizes, CRC-32C, offsets), read only.
+#[pyfunction]
+fn verify_log_dir(py: Python<'_>, dir: &str) -> PyResult<VerifyReport> {
+    let r = py.detach(|| crate::verify::verify_log_dir(Path::new(dir)))?;
+    let bad = r
+        .bad
+        .into_iter()
+        .map(|b| {
+            Py::new(
+                py,
+                BadBatch {
+                    segment_file: b.segment_file.to_string_lossy().into_owned(),
+                    position: b.position,
+                    offset: b.offset,
+                    reason: b.reason,
+                    unreadable_after: b.unreadable_after,
+                },
+            )
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(VerifyReport {
+        segments: r.segments,
+        batches: r.batches,
+        bytes: r.bytes,
+        clean_shutdown: r.clean_shutdown,
+        bad,
+    })
+}
+
 // -- the log -------------------------------------------------------------
+
+/// One thing recovery did when a log was opened. `kind` is one of
+/// truncated, deleted-segment, reset, rebuilt-indexes, bad-checkpoint;
+/// `segment` is the segment's base offset (-1 for a checkpoint).
+#[pyclass(frozen, get_all, module = "kbroker._kbroker")]
+struct RecoveryNote {
+    kind: &'static str,
+    segment: i64,
+    position: u64,
+    offset: i64,
+    bytes: u64,
+    detail: String,
+}
+
+impl From<&CoreRecoveryNote> for RecoveryNote {
+    fn from(n: &CoreRecoveryNote) -> Self {
+        RecoveryNote {
+            kind: n.kind.as_str(),
+            segment: n.segment,
+            position: n.position,
+            offset: n.offset,
+            bytes: n.bytes,
+            detail: n.detail.clone(),
+        }
+    }
+}
 
 /// Storage settings of one partition log (Kafka's topic-level names, in snake case).
 #[pyclass(name = "LogConfig", module = "kbroker._kbroker", get_all, set_all)]
@@ -774,6 +880,15 @@ impl Log {
     fn dir(&self) -> String {
         self.inner.dir().to_string_lossy().into_owned()
     }
+    /// What recovery did when the log was opened.
+    #[getter]
+    fn recovery_notes(&self) -> Vec<RecoveryNote> {
+        self.inner
+            .recovery_notes()
+            .iter()
+            .map(RecoveryNote::from)
+            .collect()
+    }
 }
 
 #[pymodule]
@@ -793,6 +908,13 @@ fn _kbroker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_records, m)?)?;
     m.add_function(wrap_pyfunction!(build_batch, m)?)?;
     m.add_function(wrap_pyfunction!(py_sendfile, m)?)?;
+    m.add_function(wrap_pyfunction!(set_max_open_files, m)?)?;
+    m.add_function(wrap_pyfunction!(max_open_files, m)?)?;
+    m.add_function(wrap_pyfunction!(open_segment_files, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_log_dir, m)?)?;
+    m.add_class::<RecoveryNote>()?;
+    m.add_class::<BadBatch>()?;
+    m.add_class::<VerifyReport>()?;
     m.add_class::<BatchInfo>()?;
     m.add_class::<PyLogConfig>()?;
     m.add_class::<PyCleanerConfig>()?;

@@ -1,23 +1,26 @@
 //! One log segment: a `.log` file of record batches plus its offset and time
 //! indexes, all named by the segment's base offset (20 digits, zero padded).
 //!
-//! The segment owns its open log file and the facts derived from it (size,
-//! next offset, max timestamp, index entries). Only the log's writer (under
+//! The segment owns its log file (through a [`FileSlot`]: opened on demand,
+//! closed by the process-wide cache when idle) and the facts derived from it
+//! (size, next offset, max timestamp, index entries). Only the log's writer (under
 //! its mutex) mutates a segment; readers share it through an `Arc` and see
 //! the committed size through atomics, published after the bytes are
 //! written. All file access is positional (pread/pwrite), so there is no
 //! shared seek state, and an `Arc<Segment>` keeps its file readable after
-//! the segment is deleted from the directory.
+//! the segment is deleted from the directory (deleting pins the handle).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, IoSlice};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::corrupt;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::filecache::FileSlot;
 use crate::index::{
     offset_entries_look_valid, time_entries_look_valid, Index, IndexEntry, OffsetEntry,
     OffsetIndex, TimeEntry, TimeIndex,
@@ -81,11 +84,24 @@ pub enum LoadMode {
     Recover,
 }
 
+/// Bytes recovery cut off the end of a segment's log file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Truncation {
+    /// Byte position of the cut (the first bad batch).
+    pub position: u64,
+    /// The offset the first dropped batch would have had to start at.
+    pub first_offset: i64,
+    pub bytes: u64,
+    pub reason: String,
+}
+
 /// Result of loading a segment.
 pub struct Loaded {
     pub segment: Segment,
     /// Bytes were cut off the end of the log file.
     pub truncated: bool,
+    /// What was cut, when `truncated`.
+    pub truncation: Option<Truncation>,
     /// The indexes had to be rebuilt.
     pub rebuilt_indexes: bool,
     /// Every batch was checked, CRC included (asked for, or the trusted
@@ -135,7 +151,7 @@ impl IndexBuilder {
 pub struct Segment {
     base_offset: i64,
     dir: PathBuf,
-    log: File,
+    log: Arc<FileSlot>,
     /// Committed bytes of the log file (readers never look past it).
     size: AtomicU64,
     /// Last offset + 1 of the last batch, or the base offset when empty.
@@ -205,7 +221,7 @@ fn pwritev_all(file: &File, mut bufs: &mut [IoSlice<'_>], mut offset: u64) -> io
 }
 
 /// Reads a file forward in large chunks, handing out byte ranges.
-struct Scanner<'a> {
+pub(crate) struct Scanner<'a> {
     file: &'a File,
     file_len: u64,
     buf: Vec<u8>,
@@ -213,7 +229,7 @@ struct Scanner<'a> {
 }
 
 impl<'a> Scanner<'a> {
-    fn new(file: &'a File, file_len: u64) -> Self {
+    pub(crate) fn new(file: &'a File, file_len: u64) -> Self {
         Scanner {
             file,
             file_len,
@@ -222,7 +238,7 @@ impl<'a> Scanner<'a> {
         }
     }
     /// Bytes [pos, pos+len), or None if the file ends before.
-    fn get(&mut self, pos: u64, len: usize) -> Result<Option<&[u8]>> {
+    pub(crate) fn get(&mut self, pos: u64, len: usize) -> Result<Option<&[u8]>> {
         let Some(end) = pos.checked_add(len as u64) else {
             return Ok(None);
         };
@@ -248,7 +264,107 @@ struct Walk {
     next_offset: Option<i64>,
     first_max_ts: Option<i64>,
     builder: IndexBuilder,
-    stopped_early: bool,
+    /// Why the walk stopped before the end of the file, if it did.
+    fault: Option<BatchFault>,
+}
+
+/// What is wrong with the bytes at a batch position.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BatchFault {
+    /// The framing is broken (torn or garbled header, a size running past
+    /// the end of the file): no later batch can be found.
+    Framing(String),
+    /// A whole batch of `size` bytes whose content is wrong (CRC, offsets),
+    /// with the base offset its header gives and the offset a following
+    /// batch should start from.
+    Content {
+        size: usize,
+        base_offset: i64,
+        next: i64,
+        reason: String,
+    },
+}
+
+impl BatchFault {
+    pub fn reason(&self) -> &str {
+        match self {
+            BatchFault::Framing(r) | BatchFault::Content { reason: r, .. } => r,
+        }
+    }
+}
+
+/// Checks the batch at `pos` (a batch boundary): header, size against the
+/// file, offsets rising from `expect` and within u32 of `base_offset`, and
+/// with `crc` its CRC-32C. `Ok(None)` at the end of the file.
+pub(crate) fn check_batch_at(
+    scanner: &mut Scanner<'_>,
+    pos: u64,
+    expect: i64,
+    base_offset: i64,
+    crc: bool,
+) -> Result<Option<std::result::Result<BatchHeader, BatchFault>>> {
+    let left = scanner.file_len.saturating_sub(pos);
+    if left == 0 {
+        return Ok(None);
+    }
+    let Some(hbytes) = scanner.get(pos, HEADER_SIZE)? else {
+        return Ok(Some(Err(BatchFault::Framing(format!(
+            "torn batch header: {left} bytes at the end of the file"
+        )))));
+    };
+    let h = match BatchHeader::parse(hbytes) {
+        Ok(h) => h,
+        Err(e) => return Ok(Some(Err(BatchFault::Framing(e.to_string())))),
+    };
+    let size = h.total_size();
+    let Some(batch) = scanner.get(pos, size)? else {
+        return Ok(Some(Err(BatchFault::Framing(format!(
+            "batch of {size} bytes runs past the end of the file ({left} bytes left)"
+        )))));
+    };
+    let content = |next: i64, reason: String| {
+        Ok(Some(Err(BatchFault::Content {
+            size,
+            base_offset: h.base_offset,
+            next,
+            reason,
+        })))
+    };
+    if h.last_offset_delta < 0 {
+        return content(
+            expect,
+            format!("negative lastOffsetDelta {}", h.last_offset_delta),
+        );
+    }
+    if h.base_offset < expect {
+        // Carry on from this batch: one line for one step back.
+        return content(
+            h.base_offset.saturating_add(h.last_offset_delta as i64 + 1),
+            format!(
+                "base offset {} is below {expect}, the offset after the previous batch",
+                h.base_offset
+            ),
+        );
+    }
+    let fits = h
+        .base_offset
+        .checked_add(h.last_offset_delta as i64)
+        .is_some_and(|last| last - base_offset <= u32::MAX as i64);
+    if !fits || h.base_offset < base_offset {
+        return content(
+            expect,
+            format!(
+                "offsets {} + {} do not fit segment {base_offset}",
+                h.base_offset, h.last_offset_delta
+            ),
+        );
+    }
+    if crc {
+        if let Err(e) = check_crc(batch) {
+            return content(h.last_offset().saturating_add(1), e.to_string());
+        }
+    }
+    Ok(Some(Ok(h)))
 }
 
 impl Segment {
@@ -263,7 +379,7 @@ impl Segment {
     fn assemble(
         dir: &Path,
         base_offset: i64,
-        log: File,
+        log: Arc<FileSlot>,
         cfg: SegmentConfig,
         offsets: (Vec<OffsetEntry>, usize),
         times: (Vec<TimeEntry>, usize),
@@ -288,7 +404,7 @@ impl Segment {
     /// A new, empty segment (any files already bearing its name are emptied).
     pub fn create(dir: &Path, base_offset: i64, cfg: SegmentConfig) -> Result<Segment> {
         let (log_path, index_path, time_path) = Self::paths(dir, base_offset);
-        let log = open_rw(&log_path, true)?;
+        let log = FileSlot::new(log_path.clone(), open_rw(&log_path, true)?);
         open_rw(&index_path, true)?;
         open_rw(&time_path, true)?;
         let seg = Self::assemble(dir, base_offset, log, cfg, (Vec::new(), 0), (Vec::new(), 0));
@@ -308,8 +424,8 @@ impl Segment {
         now_ms: i64,
     ) -> Result<Loaded> {
         let (log_path, index_path, time_path) = Self::paths(dir, base_offset);
-        let log = open_rw(&log_path, false)?;
-        let file_len = log.metadata()?.len();
+        let log = open_rw(&log_path, false).map_err(Error::at(&log_path))?;
+        let file_len = log.metadata().map_err(Error::at(&log_path))?.len();
         let min_offset = min_offset.max(base_offset);
 
         if mode == LoadMode::Trusted {
@@ -330,12 +446,24 @@ impl Segment {
 
         let walk = Self::walk(&log, file_len, base_offset, 0, min_offset, true, cfg, None)?;
         let truncated = walk.valid_len < file_len;
+        let truncation = truncated.then(|| Truncation {
+            position: walk.valid_len,
+            first_offset: walk.next_offset.unwrap_or(min_offset),
+            bytes: file_len - walk.valid_len,
+            reason: walk
+                .fault
+                .as_ref()
+                .map_or("unreadable", |f| f.reason())
+                .to_string(),
+        });
         if truncated {
             log.set_len(walk.valid_len)?;
         }
+        let log = FileSlot::new(log_path, log);
         Ok(Loaded {
             segment: Self::from_walk(dir, base_offset, log, cfg, walk, now_ms)?,
             truncated,
+            truncation,
             rebuilt_indexes: true,
             recovered: true,
         })
@@ -345,7 +473,7 @@ impl Segment {
     fn from_walk(
         dir: &Path,
         base_offset: i64,
-        log: File,
+        log: Arc<FileSlot>,
         cfg: SegmentConfig,
         walk: Walk,
         now_ms: i64,
@@ -423,7 +551,7 @@ impl Segment {
             tail_cfg,
             last_time_ts,
         )?;
-        if walk.stopped_early {
+        if walk.fault.is_some() {
             return Ok(None);
         }
         let next_offset = walk.next_offset.unwrap_or(base_offset);
@@ -451,7 +579,7 @@ impl Segment {
         let seg = Self::assemble(
             dir,
             base_offset,
-            log.try_clone()?,
+            Self::slot_of(dir, base_offset, log)?,
             cfg,
             (offsets, n_off),
             (times, n_time),
@@ -466,6 +594,7 @@ impl Segment {
         Ok(Some(Loaded {
             segment: seg,
             truncated: false,
+            truncation: None,
             rebuilt_indexes,
             recovered: false,
         }))
@@ -483,16 +612,23 @@ impl Segment {
         now_ms: i64,
     ) -> Result<Option<Loaded>> {
         let walk = Self::walk(log, file_len, base_offset, 0, min_offset, false, cfg, None)?;
-        if walk.stopped_early {
+        if walk.fault.is_some() {
             return Ok(None);
         }
-        let seg = Self::from_walk(dir, base_offset, log.try_clone()?, cfg, walk, now_ms)?;
+        let log = Self::slot_of(dir, base_offset, log)?;
+        let seg = Self::from_walk(dir, base_offset, log, cfg, walk, now_ms)?;
         Ok(Some(Loaded {
             segment: seg,
             truncated: false,
+            truncation: None,
             rebuilt_indexes: true,
             recovered: false,
         }))
+    }
+
+    fn slot_of(dir: &Path, base_offset: i64, log: &File) -> Result<Arc<FileSlot>> {
+        let path = dir.join(file_name(base_offset, LOG_SUFFIX));
+        Ok(FileSlot::new(path, log.try_clone()?))
     }
 
     fn first_batch_max_ts(log: &File, file_len: u64) -> Result<Option<i64>> {
@@ -561,36 +697,13 @@ impl Segment {
         let mut expect = min_offset;
         let mut next_offset = None;
         let mut first_max_ts = None;
-        let stopped_early;
-        loop {
-            let Some(hbytes) = scanner.get(pos, HEADER_SIZE)? else {
-                stopped_early = pos < file_len;
-                break;
-            };
-            let h = match BatchHeader::parse(hbytes) {
-                Ok(h) => h,
-                Err(_) => {
-                    stopped_early = true;
-                    break;
-                }
+        let fault = loop {
+            let h = match check_batch_at(&mut scanner, pos, expect, base_offset, crc)? {
+                None => break None,
+                Some(Err(fault)) => break Some(fault),
+                Some(Ok(h)) => h,
             };
             let size = h.total_size();
-            let offsets_ok = h.last_offset_delta >= 0
-                && h.base_offset >= expect
-                && h.last_offset() - base_offset <= u32::MAX as i64;
-            let whole = if offsets_ok {
-                scanner.get(pos, size)?
-            } else {
-                None
-            };
-            let Some(batch) = whole else {
-                stopped_early = true;
-                break;
-            };
-            if crc && check_crc(batch).is_err() {
-                stopped_early = true;
-                break;
-            }
             let info = BatchInfo {
                 base_offset: h.base_offset,
                 last_offset: h.last_offset(),
@@ -601,16 +714,23 @@ impl Segment {
                 first_max_ts = Some(h.max_timestamp);
             }
             builder.on_batch(pos, &info);
-            expect = info.last_offset + 1;
+            expect = info.last_offset.saturating_add(1);
             next_offset = Some(expect);
             pos += size as u64;
-        }
+        };
+        let fault = match fault {
+            None if pos < file_len => Some(BatchFault::Framing(format!(
+                "{} bytes past the largest segment size",
+                file_len - pos
+            ))),
+            f => f,
+        };
         Ok(Walk {
             valid_len: pos,
             next_offset,
             first_max_ts,
             builder,
-            stopped_early,
+            fault,
         })
     }
 
@@ -635,8 +755,19 @@ impl Segment {
         let v = self.roll_base_ms.load(Ordering::Relaxed);
         (v != i64::MIN).then_some(v)
     }
-    pub fn fd(&self) -> RawFd {
-        self.log.as_raw_fd()
+    /// The open log file (opened again if the cache closed it). Hold it
+    /// for as long as a read or sendfile of it lasts.
+    pub fn file(&self) -> Result<Arc<File>> {
+        Ok(self.log.get()?)
+    }
+    /// Whether the log file is open now (not closed by the cache).
+    pub fn is_file_open(&self) -> bool {
+        self.log.is_open()
+    }
+    /// Lets the file cache close the log file when idle (see
+    /// [`SealedSegmentBuilder::finish`]).
+    pub fn unpin_file(&self) {
+        self.log.unpin();
     }
     pub fn log_path(&self) -> PathBuf {
         self.dir.join(file_name(self.base_offset, LOG_SUFFIX))
@@ -666,8 +797,9 @@ impl Segment {
         now_ms: i64,
     ) -> Result<()> {
         let start = self.size.load(Ordering::Relaxed);
-        if let Err(e) = pwritev_all(&self.log, data, start) {
-            let _ = self.log.set_len(start);
+        let file = self.file()?;
+        if let Err(e) = pwritev_all(&file, data, start) {
+            let _ = file.set_len(start);
             return Err(e.into());
         }
         self.after_write(start, batches, now_ms);
@@ -677,8 +809,9 @@ impl Segment {
     /// As [`Segment::append`] for bytes already laid out in one buffer.
     pub fn append_bytes(&self, data: &[u8], batches: &[BatchInfo], now_ms: i64) -> Result<()> {
         let start = self.size.load(Ordering::Relaxed);
-        if let Err(e) = self.log.write_all_at(data, start) {
-            let _ = self.log.set_len(start);
+        let file = self.file()?;
+        if let Err(e) = file.write_all_at(data, start) {
+            let _ = file.set_len(start);
             return Err(e.into());
         }
         self.after_write(start, batches, now_ms);
@@ -769,7 +902,7 @@ impl Segment {
     pub fn flush(&self) -> Result<()> {
         if self.dirty.swap(false, Ordering::AcqRel) {
             let r = (|| {
-                self.log.sync_data()?;
+                self.file()?.sync_data()?;
                 self.offset_index.sync()?;
                 self.time_index.sync()
             })();
@@ -784,6 +917,12 @@ impl Segment {
     /// Index entries not yet written to their files.
     pub fn index_pending(&self) -> bool {
         self.offset_index.has_pending() || self.time_index.has_pending()
+    }
+
+    /// Marks a new, empty segment as needing no fdatasync: a log that is
+    /// created empty does not depend on its files surviving a crash.
+    pub(crate) fn mark_synced(&self) {
+        self.dirty.store(false, Ordering::Relaxed);
     }
 
     pub fn is_dirty(&self) -> bool {
@@ -804,7 +943,8 @@ impl Segment {
         let Some((pos, h)) = self.find_batch(offset, size)? else {
             return Ok(None);
         };
-        self.log.set_len(pos)?;
+        let file = self.file()?;
+        file.set_len(pos)?;
         let cut_rel = h.base_offset - self.base_offset;
         self.offset_index
             .truncate_from(|e| e.position as u64 >= pos);
@@ -828,7 +968,7 @@ impl Segment {
             index_interval_bytes: u64::MAX,
         };
         let walk = Self::walk(
-            &self.log,
+            &file,
             pos,
             self.base_offset,
             from,
@@ -866,9 +1006,15 @@ impl Segment {
         Ok(Some(h.base_offset))
     }
 
-    /// Removes the segment's files (open handles stay readable).
+    /// Removes the segment's files (open handles stay readable: the log
+    /// file's handle is pinned open for as long as the segment lives).
     pub fn delete_files(&self) -> Result<()> {
         self.close_index_files();
+        match self.log.pin() {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
         for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
             match fs::remove_file(self.dir.join(file_name(self.base_offset, suffix))) {
                 Ok(()) => {}
@@ -883,9 +1029,10 @@ impl Segment {
 
     /// Reads up to `buf.len()` bytes at `pos`; fewer only at end of file.
     pub fn read_at(&self, buf: &mut [u8], pos: u64) -> Result<usize> {
+        let file = self.file()?;
         let mut done = 0;
         while done < buf.len() {
-            match self.log.read_at(&mut buf[done..], pos + done as u64) {
+            match file.read_at(&mut buf[done..], pos + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -1056,13 +1203,15 @@ impl SealedSegmentBuilder {
 
     /// The segment over `log` (which must hold exactly the batches given),
     /// sealed as a roll leaves it; its index files are not written (see
-    /// [`Segment::write_index_copies`]).
+    /// [`Segment::write_index_copies`]). `log` is not yet at the segment's
+    /// path, so its handle stays open until [`Segment::unpin_file`].
     pub fn finish(self, dir: &Path, log: File, now_ms: i64) -> Segment {
         let b = self.builder;
+        let path = dir.join(file_name(self.base_offset, LOG_SUFFIX));
         let seg = Segment::assemble(
             dir,
             self.base_offset,
-            log,
+            FileSlot::pinned(path, log),
             self.cfg,
             (b.offsets, 0),
             (b.times, 0),

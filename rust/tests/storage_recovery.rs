@@ -7,7 +7,8 @@ use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use kbroker::log::{Log, LogConfig};
+use kbroker::log::{Log, LogConfig, RecoveryKind};
+use kbroker::verify::verify_log_dir;
 use storage_util::*;
 
 fn cfg() -> LogConfig {
@@ -446,4 +447,251 @@ fn a_crash_right_after_open_is_seen_as_unclean() {
         .unwrap();
     let log = Log::open(dir.path(), cfg(), 0).unwrap();
     assert_eq!(log.log_end_offset(), 12);
+}
+
+// -- what recovery reports ------------------------------------------------------
+
+#[test]
+fn recovery_reports_each_cut_and_each_deleted_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let bases = build(dir.path(), 80);
+    let second = seg_file(dir.path(), bases[1], ".log");
+    let mut data = fs::read(&second).unwrap();
+    let batch_len = batch(0, &[1, 1], 60).len();
+    data[2 * batch_len + 30] ^= 1;
+    fs::write(&second, &data).unwrap();
+    let later: Vec<(i64, u64)> = bases[2..]
+        .iter()
+        .map(|&b| {
+            (
+                b,
+                fs::metadata(seg_file(dir.path(), b, ".log")).unwrap().len(),
+            )
+        })
+        .collect();
+    let log = open(dir.path(), cfg());
+    let notes = log.recovery_notes();
+    assert_eq!(notes[0].kind, RecoveryKind::Truncated);
+    assert_eq!(notes[0].segment, bases[1]);
+    assert_eq!(notes[0].position, 2 * batch_len as u64);
+    assert_eq!(notes[0].offset, bases[1] + 4);
+    assert_eq!(notes[0].bytes, (data.len() - 2 * batch_len) as u64);
+    assert!(notes[0].detail.contains("CRC"), "{}", notes[0].detail);
+    let deleted: Vec<(i64, u64)> = notes[1..]
+        .iter()
+        .map(|n| {
+            assert_eq!(n.kind, RecoveryKind::DeletedSegment);
+            (n.segment, n.bytes)
+        })
+        .collect();
+    assert_eq!(deleted, later);
+    // A clean reopen has nothing to report.
+    log.close().unwrap();
+    drop(log);
+    assert!(open(dir.path(), cfg()).recovery_notes().is_empty());
+}
+
+#[test]
+fn a_torn_tail_is_reported_with_its_position_and_size() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), 3);
+    let last = last_log(dir.path());
+    let len = fs::metadata(&last).unwrap().len();
+    OpenOptions::new()
+        .append(true)
+        .open(&last)
+        .unwrap()
+        .write_all(&[0u8; 20])
+        .unwrap();
+    let log = open(dir.path(), cfg());
+    let n = &log.recovery_notes()[0];
+    assert_eq!(
+        (n.kind, n.position, n.offset, n.bytes),
+        (RecoveryKind::Truncated, len, 6, 20)
+    );
+    assert!(n.detail.contains("torn"), "{}", n.detail);
+}
+
+/// Every way a small state file can be damaged.
+fn damaged_contents() -> Vec<(&'static str, Option<Vec<u8>>)> {
+    vec![
+        ("empty", Some(Vec::new())),
+        ("binary garbage", Some(vec![0xff, 0x00, 0x9c, 0x13, 0x80])),
+        ("not a number", Some(b"12x\n".to_vec())),
+        ("negative", Some(b"-5\n".to_vec())),
+        ("too long", Some(vec![b'1'; 4096])),
+        ("a directory", None),
+    ]
+}
+
+fn put_state_file(path: &Path, content: &Option<Vec<u8>>) {
+    let _ = fs::remove_file(path);
+    match content {
+        Some(bytes) => fs::write(path, bytes).unwrap(),
+        None => fs::create_dir(path).unwrap(),
+    }
+}
+
+#[test]
+fn a_damaged_recovery_point_means_a_full_scan() {
+    for (what, content) in damaged_contents() {
+        let dir = tempfile::tempdir().unwrap();
+        let bases = build(dir.path(), 80);
+        open(dir.path(), cfg()).flush().unwrap();
+        // Below the recovery point: only a full scan finds this.
+        let first = seg_file(dir.path(), bases[0], ".log");
+        let mut data = fs::read(&first).unwrap();
+        data[80] ^= 0xff;
+        fs::write(&first, &data).unwrap();
+        let rp = dir.path().join("recovery-point");
+        put_state_file(&rp, &content);
+        if content.is_none() {
+            // Not a file: it cannot be replaced, so the open fails naming it.
+            let Err(err) = Log::open(dir.path(), cfg(), 1_000) else {
+                panic!("{what}: opened");
+            };
+            let err = err.to_string();
+            assert!(err.contains("recovery-point"), "{what}: {err}");
+            continue;
+        }
+        let log = open(dir.path(), cfg());
+        let notes = log.recovery_notes();
+        assert_eq!(notes[0].kind, RecoveryKind::BadCheckpoint, "{what}");
+        assert!(notes[0].detail.contains("recovery-point"), "{what}");
+        assert_eq!(notes[1].kind, RecoveryKind::Truncated, "{what}");
+        assert_eq!((notes[1].segment, notes[1].position), (0, 0), "{what}");
+        assert_eq!(log.log_end_offset(), 0, "{what}");
+        // The checkpoint is rewritten: the next open is quiet.
+        drop(log);
+        assert!(
+            open(dir.path(), cfg()).recovery_notes().is_empty(),
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn a_damaged_log_start_or_cleaner_checkpoint_is_treated_as_missing() {
+    for name in ["log-start-offset", "cleaner-checkpoint"] {
+        for (what, content) in damaged_contents() {
+            if content.is_none() {
+                continue;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let bases = build(dir.path(), 80);
+            {
+                let log = open(dir.path(), cfg());
+                log.delete_records_before(bases[1] + 2).unwrap();
+                log.close().unwrap();
+            }
+            put_state_file(&dir.path().join(name), &content);
+            let log = open(dir.path(), cfg());
+            let notes = log.recovery_notes();
+            assert_eq!(notes.len(), 1, "{name} {what}: {notes:?}");
+            assert_eq!(notes[0].kind, RecoveryKind::BadCheckpoint);
+            assert!(notes[0].detail.contains(name), "{name} {what}");
+            assert_eq!(log.log_end_offset(), 160, "{name} {what}");
+            let start = if name == "log-start-offset" {
+                bases[1]
+            } else {
+                bases[1] + 2
+            };
+            assert_eq!(log.log_start_offset(), start, "{name} {what}");
+        }
+    }
+}
+
+// -- offline verify ---------------------------------------------------------------
+
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>, std::time::SystemTime)> {
+    let mut out: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            let m = fs::metadata(&p).unwrap();
+            (p.clone(), fs::read(&p).unwrap(), m.modified().unwrap())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn verify_finds_every_bad_batch_and_never_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let bases = build(dir.path(), 80);
+    {
+        let log = open(dir.path(), cfg());
+        log.close().unwrap();
+    }
+    let clean = verify_log_dir(dir.path()).unwrap();
+    assert!(clean.bad.is_empty() && clean.clean_shutdown);
+    assert_eq!((clean.segments, clean.batches), (bases.len(), 80));
+
+    let batch_len = batch(0, &[1, 1], 60).len();
+    // A record body byte in the second segment (CRC), a header byte in the
+    // first (base offset), garbage after the last.
+    let second = seg_file(dir.path(), bases[1], ".log");
+    let mut data = fs::read(&second).unwrap();
+    data[2 * batch_len + 70] ^= 1;
+    fs::write(&second, &data).unwrap();
+    let first = seg_file(dir.path(), bases[0], ".log");
+    let mut data = fs::read(&first).unwrap();
+    data[batch_len + 7] ^= 0x02; // base offset of the second batch: 2 -> 0
+    fs::write(&first, &data).unwrap();
+    let last = last_log(dir.path());
+    let last_len = fs::metadata(&last).unwrap().len();
+    OpenOptions::new()
+        .append(true)
+        .open(&last)
+        .unwrap()
+        .write_all(&[3u8; 10])
+        .unwrap();
+
+    let before = snapshot(dir.path());
+    let report = verify_log_dir(dir.path()).unwrap();
+    assert_eq!(snapshot(dir.path()), before);
+    let found: Vec<_> = report
+        .bad
+        .iter()
+        .map(|b| (b.segment_file.clone(), b.position, b.unreadable_after))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (first, batch_len as u64, 0),
+            (second, 2 * batch_len as u64, 0),
+            (last, last_len, 10),
+        ]
+    );
+    assert!(
+        report.bad[0].reason.contains("below"),
+        "{:?}",
+        report.bad[0]
+    );
+    assert_eq!(report.bad[0].offset, 0);
+    assert_eq!(report.bad[1].offset, bases[1] + 4);
+    assert!(report.bad[1].reason.contains("CRC"));
+    assert!(report.bad[2].reason.contains("torn"));
+    // Every other batch was still checked.
+    assert_eq!(report.batches, 78);
+}
+
+#[test]
+fn a_swap_file_that_is_empty_or_garbage_leaves_the_old_segments() {
+    for content in [Vec::new(), vec![0xa5u8; 37], vec![0u8; 200]] {
+        let dir = tempfile::tempdir().unwrap();
+        build(dir.path(), 80);
+        {
+            let log = open(dir.path(), cfg());
+            log.close().unwrap();
+        }
+        for sfx in [".log.swap", ".index.swap", ".timeindex.swap"] {
+            fs::write(seg_file(dir.path(), 0, sfx), &content).unwrap();
+        }
+        check(dir.path(), 80);
+        for sfx in [".log.swap", ".index.swap", ".timeindex.swap"] {
+            assert!(!seg_file(dir.path(), 0, sfx).exists());
+        }
+    }
 }

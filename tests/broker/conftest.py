@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +32,8 @@ class BrokerProcess:
     extra: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    # Runs in the child before exec (e.g. to lower its resource limits).
+    preexec: Callable[[], None] | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -43,7 +45,9 @@ class BrokerProcess:
             args += ["--set", s]
         self.log_path = self.data_dir.parent / f"broker-{self.port}.log"
         out = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, preexec_fn=self.preexec
+        )
         out.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

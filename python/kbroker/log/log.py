@@ -7,6 +7,7 @@ gives it an identity.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Mapping
@@ -21,8 +22,11 @@ from kbroker._kbroker import (
     CleanStats,
     LogConfig,
     LogSlice,
+    RecoveryNote,
 )
 from kbroker.config import LONG_MAX, Value
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "AppendInfo",
@@ -32,6 +36,7 @@ __all__ = [
     "Log",
     "LogConfig",
     "LogSlice",
+    "RecoveryNote",
     "TopicPartition",
     "log_config_from_topic",
 ]
@@ -63,6 +68,50 @@ class TopicPartition:
 
     def __str__(self) -> str:
         return self.dirname
+
+
+# Recovery note kinds (see RecoveryNote) that drop data.
+DATA_DROPPING_RECOVERY = frozenset({"truncated", "deleted-segment", "reset"})
+
+
+def _segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}.log"
+
+
+def _log_recovery_note(tp: TopicPartition, note: RecoveryNote) -> None:
+    """One log line per thing recovery did: WARN when data was dropped or a file ignored."""
+    segment = _segment_name(note.segment)
+    if note.kind == "truncated":
+        log.warning(
+            "recovery of %s truncated segment %s at byte %d (offset %d): dropped %d bytes: %s",
+            tp,
+            segment,
+            note.position,
+            note.offset,
+            note.bytes,
+            note.detail,
+        )
+    elif note.kind == "deleted-segment":
+        log.warning(
+            "recovery of %s deleted segment %s (offset %d on, %d bytes) %s",
+            tp,
+            segment,
+            note.offset,
+            note.bytes,
+            note.detail,
+        )
+    elif note.kind == "reset":
+        log.warning(
+            "recovery of %s deleted every segment (offset %d on, %d bytes): %s",
+            tp,
+            note.offset,
+            note.bytes,
+            note.detail,
+        )
+    elif note.kind == "bad-checkpoint":
+        log.warning("recovery of %s treated a damaged checkpoint as missing: %s", tp, note.detail)
+    else:
+        log.info("recovery of %s rebuilt the indexes of segment %s", tp, segment)
 
 
 def log_config_from_topic(config: Mapping[str, Value]) -> LogConfig:
@@ -110,7 +159,19 @@ class Log:
     def open(cls, data_dir: Path, tp: TopicPartition, config: LogConfig) -> Log:
         """Opens (creating or recovering) the log of ``tp`` under ``data_dir``."""
         raw = _kbroker.Log(str(data_dir / tp.dirname), config, now_ms())
+        for note in raw.recovery_notes:
+            _log_recovery_note(tp, note)
         return cls(tp, raw)
+
+    @property
+    def recovery_notes(self) -> list[RecoveryNote]:
+        """What recovery did when the log was opened."""
+        return self._log.recovery_notes
+
+    @property
+    def recovery_truncations(self) -> int:
+        """Data-dropping recovery actions at open: cut tails, deleted segments, resets."""
+        return sum(1 for note in self._log.recovery_notes if note.kind in DATA_DROPPING_RECOVERY)
 
     def append(
         self, batches: bytes | memoryview, leader_epoch: int = 0, log_append_time: bool = False

@@ -13,6 +13,7 @@ import asyncio
 import fcntl
 import logging
 import os
+import resource
 import shutil
 import threading
 import time
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kbroker import _kbroker
 from kbroker.log.log import Log, LogConfig, TopicPartition, now_ms
 
 if TYPE_CHECKING:
@@ -36,6 +38,17 @@ LOCK_FILE = ".lock"
 DELETED_SUFFIX = ".deleted"
 
 ConfigFor = Callable[[str], LogConfig]
+# Threads closing logs at shutdown.
+CLOSE_THREADS = 8
+
+
+def default_max_open_files() -> int:
+    """log.max.open.files when unset: half the RLIMIT_NOFILE soft limit (the rest is
+    for sockets and everything else), at least 16."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(16, soft // 2)
 
 
 class DataDirLocked(RuntimeError):
@@ -93,9 +106,23 @@ class StorageErrors:
 
 
 class LogManager:
-    def __init__(self, data_dir: Path, config_for: ConfigFor, recovery_threads: int = 2) -> None:
-        """``config_for(topic)`` gives the storage config a topic's logs use."""
+    def __init__(
+        self,
+        data_dir: Path,
+        config_for: ConfigFor,
+        recovery_threads: int = 2,
+        max_open_files: int | None = None,
+    ) -> None:
+        """``config_for(topic)`` gives the storage config a topic's logs use.
+
+        ``max_open_files`` bounds the segment files kept open process-wide
+        (log.max.open.files); None takes half the RLIMIT_NOFILE soft limit
+        when the manager opens.
+        """
         self.data_dir = data_dir
+        self._max_open_files = max_open_files
+        # Data-dropping recovery actions (cut tails, deleted segments) since start.
+        self.recovery_truncations = 0
         self._config_for = config_for
         self._recovery_threads = max(1, recovery_threads)
         self._logs: dict[TopicPartition, Log] = {}
@@ -109,6 +136,15 @@ class LogManager:
         """Locks the directory and opens (recovering as needed) every partition in it."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._take_dir_lock()
+        max_open = self._max_open_files or default_max_open_files()
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and max_open > soft - 64:
+            log.warning(
+                "log.max.open.files=%d leaves little of RLIMIT_NOFILE=%d for connections",
+                max_open,
+                soft,
+            )
+        _kbroker.set_max_open_files(max_open)
         for leftover in self.data_dir.glob(f"*{DELETED_SUFFIX}"):
             shutil.rmtree(leftover, ignore_errors=True)
         found = [
@@ -124,6 +160,7 @@ class LogManager:
             )
             for log_ in opened:
                 self._logs[log_.tp] = log_
+                self.recovery_truncations += log_.recovery_truncations
         log.info("opened %d partition logs in %s", len(self._logs), self.data_dir)
 
     def close(self) -> None:
@@ -131,11 +168,18 @@ class LogManager:
         with self._lock:
             logs = list(self._logs.values())
             self._logs.clear()
-        for log_ in logs:
+
+        def close_one(log_: Log) -> None:
             try:
                 log_.close()
             except OSError as exc:
                 log.error("closing %s failed: %s", log_.tp, exc)
+
+        # Each close waits on a directory fsync (the GIL is released): threads
+        # overlap them, which matters with tens of thousands of partitions.
+        with ThreadPoolExecutor(CLOSE_THREADS, thread_name_prefix="close") as pool:
+            for _ in pool.map(close_one, logs):
+                pass
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -168,6 +212,7 @@ class LogManager:
                 if new:
                     shutil.rmtree(path, ignore_errors=True)
                 raise
+            self.recovery_truncations += created.recovery_truncations
             self._logs[tp] = created
             return created
 

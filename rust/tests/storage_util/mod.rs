@@ -46,7 +46,11 @@ pub fn config() -> LogConfig {
     }
 }
 
+/// Opens a log. Every storage test runs with at most two segment files
+/// open process-wide, so handles are closed and reopened under every
+/// operation the tests exercise.
 pub fn open(dir: &Path, cfg: LogConfig) -> Log {
+    kbroker::filecache::set_max_open_files(2);
     Log::open(dir, cfg, 1_000).unwrap()
 }
 
