@@ -75,14 +75,16 @@ class Probe(threading.Thread):
         }
 
 
-def _wait(futures: dict[str, Any], timeout: float) -> int:
-    """Waits for every creation; returns how many failed."""
+def _wait(futures: dict[str, Any], timeout: float, errors: list[str]) -> int:
+    """Waits for every creation; returns how many failed (the first errors go to ``errors``)."""
     failed = 0
     for f in futures.values():
         try:
             f.result(timeout)
-        except Exception:
+        except Exception as exc:
             failed += 1
+            if len(errors) < 3:
+                errors.append(str(exc))
     return failed
 
 
@@ -115,7 +117,8 @@ def run_system(system: str, topics: int, data_root: Path) -> list[dict[str, Any]
         for phase, send in phases:
             start = time.monotonic()
             batches = send()
-            failed = sum(_wait(b, 600) for b in batches)
+            errors: list[str] = []
+            failed = sum(_wait(b, 600, errors) for b in batches)
             end = time.monotonic()
             time.sleep(0.5)
             row = {
@@ -126,6 +129,7 @@ def run_system(system: str, topics: int, data_root: Path) -> list[dict[str, Any]
                 "failed": failed,
                 "seconds": round(end - start, 2),
                 **probe.window(start, end),
+                **({"first_errors": errors} if errors else {}),
             }
             rows.append(row)
             print(json.dumps(row), flush=True)

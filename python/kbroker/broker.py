@@ -393,9 +393,11 @@ class Broker:
         except TopicError:
             self._topic_configs.pop(name, None)
             raise
-        return self._register_topic(
+        topic = self._register_topic(
             NewTopic(name, partitions, rf, configs or {}, parsed, internal), topic_id, logs
         )
+        log.info("created topic %s with %d partitions", name, partitions)
+        return topic
 
     def _create_logs(self, name: str, topic_id: uuid.UUID, tps: list[TopicPartition]) -> list[Log]:
         """Creates the logs of new partitions of ``name`` (any thread): all or none."""
@@ -425,9 +427,8 @@ class Broker:
         self._collisions[collision_key(new.name)] = new.name
         for p, lg in enumerate(logs):
             self.partitions[TopicPartition(new.name, p)] = Partition(
-                lg, topic.partitions[p], self.broker_id
+                lg, topic.partitions[p], self.broker_id, new=lg.log_end_offset == 0
             )
-        log.info("created topic %s with %d partitions", new.name, new.num_partitions)
         return topic
 
     async def create_topics(self, new: list[NewTopic]) -> dict[str, TopicMetadata | TopicError]:
@@ -452,9 +453,8 @@ class Broker:
             self._reserved_partitions += t.num_partitions
             self._topic_configs[t.name] = t.parsed  # the logs open with the topic's settings
             ready.append(t)
-        ids = {t.name: uuid.uuid4() for t in ready}
         try:
-            opened = await asyncio.to_thread(self._open_topic_logs, ready, ids)
+            opened = await asyncio.to_thread(self._open_topic_logs, ready)
             for i, t in enumerate(ready):
                 logs_or_error = opened[t.name]
                 if isinstance(logs_or_error, TopicError):
@@ -463,8 +463,9 @@ class Broker:
                     continue
                 self._creating.discard(t.name)
                 self._reserved_partitions -= t.num_partitions
+                topic_id, logs = logs_or_error
                 try:
-                    results[t.name] = self._register_topic(t, ids[t.name], logs_or_error)
+                    results[t.name] = self._register_topic(t, topic_id, logs)
                 except TopicError as exc:
                     results[t.name] = exc
                 if i % 64 == 63:
@@ -480,6 +481,12 @@ class Broker:
         if created:
             try:
                 await self.metadata.durable()
+                log.info(
+                    "created %d topic(s) with %d partitions: %s",
+                    len(created),
+                    sum(len(t.partitions) for t in created),
+                    _names(created),
+                )
             except OSError as exc:
                 # Not recorded: undone whole, as if never asked for.
                 for topic in created:
@@ -503,14 +510,16 @@ class Broker:
                 partition.close()
 
     def _open_topic_logs(
-        self, new: list[NewTopic], ids: Mapping[str, uuid.UUID]
-    ) -> dict[str, list[Log] | TopicError]:
-        """Opens the logs of new topics (in a worker thread); a topic that fails leaves no directory."""
-        opened: dict[str, list[Log] | TopicError] = {}
+        self, new: list[NewTopic]
+    ) -> dict[str, tuple[uuid.UUID, list[Log]] | TopicError]:
+        """Makes the ids and logs of new topics (in a worker thread); a topic that fails
+        leaves no directory."""
+        opened: dict[str, tuple[uuid.UUID, list[Log]] | TopicError] = {}
         for t in new:
+            topic_id = uuid.uuid4()
             tps = [TopicPartition(t.name, p) for p in range(t.num_partitions)]
             try:
-                opened[t.name] = self._create_logs(t.name, ids[t.name], tps)
+                opened[t.name] = (topic_id, self._create_logs(t.name, topic_id, tps))
             except TopicError as exc:
                 opened[t.name] = exc
         return opened
@@ -644,6 +653,12 @@ class Broker:
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get(TopicPartition(topic, index))
+
+
+def _names(topics: list[TopicMetadata], most: int = 5) -> str:
+    """A few topic names for a log line."""
+    shown = ", ".join(t.name for t in topics[:most])
+    return shown + (f" and {len(topics) - most} more" if len(topics) > most else "")
 
 
 def raise_open_files_limit() -> None:

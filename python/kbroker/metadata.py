@@ -21,7 +21,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -183,6 +183,10 @@ class MetadataStore(Protocol):
         ...
 
 
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
 def _fsync_dir(path: Path) -> None:
     dir_fd = os.open(path, os.O_RDONLY)
     try:
@@ -191,19 +195,23 @@ def _fsync_dir(path: Path) -> None:
         os.close(dir_fd)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Writes ``text`` to ``path`` so that a crash leaves the old or the new file, never a mix."""
+def write_atomically(path: Path, text: str | Iterable[str]) -> int:
+    """Writes ``text`` (or its pieces) to ``path`` so that a crash leaves the old or the new
+    file, never a mix; returns the size written."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+            for piece in [text] if isinstance(text, str) else text:
+                f.write(piece)
             f.flush()
             os.fsync(f.fileno())
+            size = f.tell()
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)  # a full disk keeps no half-written copy
         raise
     _fsync_dir(path.parent)
+    return size
 
 
 # -- the persisted form ----------------------------------------------------------
@@ -245,14 +253,19 @@ class _Persisted:
         else:
             raise ValueError(f"unknown change {sorted(change)}")
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def json_pieces(self) -> Iterator[str]:
+        """The snapshot's JSON, a topic at a time: no single serialisation holds the GIL
+        for the whole metadata."""
+        head = {
             "seq": self.seq,
-            "topics": self.topics,
             "broker_configs": self.broker_configs,
             "next_producer_id": self.next_producer_id,
             "deleted_topics": self.deleted_topics,
         }
+        yield _dumps(head)[:-1] + ',"topics":{'
+        for i, (name, topic) in enumerate(self.topics.items()):
+            yield ("," if i else "") + _dumps(name) + ":" + _dumps(topic)
+        yield "}}"
 
     @classmethod
     def from_json(cls, data: Any) -> _Persisted:
@@ -477,9 +490,7 @@ class _Journal:
                 out.close()
 
     def _write(self, out: Any, batch: list[dict[str, Any]]) -> None:
-        data = b"".join(
-            json.dumps(c, separators=(",", ":"), sort_keys=True).encode() + b"\n" for c in batch
-        )
+        data = b"".join(_dumps(c).encode() + b"\n" for c in batch)
         good = out.tell()
         try:
             out.write(data)
@@ -503,9 +514,7 @@ class _Journal:
                 log.warning("cannot fold the metadata change log into a snapshot yet: %s", exc)
 
     def _snapshot(self, out: Any) -> None:
-        text = json.dumps(self._state.to_json(), sort_keys=True, separators=(",", ":"))
-        write_atomically(self._dir / METADATA_FILE, text)
-        self._snapshot_size = len(text)
+        self._snapshot_size = write_atomically(self._dir / METADATA_FILE, self._state.json_pieces())
         # Lines the snapshot holds are skipped on load by their sequence number,
         # so a crash before this truncation is harmless.
         out.truncate(0)

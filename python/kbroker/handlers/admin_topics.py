@@ -8,6 +8,7 @@ with an error message. The topic changes themselves are `Broker` methods.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections import Counter
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 METADATA_TOPIC = "__cluster_metadata"
+# Topics of one CreateTopics handled between two turns of the event loop.
+YIELD_EVERY = 256
 
 
 def _code(name: str) -> ErrorCode:
@@ -154,7 +157,9 @@ async def handle_create_topics(broker: Broker, header: RequestHeader, request: A
     outcome: dict[str, Any] = {}
     valid: list[NewTopic] = []
     seen: set[str] = set()
-    for t in request.topics:
+    for i, t in enumerate(request.topics):
+        if i % YIELD_EVERY == YIELD_EVERY - 1:
+            await asyncio.sleep(0)  # a huge request leaves others their turn
         if t.name in dupes:
             continue
         try:
@@ -174,7 +179,9 @@ async def handle_create_topics(broker: Broker, header: RequestHeader, request: A
             outcome[t.name] = _result(broker, new, ZERO_UUID, header.api_version)
     if valid and not request.validate_only:
         created = await broker.create_topics(valid)
-        for new in valid:
+        for i, new in enumerate(valid):
+            if i % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)
             done = created[new.name]
             outcome[new.name] = (
                 _refused(new.name, done)

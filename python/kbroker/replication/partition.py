@@ -45,7 +45,8 @@ class ProduceResult:
 
 
 class Partition:
-    def __init__(self, log_: Log, state: PartitionState, broker_id: int) -> None:
+    def __init__(self, log_: Log, state: PartitionState, broker_id: int, new: bool = False) -> None:
+        """``new``: the log was just created, so there is no producer state to rebuild."""
         self.log = log_
         self.tp = log_.tp
         self.state = state
@@ -54,7 +55,8 @@ class Partition:
         self.high_watermark = log_.log_end_offset
         self.producers = ProducerStateManager()
         self._waiters: set[asyncio.Future[None]] = set()
-        self._rebuild_producer_state()
+        if not new:
+            self._rebuild_producer_state()
 
     # -- leadership ----------------------------------------------------------
 
