@@ -71,12 +71,19 @@ class BrokerClient:
     ) -> None:
         self.close()
 
-    def request(self, api_key: ApiKey, version: int, body: Any) -> Any:
+    def send(self, api_key: ApiKey, version: int, body: Any) -> None:
+        """Send a request the broker does not answer (Produce with acks=0)."""
         self._correlation += 1
         try:
             self._sock.sendall(
                 encode_request(api_key, version, self._correlation, self.client_id, body)
             )
+        except OSError as exc:
+            raise ClientError(f"request to {self.address} failed: {exc}") from None
+
+    def request(self, api_key: ApiKey, version: int, body: Any) -> Any:
+        self.send(api_key, version, body)
+        try:
             (size,) = _SIZE.unpack(self._read(4))
             if not 0 <= size <= MAX_RESPONSE_BYTES:
                 raise ClientError(f"response of {size} bytes from {self.address}")
