@@ -29,7 +29,8 @@ class Cluster:
     def run(self, *args: str, ok: bool = True) -> Result:
         """``kbroker ARGS --bootstrap-server B`` in process (a real broker on the other side);
         a traceback is never acceptable, and with ``ok`` the exit code must be 0."""
-        result = CliRunner().invoke(main, [*args, "-b", self.bootstrap, "--timeout", "20"])
+        bootstrap = [] if "-b" in args else ["-b", self.bootstrap]
+        result = CliRunner().invoke(main, [*args, *bootstrap, "--timeout", "20"])
         if result.exception is not None and not isinstance(result.exception, SystemExit):
             raise result.exception
         if ok:

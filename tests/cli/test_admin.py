@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from tests.broker.conftest import free_port
 from tests.cli.conftest import Cluster
@@ -94,6 +94,43 @@ def test_topic_create_list_describe_delete(cluster: Cluster) -> None:
     assert missing.exit_code == 1
     assert "UNKNOWN_TOPIC_OR_PARTITION" in single_error_line(missing.stderr)
     assert cluster.run("topic", "delete", name, "--if-exists").exit_code == 0
+
+
+def test_replica_assignment_and_internal_topics(cluster: Cluster) -> None:
+    [broker] = cluster.json("cluster", "brokers")
+    b = broker["id"]
+    name = cluster.new_topic("--replica-assignment", f"{b},{b}")
+    [topic] = cluster.json("topic", "describe", name)["topics"]
+    assert [(p["partition"], p["replicas"]) for p in topic["partitions"]] == [(0, [b]), (1, [b])]
+    twice = cluster.run("topic", "create", "t-x", "--replica-assignment", f"{b}:{b}", ok=False)
+    assert twice.exit_code == 2
+    assert "lists a broker twice" in twice.stderr
+    both = cluster.run(
+        "topic", "create", "t-x", "--replica-assignment", str(b), "-p", "2", ok=False
+    )
+    assert both.exit_code == 2
+
+    # A group's commit makes __consumer_offsets exist; it is listed only with --internal.
+    # (Kafka answers NOT_COORDINATOR while it creates the topic: retry, bounded)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "cli-internal"})
+
+    def committed() -> bool:
+        try:
+            consumer.commit(offsets=[TopicPartition(name, 0, 0)], asynchronous=False)
+            return True
+        except KafkaException:
+            return False
+
+    try:
+        until(committed)
+    finally:
+        consumer.close()
+    internal = cluster.json("topic", "list", "__consumer_offsets", "--internal")
+    assert [(t["topic"], t["internal"]) for t in internal] == [("__consumer_offsets", True)]
+    assert cluster.json("topic", "list", "__consumer_offsets") == []
+    assert "__consumer_offsets" not in {
+        t["topic"] for t in cluster.json("topic", "describe")["topics"]
+    }
 
 
 def test_topic_create_refusals(cluster: Cluster) -> None:
@@ -291,6 +328,9 @@ def test_cluster_info_and_brokers(cluster: Cluster) -> None:
     assert info["controller_id"] == broker["id"]
     assert f"{broker['host']}:{broker['port']}" == cluster.bootstrap
     assert broker["controller"] is True
+    # Bootstrap addresses are tried in turn.
+    dead = f"127.0.0.1:{free_port()}"
+    assert cluster.json("cluster", "info", "-b", f"{dead},{cluster.bootstrap}") == info
     lines = cluster.run("cluster", "info").stdout.splitlines()
     assert lines == [
         f"Cluster id:  {info['cluster_id']}",

@@ -172,7 +172,7 @@ def records(
             version = client.version(ApiKey.FETCH)
             T = FetchRequest.Topic
             req = FetchRequest(
-                max_wait_ms=MAX_WAIT_MS,
+                max_wait_ms=min(MAX_WAIT_MS, int(cluster.timeout * 500)),  # answered in time
                 min_bytes=1,
                 max_bytes=FETCH_MAX_BYTES,
                 isolation_level=1 if read_committed else 0,
