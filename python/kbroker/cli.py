@@ -987,6 +987,12 @@ def produce_command(
     help="kcat-like: %t topic, %p partition, %o offset, %T timestamp, %k key, %s value, "
     "%K/%S their lengths, %h headers, \\n \\t.",
 )
+@click.option(
+    "--group",
+    "-g",
+    help="Consume as a member of this consumer group: its partitions, from its committed "
+    "offsets (--from where it has none), committing as it goes.",
+)
 @click.option("--read-committed", is_flag=True, help="Skip records of aborted transactions.")
 @_json_option
 def consume_command(
@@ -998,11 +1004,12 @@ def consume_command(
     count: int | None,
     until_end: bool,
     fmt: str,
+    group: str | None,
     read_committed: bool,
     as_json: bool,
 ) -> None:
-    """Print the records of TOPIC (assigned partitions, no group) as they arrive.
-    With --json, one JSON object per line."""
+    """Print the records of TOPIC as they arrive: of the given partitions (default all),
+    or of those a consumer group assigns (--group). With --json, one JSON object a line."""
     from kbroker.tools import consume as tool
 
     try:
@@ -1013,13 +1020,21 @@ def consume_command(
         tool.check_format(fmt)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--format") from None
+    if group is not None and partitions:
+        raise click.UsageError("--group assigns the partitions: drop --partition")
     out = sys.stdout.buffer
     seen = 0
     with _cluster(bootstrap, timeout) as cluster:
         try:
-            for record in tool.records(
-                cluster, topic, partitions or None, spec, count, until_end, read_committed
-            ):
+            if group is not None:
+                found = tool.group_records(
+                    cluster, topic, group, spec, count, until_end, read_committed
+                )
+            else:
+                found = tool.records(
+                    cluster, topic, partitions or None, spec, count, until_end, read_committed
+                )
+            for record in found:
                 if as_json:
                     out.write(json.dumps(record.to_json()).encode() + b"\n")
                 else:

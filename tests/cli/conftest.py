@@ -59,7 +59,7 @@ class Cluster:
 @pytest.fixture(scope="session")
 def kbroker_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     node = BrokerProcess(tmp_path_factory.mktemp("kbroker") / "data")
-    node.start()
+    node.start("group.initial.rebalance.delay.ms=0")  # as the Kafka node
     try:
         yield Cluster("kbroker", node.bootstrap)
     finally:

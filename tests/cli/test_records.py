@@ -8,8 +8,10 @@ import subprocess
 import sys
 
 import pytest
+from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from kbroker.cli import main
 from tests.cli.conftest import Cluster
 from tests.cli.test_admin import single_error_line, until
 
@@ -171,3 +173,51 @@ def test_produce_and_consume_refusals(cluster: Cluster) -> None:
         usage = cluster.run("consume", topic, *args, ok=False)
         assert usage.exit_code == 2
         assert "Traceback" not in usage.output
+
+
+def committed(cluster: Cluster, group: str, topic: str, partitions: int) -> list[int]:
+    """The group's committed offsets as a real client sees them."""
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    try:
+        found = consumer.committed(
+            [TopicPartition(topic, p) for p in range(partitions)], timeout=20
+        )
+        return [tp.offset for tp in found]
+    finally:
+        consumer.close()
+
+
+def test_consume_as_a_group_member(cluster: Cluster) -> None:
+    topic = cluster.new_topic("-p", "2")
+    for p in ("0", "1"):
+        assert produce(cluster, topic, "-p", p, lines=b"a\nb\nc\n").returncode == 0
+
+    def group_read(*args: str) -> list[tuple[int, int]]:
+        records = consume_json(cluster, topic, "--group", "g1", *args)
+        return [(r["partition"], r["offset"]) for r in records]
+
+    # A new group starts where --from says, reads what it is assigned (everything, alone)
+    # and commits what it printed.
+    assert sorted(group_read()) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert committed(cluster, "g1", topic, 2) == [3, 3]
+
+    # The next run continues from the committed offsets (not --from).
+    assert produce(cluster, topic, "-p", "1", lines=b"d\ne\n").returncode == 0
+    assert group_read() == [(1, 3), (1, 4)]
+
+    # With --count, only what was printed is committed.
+    assert produce(cluster, topic, "-p", "0", lines=b"f\ng\n").returncode == 0
+    assert group_read("--count", "1") == [(0, 3)]
+    assert committed(cluster, "g1", topic, 2) == [4, 5]
+    assert group_read() == [(0, 4)]
+
+    # The member left: the group is empty again (a new member is assigned everything).
+    described = CliRunner().invoke(
+        main, ["groups", "describe", "g1", "-b", cluster.bootstrap, "--json"]
+    )
+    assert described.exit_code == 0, described.output
+    assert json.loads(described.stdout)[0]["state"] == "Empty"
+
+    usage = cluster.run("consume", topic, "--group", "g1", "-p", "0", ok=False)
+    assert usage.exit_code == 2
+    assert "--group assigns the partitions" in usage.stderr

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import base64
 import struct
-from collections.abc import Iterator, Sequence
+import sys
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,7 @@ from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode
 from kbroker.protocol.messages.core import FetchRequest
 from kbroker.tools.client import ClientError, error_name
 from kbroker.tools.cluster import Cluster
+from kbroker.tools.group_member import GroupMember
 from kbroker.tools.offsets import EARLIEST, LATEST, list_offsets, parse_time, partition_leaders
 
 MAX_WAIT_MS = 500
@@ -142,53 +145,46 @@ def _batches(data: memoryview, topic: str, partition: int) -> Iterator[tuple[int
         position += total
 
 
-def records(
-    cluster: Cluster,
-    topic: str,
-    partitions: Sequence[int] | None,
-    start: StartSpec,
-    count: int | None = None,
-    until_end: bool = False,
-    read_committed: bool = False,
-) -> Iterator[Record]:
-    leaders = partition_leaders(
-        cluster, [(topic, None if partitions is None else list(partitions))]
-    )
-    [topic_meta] = cluster.metadata([topic]).topics
-    positions, ends = start_offsets(cluster, leaders, start)
-    by_node: dict[int, list[int]] = {}
-    for (_, p), node in sorted(leaders.items()):
-        by_node.setdefault(node, []).append(p)
-    seen = 0
-    while True:
-        active = {p for p in positions if not until_end or positions[p] < ends[p]}
-        if not active or (count is not None and seen >= count):
-            return
-        for node, owned in by_node.items():
-            wanted = [p for p in owned if p in active]
-            if not wanted:
-                continue
-            client = cluster.node(node)
+class Fetcher:
+    """Reads partitions of one topic from their leaders, one Fetch per leader a round."""
+
+    def __init__(self, cluster: Cluster, topic: str, read_committed: bool = False) -> None:
+        self.cluster = cluster
+        self.topic = topic
+        self.read_committed = read_committed
+        self.leaders = partition_leaders(cluster, [(topic, None)])
+        [meta] = cluster.metadata([topic]).topics
+        self.topic_id = meta.topic_id
+
+    def fetch(self, positions: dict[int, int], wanted: Iterable[int]) -> list[Record]:
+        """The records after ``positions`` of the ``wanted`` partitions (waiting a little
+        when there are none); advances ``positions`` past what it read."""
+        by_node: dict[int, list[int]] = {}
+        for p in sorted(wanted):
+            by_node.setdefault(self.leaders[(self.topic, p)], []).append(p)
+        out: list[Record] = []
+        for node, partitions in by_node.items():
+            client = self.cluster.node(node)
             version = client.version(ApiKey.FETCH)
             T = FetchRequest.Topic
             req = FetchRequest(
-                max_wait_ms=min(MAX_WAIT_MS, int(cluster.timeout * 500)),  # answered in time
+                max_wait_ms=min(MAX_WAIT_MS, int(self.cluster.timeout * 500)),  # answered in time
                 min_bytes=1,
                 max_bytes=FETCH_MAX_BYTES,
-                isolation_level=1 if read_committed else 0,
+                isolation_level=1 if self.read_committed else 0,
                 session_id=0,
                 session_epoch=-1,
                 topics=[
                     T(
-                        topic=topic,
-                        topic_id=topic_meta.topic_id if version >= 13 else ZERO_UUID,
+                        topic=self.topic,
+                        topic_id=self.topic_id if version >= 13 else ZERO_UUID,
                         partitions=[
                             T.Partition(
                                 partition=p,
                                 fetch_offset=positions[p],
                                 partition_max_bytes=PARTITION_MAX_BYTES,
                             )
-                            for p in wanted
+                            for p in partitions
                         ],
                     )
                 ],
@@ -200,28 +196,99 @@ def records(
                 raise ClientError(f"fetch from broker {node} failed: {error_name(resp.error_code)}")
             for t in resp.responses:
                 for part in t.partitions:
-                    p = part.partition_index
-                    if part.error_code != ErrorCode.NONE:
-                        raise ClientError(
-                            f"fetching {topic}-{p} at offset {positions[p]} failed: "
-                            f"{error_name(part.error_code)}"
-                        )
-                    data = memoryview(part.records or b"")
-                    before = positions[p]
-                    for next_offset, batch in _batches(data, topic, p):
-                        for offset, ts, key, value, headers in batch:
-                            if offset < positions[p]:
-                                continue  # a compressed batch starts before the position
-                            yield Record(topic, p, offset, ts, key, value, headers)
-                            seen += 1
-                            if count is not None and seen >= count:
-                                return
-                        positions[p] = max(positions[p], next_offset)
-                    if len(data) and positions[p] == before:
-                        raise ClientError(
-                            f"{topic}-{p} answered at offset {before} with no whole batch "
-                            f"({len(data)} bytes)"
-                        )
+                    out += self._read(part, positions)
+        return out
+
+    def _read(self, part: Any, positions: dict[int, int]) -> list[Record]:
+        p = part.partition_index
+        if part.error_code != ErrorCode.NONE:
+            raise ClientError(
+                f"fetching {self.topic}-{p} at offset {positions[p]} failed: "
+                f"{error_name(part.error_code)}"
+            )
+        data = memoryview(part.records or b"")
+        before = positions[p]
+        out = []
+        for next_offset, batch in _batches(data, self.topic, p):
+            for offset, ts, key, value, headers in batch:
+                if offset >= positions[p]:  # a compressed batch may start before the position
+                    out.append(Record(self.topic, p, offset, ts, key, value, headers))
+            positions[p] = max(positions[p], next_offset)
+        if len(data) and positions[p] == before:
+            raise ClientError(
+                f"{self.topic}-{p} answered at offset {before} with no whole batch "
+                f"({len(data)} bytes)"
+            )
+        return out
+
+
+def records(
+    cluster: Cluster,
+    topic: str,
+    partitions: Sequence[int] | None,
+    start: StartSpec,
+    count: int | None = None,
+    until_end: bool = False,
+    read_committed: bool = False,
+) -> Iterator[Record]:
+    """The records of the assigned ``partitions`` (None: all) from ``start``."""
+    fetcher = Fetcher(cluster, topic, read_committed)
+    leaders = partition_leaders(
+        cluster, [(topic, None if partitions is None else list(partitions))]
+    )
+    positions, ends = start_offsets(cluster, leaders, start)
+    seen = 0
+    while True:
+        active = [p for p in positions if not until_end or positions[p] < ends[p]]
+        if not active:
+            return
+        for record in fetcher.fetch(positions, active):
+            yield record
+            seen += 1
+            if count is not None and seen >= count:
+                return
+
+
+def group_records(
+    cluster: Cluster,
+    topic: str,
+    group: str,
+    start: StartSpec,
+    count: int | None = None,
+    until_end: bool = False,
+    read_committed: bool = False,
+) -> Iterator[Record]:
+    """The records of the partitions the group ``group`` assigns this member, from the
+    group's committed offsets (``start`` where it has none), committing what was yielded
+    after each fetch and when done; leaves the group at the end."""
+    fetcher = Fetcher(cluster, topic, read_committed)
+    member = GroupMember(cluster, group, topic)
+    seen = 0
+    consumed: dict[int, int] = {}
+    try:
+        while True:
+            if member.generation < 0:
+                member.join()
+                consumed = {}
+                assigned = {(topic, p): fetcher.leaders[(topic, p)] for p in member.partitions}
+                positions, ends = start_offsets(cluster, assigned, start) if assigned else ({}, {})
+                committed = member.committed()
+                positions.update({p: committed[p] for p in member.partitions if p in committed})
+            active = [p for p in positions if not until_end or positions[p] < ends[p]]
+            if not active and until_end:
+                return
+            for record in fetcher.fetch(positions, active) if active else []:
+                yield record
+                consumed[record.partition] = record.offset + 1
+                seen += 1
+                if count is not None and seen >= count:
+                    return
+            member.commit(consumed)
+            if not active:
+                time.sleep(MAX_WAIT_MS / 1000)
+            member.heartbeat()
+    finally:
+        member.close(consumed, quiet=sys.exc_info()[0] is not None)
 
 
 def render(fmt: str, record: Record) -> bytes:
