@@ -221,3 +221,63 @@ def test_consume_as_a_group_member(cluster: Cluster) -> None:
     usage = cluster.run("consume", topic, "--group", "g1", "-p", "0", ok=False)
     assert usage.exit_code == 2
     assert "--group assigns the partitions" in usage.stderr
+
+
+def test_group_shared_with_a_client(cluster: Cluster) -> None:
+    """A `kbroker consume --group` process and a librdkafka consumer in one group split the
+    partitions (whichever leads assigns with the range assignor) and each reads its own."""
+    topic = cluster.new_topic("-p", "2")
+    group = f"g-{topic}"
+
+    def members() -> list[dict[str, object]]:
+        result = CliRunner().invoke(
+            main, ["groups", "describe", group, "-b", cluster.bootstrap, "--json"]
+        )
+        if result.exit_code != 0:
+            return []
+        [described] = json.loads(result.stdout)
+        return described["members"] if described["state"] == "Stable" else []  # type: ignore[no-any-return]
+
+    cli = subprocess.Popen(
+        [*KBROKER, "consume", topic, "-g", group, "--from", "beginning", "--count", "1", "--json",
+         "-b", cluster.bootstrap],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    client = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": group,
+            "partition.assignment.strategy": "range",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        until(lambda: len(members()) == 1)
+        client.subscribe([topic])
+
+        def split() -> bool:
+            client.poll(0.2)
+            found = members()
+            return len(found) == 2 and all(len(m["assignment"].get(topic, [])) == 1 for m in found)  # type: ignore[attr-defined]
+
+        until(split, timeout=40)
+        [mine] = [tp.partition for tp in client.assignment()]
+        producer = Producer({"bootstrap.servers": cluster.bootstrap})
+        for p in (0, 1):
+            producer.produce(topic, value=f"for {p}".encode(), partition=p)
+        assert producer.flush(20) == 0
+
+        until(lambda: client.poll(0.2) is not None)  # the client reads its record
+        out, err = cli.communicate(timeout=30)
+        [record] = [json.loads(line) for line in out.splitlines()]
+        assert {record["partition"], mine} == {0, 1}
+        assert record["value"] == f"for {record['partition']}"
+        assert err.strip() == "Consumed 1 records."
+    finally:
+        client.close()
+        if cli.poll() is None:
+            cli.kill()
+            cli.communicate()
