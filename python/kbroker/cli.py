@@ -1091,6 +1091,18 @@ def cluster_brokers(bootstrap: str, timeout: float, as_json: bool) -> None:
     )
 
 
+@main.command("completion")
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script, e.g. `eval "$(kbroker completion bash)"` in
+    ~/.bashrc (zsh: ~/.zshrc; fish: `kbroker completion fish | source`)."""
+    from click.shell_completion import get_completion_class
+
+    cls = get_completion_class(shell)
+    assert cls is not None  # every choice has a class
+    click.echo(cls(main, {}, "kbroker", "_KBROKER_COMPLETE").source())
+
+
 # -- pipeline -----------------------------------------------------------------------
 
 

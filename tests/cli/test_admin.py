@@ -11,8 +11,10 @@ import time
 from collections.abc import Callable
 
 import pytest
+from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from kbroker.cli import main
 from tests.broker.conftest import free_port
 from tests.cli.conftest import Cluster
 
@@ -372,3 +374,21 @@ def test_json_is_stable_for_scripts(kbroker_cluster: Cluster) -> None:
     name = kbroker_cluster.new_topic()
     result = kbroker_cluster.run("topic", "describe", name, "--json")
     assert set(json.loads(result.stdout)) == {"topics", "notes"}
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_shell_completion(shell: str) -> None:
+    script = CliRunner().invoke(main, ["completion", shell])
+    assert script.exit_code == 0
+    assert "_KBROKER_COMPLETE" in script.stdout
+
+
+def test_completion_answers_tab() -> None:
+    """What the bash script asks kbroker when the user presses TAB after `kbroker to`."""
+    asked = CliRunner().invoke(
+        main,
+        [],
+        prog_name="kbroker",
+        env={"_KBROKER_COMPLETE": "bash_complete", "COMP_WORDS": "kbroker to", "COMP_CWORD": "1"},
+    )
+    assert asked.stdout.splitlines() == ["plain,topic"]
