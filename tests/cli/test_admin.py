@@ -297,6 +297,8 @@ def test_offsets_and_delete_records(cluster: Cluster) -> None:
     assert (at["offset"], at["timestamp"]) == (5, t0 + 5)
     [iso] = cluster.json("offsets", f"{name}:0", "--time", "2023-11-14T22:13:20.007")
     assert (iso["offset"], iso["timestamp"]) == (7, t0 + 7)  # t0 is 2023-11-14T22:13:20Z
+    [newest] = cluster.json("offsets", f"{name}:0", "--time", "max-timestamp")
+    assert (newest["offset"], newest["timestamp"]) == (9, t0 + 9)
     [late] = cluster.json("offsets", f"{name}:0", "--time", str(t0 + 60_000))
     assert late["offset"] is None
     table = cluster.run("offsets", f"{name}:0").stdout.splitlines()

@@ -63,17 +63,19 @@ def default_partition(key: bytes, partitions: int) -> int:
 
 @dataclass
 class Producer:
+    """Batches records per partition and sends them to the leaders (`flush`)."""
+
     cluster: Cluster
     topic: str
     partition: int | None = None
     codec: int = 0
     acks: int = -1
     batch_records: int = 1000
-    sent: int = 0
-    _leaders: dict[int, int] = field(default_factory=dict)
-    _pending: dict[int, list[Record]] = field(default_factory=dict)
-    _pending_count: int = 0
-    _next: int = 0
+    sent: int = field(init=False, default=0)
+    _leaders: dict[int, int] = field(init=False, default_factory=dict)
+    _pending: dict[int, list[Record]] = field(init=False, default_factory=dict)
+    _pending_count: int = field(init=False, default=0)
+    _next: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         only = None if self.partition is None else [self.partition]
