@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from kbroker import __version__
 from kbroker.config import BROKER, BrokerConfig, ConfigError, load_properties
+
+if TYPE_CHECKING:
+    from kbroker.tools.cluster import Cluster
 
 
 def _split_setting(text: str) -> tuple[str, str]:
@@ -204,7 +212,8 @@ _bootstrap_option = click.option(
     "bootstrap",
     default="127.0.0.1:9092",
     show_default=True,
-    help="HOST:PORT of a broker.",
+    envvar="KBROKER_BOOTSTRAP",
+    help="HOST:PORT of a broker [env KBROKER_BOOTSTRAP].",
 )
 
 
@@ -379,6 +388,784 @@ def groups_import_zk(
                 click.echo(f"  unreadable znode {path}")
     if any(r.failed or r.unreadable for r in reports):
         sys.exit(1)
+
+
+# -- cluster admin: topic, config, offsets, delete-records, cluster -----------------
+#
+# These speak only the Kafka protocol (versions negotiated with ApiVersions), so
+# they work against any Kafka-compatible cluster. The tools in kbroker.tools
+# return plain data; --json prints it as is (the field names are the stable,
+# documented output), otherwise it is shown as aligned tables.
+
+
+def _admin_options(f: Any) -> Any:
+    f = click.option(
+        "--timeout",
+        default=30.0,
+        show_default=True,
+        type=click.FloatRange(min=0.1),
+        help="Seconds to wait for each answer.",
+    )(f)
+    return click.option(
+        "--bootstrap-server",
+        "-b",
+        "bootstrap",
+        default="127.0.0.1:9092",
+        show_default=True,
+        envvar="KBROKER_BOOTSTRAP",
+        help="HOST:PORT[,HOST:PORT...] of brokers [env KBROKER_BOOTSTRAP].",
+    )(f)
+
+
+_json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+@contextmanager
+def _cluster(bootstrap: str, timeout: float) -> Iterator[Cluster]:
+    """A connected cluster; a failure to reach it or a broker error becomes one line."""
+    from kbroker.tools.client import ClientError
+    from kbroker.tools.cluster import Cluster
+
+    try:
+        with Cluster(bootstrap, timeout) as cluster:
+            yield cluster
+    except ClientError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _echo_json(data: object) -> None:
+    click.echo(json.dumps(data, indent=1))
+
+
+def _echo_table(headers: list[str], rows: list[list[object]]) -> None:
+    from kbroker.tools.output import table
+
+    for line in table(headers, rows):
+        click.echo(line)
+
+
+def _fail_if(errors: list[str]) -> None:
+    """Print each error on stderr and exit 1 if there are any."""
+    for error in errors:
+        click.echo(f"Error: {error}", err=True)
+    if errors:
+        sys.exit(1)
+
+
+def _settings(pairs: tuple[str, ...], option: str) -> dict[str, str]:
+    out = {}
+    for text in pairs:
+        name, sep, value = text.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {text!r}", param_hint=option)
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _assignment(text: str | None) -> list[list[int]] | None:
+    from kbroker.tools.topics import parse_assignment
+
+    if text is None:
+        return None
+    try:
+        return parse_assignment(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--replica-assignment") from None
+
+
+def _partition_specs(specs: tuple[str, ...]) -> list[tuple[str, list[int] | None]]:
+    from kbroker.tools.offsets import parse_partitions
+
+    try:
+        return [parse_partitions(s) for s in specs]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="TOPIC[:PARTITION,...]") from None
+
+
+@main.group("topic")
+def topic() -> None:
+    """Create, list, describe, alter and delete topics."""
+
+
+@topic.command("create")
+@_admin_options
+@click.argument("names", nargs=-1, required=True)
+@click.option(
+    "--partitions", "-p", type=click.IntRange(min=1), help="Partitions [broker's num.partitions]."
+)
+@click.option(
+    "--replication-factor",
+    "-r",
+    type=click.IntRange(min=1, max=32767),
+    help="Replicas per partition [broker's default.replication.factor].",
+)
+@click.option(
+    "--replica-assignment",
+    metavar="B:B,B:B,...",
+    help="Brokers of each partition, e.g. 1:2,2:3 (instead of -p/-r).",
+)
+@click.option(
+    "--config",
+    "-c",
+    "configs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Topic setting (repeatable).",
+)
+@click.option("--if-not-exists", is_flag=True, help="A topic that exists already is no error.")
+@click.option("--validate-only", is_flag=True, help="Only check the request; create nothing.")
+@_json_option
+def topic_create(
+    bootstrap: str,
+    timeout: float,
+    names: tuple[str, ...],
+    partitions: int | None,
+    replication_factor: int | None,
+    replica_assignment: str | None,
+    configs: tuple[str, ...],
+    if_not_exists: bool,
+    validate_only: bool,
+    as_json: bool,
+) -> None:
+    """Create topics."""
+    from kbroker.tools import topics as tool
+
+    assignment = _assignment(replica_assignment)
+    if assignment is not None and (partitions is not None or replication_factor is not None):
+        raise click.UsageError("--replica-assignment replaces --partitions/--replication-factor")
+    settings = _settings(configs, "--config")
+    with _cluster(bootstrap, timeout) as cluster:
+        results = tool.create_topics(
+            cluster,
+            names,
+            partitions=partitions,
+            replication_factor=replication_factor,
+            assignment=assignment,
+            configs=settings,
+            if_not_exists=if_not_exists,
+            validate_only=validate_only,
+        )
+    if as_json:
+        _echo_json([{"topic": name, **r} for name, r in results.items()])
+    else:
+        for name, r in results.items():
+            if r["error"] is not None:
+                continue
+            if r["exists"]:
+                click.echo(f"Topic {name} exists already.")
+            else:
+                verb = "would be created" if validate_only else "created"
+                click.echo(
+                    f"Topic {name} {verb}: {r['partitions']} partitions, "
+                    f"replication factor {r['replication_factor']}."
+                )
+    _fail_if([r["error"] for r in results.values() if r["error"] is not None])
+
+
+@topic.command("list")
+@_admin_options
+@click.argument("pattern", required=False)
+@click.option("--internal", is_flag=True, help="Include internal topics (__consumer_offsets...).")
+@_json_option
+def topic_list(
+    bootstrap: str, timeout: float, pattern: str | None, internal: bool, as_json: bool
+) -> None:
+    """List topics, or those whose whole name matches the regular expression PATTERN."""
+    from kbroker.tools import topics as tool
+
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise click.BadParameter(
+                f"not a regular expression: {exc}", param_hint="PATTERN"
+            ) from None
+    with _cluster(bootstrap, timeout) as cluster:
+        rows = tool.list_topics(cluster, pattern, internal)
+    if as_json:
+        _echo_json(rows)
+        return
+    headers = ["TOPIC", "PARTITIONS", "REPLICATION-FACTOR"] + (["INTERNAL"] if internal else [])
+    _echo_table(
+        headers,
+        [
+            [r["topic"], r["partitions"], r["replication_factor"]]
+            + ([r["internal"]] if internal else [])
+            for r in rows
+        ],
+    )
+
+
+@topic.command("describe")
+@_admin_options
+@click.argument("names", nargs=-1)
+@click.option("--internal", is_flag=True, help="Without TOPICs: include internal topics.")
+@click.option("--under-replicated", is_flag=True, help="Only partitions whose ISR lacks a replica.")
+@click.option(
+    "--under-min-isr",
+    is_flag=True,
+    help="Only partitions with fewer in sync than min.insync.replicas.",
+)
+@click.option(
+    "--at-min-isr", is_flag=True, help="Only partitions with exactly min.insync.replicas in sync."
+)
+@click.option("--unavailable", is_flag=True, help="Only partitions without a live leader.")
+@_json_option
+def topic_describe(
+    bootstrap: str,
+    timeout: float,
+    names: tuple[str, ...],
+    internal: bool,
+    under_replicated: bool,
+    under_min_isr: bool,
+    at_min_isr: bool,
+    unavailable: bool,
+    as_json: bool,
+) -> None:
+    """Show topics (all without NAMES) per partition: leader, replicas, ISR, offline
+    replicas, log start and end offsets, size. Filters keep the partitions matching any."""
+    from kbroker.tools import topics as tool
+
+    flags = {
+        "under_replicated": under_replicated,
+        "under_min_isr": under_min_isr,
+        "at_min_isr": at_min_isr,
+        "unavailable": unavailable,
+    }
+    with _cluster(bootstrap, timeout) as cluster:
+        found = tool.describe_topics(cluster, names, internal, [f for f, on in flags.items() if on])
+    if as_json:
+        _echo_json(found)
+        return
+    for i, t in enumerate(found["topics"]):
+        if i:
+            click.echo()
+        click.echo(
+            f"Topic {t['topic']}  id {t['topic_id'] or '-'}  partitions {t['partition_count']}  "
+            f"replication factor {t['replication_factor']}  "
+            f"min.insync.replicas {t['min_insync_replicas'] or '-'}"
+            + ("  (internal)" if t["internal"] else "")
+        )
+        _echo_table(
+            ["PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE", "LOG-START", "LOG-END", "SIZE"],
+            [
+                [
+                    p["partition"],
+                    p["leader"],
+                    p["replicas"],
+                    p["isr"],
+                    p["offline_replicas"],
+                    p["log_start_offset"],
+                    p["log_end_offset"],
+                    p["size_bytes"],
+                ]
+                for p in t["partitions"]
+            ],
+        )
+    for note in found["notes"]:
+        click.echo(f"Note: {note}", err=True)
+
+
+@topic.command("alter")
+@_admin_options
+@click.argument("name")
+@click.option(
+    "--partitions", "-p", type=click.IntRange(min=1), help="Grow to this many partitions."
+)
+@click.option(
+    "--replica-assignment", metavar="B:B,...", help="Brokers of each new partition (with -p)."
+)
+@click.option(
+    "--config",
+    "-c",
+    "configs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Set a topic setting (repeatable).",
+)
+@click.option(
+    "--delete-config",
+    "deletes",
+    multiple=True,
+    metavar="KEY",
+    help="Back to the default (repeatable).",
+)
+@click.option("--validate-only", is_flag=True, help="Only check the request; change nothing.")
+def topic_alter(
+    bootstrap: str,
+    timeout: float,
+    name: str,
+    partitions: int | None,
+    replica_assignment: str | None,
+    configs: tuple[str, ...],
+    deletes: tuple[str, ...],
+    validate_only: bool,
+) -> None:
+    """Add partitions to a topic and change its settings."""
+    from kbroker.tools import configs as config_tool
+    from kbroker.tools import topics as tool
+
+    assignment = _assignment(replica_assignment)
+    if assignment is not None and partitions is None:
+        raise click.UsageError("--replica-assignment needs --partitions")
+    settings = _settings(configs, "--config")
+    if partitions is None and not settings and not deletes:
+        raise click.UsageError("nothing to change: give --partitions, --config or --delete-config")
+    verb = "would have" if validate_only else "now has"
+    with _cluster(bootstrap, timeout) as cluster:
+        if settings or deletes:
+            config_tool.alter(
+                cluster,
+                config_tool.Resource(config_tool.TOPIC, name),
+                settings,
+                deletes,
+                validate_only,
+            )
+            click.echo(f"Topic {name}: settings {'would be ' if validate_only else ''}changed.")
+        if partitions is not None:
+            error = tool.add_partitions(cluster, name, partitions, assignment, validate_only)
+            if error is not None:
+                raise click.ClickException(error)
+            click.echo(f"Topic {name} {verb} {partitions} partitions.")
+
+
+@topic.command("delete")
+@_admin_options
+@click.argument("names", nargs=-1, required=True)
+@click.option("--if-exists", is_flag=True, help="A topic that does not exist is no error.")
+def topic_delete(bootstrap: str, timeout: float, names: tuple[str, ...], if_exists: bool) -> None:
+    """Delete topics and all their records."""
+    from kbroker.tools import topics as tool
+
+    with _cluster(bootstrap, timeout) as cluster:
+        results = tool.delete_topics(cluster, names, if_exists)
+    for name, error in results.items():
+        if error is None:
+            click.echo(f"Topic {name} deleted.")
+    _fail_if([e for e in results.values() if e is not None])
+
+
+_resource_options = [
+    click.option("--topic", "-t", "topic_name", help="A topic's settings."),
+    click.option("--broker", type=click.IntRange(min=0), help="Broker ID's settings."),
+    click.option(
+        "--broker-default", is_flag=True, help="The cluster-wide default of the broker settings."
+    ),
+]
+
+
+def _resource_of(topic_name: str | None, broker: int | None, broker_default: bool) -> Any:
+    from kbroker.tools.configs import Resource
+
+    try:
+        return Resource.of(topic_name, broker, broker_default)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _with_resource(f: Any) -> Any:
+    for option in reversed(_resource_options):
+        f = option(f)
+    return f
+
+
+@main.group("config")
+def config() -> None:
+    """Describe and change the settings of topics and brokers."""
+
+
+@config.command("describe")
+@_admin_options
+@_with_resource
+@click.argument("names", nargs=-1)
+@click.option(
+    "--all", "include_defaults", is_flag=True, help="Include settings left at their default."
+)
+@_json_option
+def config_describe(
+    bootstrap: str,
+    timeout: float,
+    topic_name: str | None,
+    broker: int | None,
+    broker_default: bool,
+    names: tuple[str, ...],
+    include_defaults: bool,
+    as_json: bool,
+) -> None:
+    """Show settings (only NAMES if given) with their value and where it comes from."""
+    from kbroker.tools import configs as tool
+
+    resource = _resource_of(topic_name, broker, broker_default)
+    with _cluster(bootstrap, timeout) as cluster:
+        rows = tool.describe(cluster, resource, names, include_defaults)
+    if as_json:
+        _echo_json(rows)
+        return
+    _echo_table(
+        ["NAME", "VALUE", "SOURCE", "READ-ONLY"],
+        [
+            [
+                r["name"],
+                "(sensitive)" if r["sensitive"] else r["value"],
+                r["source"],
+                r["read_only"],
+            ]
+            for r in rows
+        ],
+    )
+
+
+@config.command("set")
+@_admin_options
+@_with_resource
+@click.argument("pairs", nargs=-1, required=True, metavar="KEY=VALUE...")
+@click.option("--validate-only", is_flag=True, help="Only check the change; apply nothing.")
+def config_set(
+    bootstrap: str,
+    timeout: float,
+    topic_name: str | None,
+    broker: int | None,
+    broker_default: bool,
+    pairs: tuple[str, ...],
+    validate_only: bool,
+) -> None:
+    """Set settings (dynamically: they apply at once and persist)."""
+    from kbroker.tools import configs as tool
+
+    resource = _resource_of(topic_name, broker, broker_default)
+    settings = _settings(pairs, "KEY=VALUE")
+    with _cluster(bootstrap, timeout) as cluster:
+        tool.alter(cluster, resource, settings, (), validate_only)
+    verb = "would be set" if validate_only else "set"
+    click.echo(f"{', '.join(settings)} {verb} for {resource.label}.")
+
+
+@config.command("delete")
+@_admin_options
+@_with_resource
+@click.argument("names", nargs=-1, required=True, metavar="KEY...")
+@click.option("--validate-only", is_flag=True, help="Only check the change; apply nothing.")
+def config_delete(
+    bootstrap: str,
+    timeout: float,
+    topic_name: str | None,
+    broker: int | None,
+    broker_default: bool,
+    names: tuple[str, ...],
+    validate_only: bool,
+) -> None:
+    """Remove dynamic settings, so that the next level (or the default) applies again."""
+    from kbroker.tools import configs as tool
+
+    resource = _resource_of(topic_name, broker, broker_default)
+    with _cluster(bootstrap, timeout) as cluster:
+        tool.alter(cluster, resource, None, names, validate_only)
+    verb = "would be deleted" if validate_only else "deleted"
+    click.echo(f"{', '.join(names)} {verb} for {resource.label}.")
+
+
+@main.command("offsets")
+@_admin_options
+@click.argument("specs", nargs=-1, required=True, metavar="TOPIC[:PARTITION,...]...")
+@click.option(
+    "--time",
+    "at",
+    metavar="WHEN",
+    help="Also the first offset at or after WHEN: epoch ms, an ISO date/time (UTC unless "
+    "zoned), earliest, latest or max-timestamp.",
+)
+@_json_option
+def offsets_command(
+    bootstrap: str, timeout: float, specs: tuple[str, ...], at: str | None, as_json: bool
+) -> None:
+    """Earliest and latest offset of each partition (and the offset for a time)."""
+    from kbroker.tools import offsets as tool
+
+    when = None
+    if at is not None:
+        try:
+            when = tool.parse_time(at)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--time") from None
+    with _cluster(bootstrap, timeout) as cluster:
+        rows = tool.offsets(cluster, _partition_specs(specs), when)
+    if as_json:
+        _echo_json(rows)
+    else:
+        headers = ["TOPIC", "PARTITION", "EARLIEST", "LATEST"]
+        extra = ["OFFSET", "TIMESTAMP"] if when is not None else []
+        _echo_table(
+            [*headers, *extra, "ERROR"],
+            [
+                [r["topic"], r["partition"], r["earliest"], r["latest"]]
+                + [r[k.lower()] for k in extra]
+                + [r["error"]]
+                for r in rows
+            ],
+        )
+    if any(r["error"] for r in rows):
+        sys.exit(1)
+
+
+@main.command("delete-records")
+@_admin_options
+@click.argument("specs", nargs=-1, required=True, metavar="TOPIC[:PARTITION,...]...")
+@click.option(
+    "--before",
+    required=True,
+    metavar="OFFSET|end",
+    help="Delete the records before this offset (end: every record).",
+)
+@_json_option
+def delete_records_command(
+    bootstrap: str, timeout: float, specs: tuple[str, ...], before: str, as_json: bool
+) -> None:
+    """Delete the oldest records of partitions: move their log start offset forward."""
+    from kbroker.tools import offsets as tool
+
+    if before == "end":
+        offset = -1
+    elif before.isdigit():
+        offset = int(before)
+    else:
+        raise click.BadParameter(
+            f"expected an offset or 'end', got {before!r}", param_hint="--before"
+        )
+    with _cluster(bootstrap, timeout) as cluster:
+        rows = tool.delete_records(cluster, _partition_specs(specs), offset)
+    if as_json:
+        _echo_json(rows)
+    else:
+        _echo_table(
+            ["TOPIC", "PARTITION", "LOG-START", "ERROR"],
+            [[r["topic"], r["partition"], r["log_start_offset"], r["error"]] for r in rows],
+        )
+    if any(r["error"] for r in rows):
+        sys.exit(1)
+
+
+@main.command("produce")
+@_admin_options
+@click.argument("topic")
+@click.argument("files", nargs=-1, type=click.File("rb"))
+@click.option(
+    "--partition", "-p", type=click.IntRange(min=0), help="Every record to this partition."
+)
+@click.option(
+    "--key-separator",
+    "-K",
+    metavar="SEP",
+    help="Each line is KEY<SEP>VALUE (else the line is the value, without a key).",
+)
+@click.option(
+    "--header",
+    "-H",
+    "headers",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Header on every record (repeatable).",
+)
+@click.option(
+    "--compression",
+    "-z",
+    type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]),
+    default="none",
+    show_default=True,
+)
+@click.option(
+    "--acks", type=click.Choice(["0", "1", "all", "-1"]), default="all", show_default=True
+)
+@click.option(
+    "--max-line-bytes",
+    type=click.IntRange(min=1),
+    default=1 << 20,
+    show_default=True,
+    help="Refuse longer lines.",
+)
+def produce_command(
+    bootstrap: str,
+    timeout: float,
+    topic: str,
+    files: tuple[Any, ...],
+    partition: int | None,
+    key_separator: str | None,
+    headers: tuple[str, ...],
+    compression: str,
+    acks: str,
+    max_line_bytes: int,
+) -> None:
+    """Send each line of FILES (default: stdin; - is stdin) as a record to TOPIC.
+    Keyed records go where Kafka's default partitioner puts them."""
+    from kbroker.tools import produce as tool
+
+    if key_separator == "":
+        raise click.BadParameter("must not be empty", param_hint="--key-separator")
+    fixed = [(k, v.encode()) for k, v in _settings(headers, "--header").items()]
+    streams = files or (sys.stdin.buffer,)
+    with _cluster(bootstrap, timeout) as cluster:
+        producer = tool.Producer(
+            cluster, topic, partition, tool.CODECS[compression], tool.ACKS[acks]
+        )
+        try:
+            tool.produce_lines(
+                producer,
+                streams,
+                key_separator.encode() if key_separator else None,
+                fixed,
+                max_line_bytes,
+            )
+        except KeyboardInterrupt:
+            click.echo(f"Interrupted: {producer.sent} records were sent to {topic}.", err=True)
+            sys.exit(130)
+    click.echo(f"Produced {producer.sent} records to {topic}.", err=True)
+
+
+@main.command("consume")
+@_admin_options
+@click.argument("topic")
+@click.option(
+    "--partition",
+    "-p",
+    "partitions",
+    multiple=True,
+    type=click.IntRange(min=0),
+    help="Only this partition (repeatable) [all].",
+)
+@click.option(
+    "--from",
+    "-o",
+    "start",
+    default="end",
+    show_default=True,
+    metavar="WHERE",
+    help="beginning, end, OFFSET, -N (N before the end), +N (N after the beginning) or "
+    "@TIME (epoch ms or ISO date/time, UTC unless zoned).",
+)
+@click.option("--count", "-c", type=click.IntRange(min=1), help="Stop after this many records.")
+@click.option("--until-end", "-e", is_flag=True, help="Stop at the end offsets of when it started.")
+@click.option(
+    "--format",
+    "-f",
+    "fmt",
+    default="%s\\n",
+    show_default=True,
+    help="kcat-like: %t topic, %p partition, %o offset, %T timestamp, %k key, %s value, "
+    "%K/%S their lengths, %h headers, \\n \\t.",
+)
+@click.option(
+    "--group",
+    "-g",
+    help="Consume as a member of this consumer group: its partitions, from its committed "
+    "offsets (--from where it has none), committing as it goes.",
+)
+@click.option("--read-committed", is_flag=True, help="Skip records of aborted transactions.")
+@_json_option
+def consume_command(
+    bootstrap: str,
+    timeout: float,
+    topic: str,
+    partitions: tuple[int, ...],
+    start: str,
+    count: int | None,
+    until_end: bool,
+    fmt: str,
+    group: str | None,
+    read_committed: bool,
+    as_json: bool,
+) -> None:
+    """Print the records of TOPIC as they arrive: of the given partitions (default all),
+    or of those a consumer group assigns (--group). With --json, one JSON object a line."""
+    from kbroker.tools import consume as tool
+
+    try:
+        spec = tool.StartSpec.parse(start)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--from") from None
+    try:
+        tool.check_format(fmt)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--format") from None
+    if group is not None and partitions:
+        raise click.UsageError("--group assigns the partitions: drop --partition")
+    out = sys.stdout.buffer
+    seen = 0
+    with _cluster(bootstrap, timeout) as cluster:
+        try:
+            if group is not None:
+                found = tool.group_records(
+                    cluster, topic, group, spec, count, until_end, read_committed
+                )
+            else:
+                found = tool.records(
+                    cluster, topic, partitions or None, spec, count, until_end, read_committed
+                )
+            for record in found:
+                if as_json:
+                    out.write(json.dumps(record.to_json()).encode() + b"\n")
+                else:
+                    out.write(tool.render(fmt, record))
+                out.flush()
+                seen += 1
+        except KeyboardInterrupt:
+            pass
+        except BrokenPipeError:  # the reader went away (| head): stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
+    click.echo(f"Consumed {seen} records.", err=True)
+
+
+@main.group("cluster")
+def cluster_group() -> None:
+    """Cluster id, controller and brokers."""
+
+
+@cluster_group.command("info")
+@_admin_options
+@_json_option
+def cluster_info(bootstrap: str, timeout: float, as_json: bool) -> None:
+    """Cluster id, controller and how many brokers."""
+    from kbroker.tools import cluster as tool
+
+    with _cluster(bootstrap, timeout) as cluster:
+        info = tool.cluster_info(cluster)
+    if as_json:
+        _echo_json(info)
+        return
+    click.echo(f"Cluster id:  {info['cluster_id'] or '-'}")
+    click.echo(
+        f"Controller:  {info['controller_id'] if info['controller_id'] is not None else '-'}"
+    )
+    click.echo(f"Brokers:     {len(info['brokers'])}")
+
+
+@cluster_group.command("brokers")
+@_admin_options
+@_json_option
+def cluster_brokers(bootstrap: str, timeout: float, as_json: bool) -> None:
+    """The brokers with their endpoint and rack."""
+    from kbroker.tools import cluster as tool
+
+    with _cluster(bootstrap, timeout) as cluster:
+        brokers = tool.cluster_info(cluster)["brokers"]
+    if as_json:
+        _echo_json(brokers)
+        return
+    _echo_table(
+        ["ID", "HOST", "PORT", "RACK", "CONTROLLER"],
+        [[b["id"], b["host"], b["port"], b["rack"], b["controller"]] for b in brokers],
+    )
+
+
+@main.command("completion")
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script, e.g. `eval "$(kbroker completion bash)"` in
+    ~/.bashrc (zsh: ~/.zshrc; fish: `kbroker completion fish | source`)."""
+    from click.shell_completion import get_completion_class
+
+    cls = get_completion_class(shell)
+    assert cls is not None  # every choice has a class
+    click.echo(cls(main, {}, "kbroker", "_KBROKER_COMPLETE").source())
 
 
 # -- pipeline -----------------------------------------------------------------------

@@ -13,7 +13,15 @@ import struct
 from types import TracebackType
 from typing import Any
 
-from kbroker.protocol import ApiKey, ErrorCode, decode_response, encode_request
+from kbroker.protocol import (
+    APIS_BY_KEY,
+    ApiKey,
+    ErrorCode,
+    ProtocolError,
+    decode_response,
+    encode_request,
+)
+from kbroker.protocol.messages.core import ApiVersionsRequest
 from kbroker.protocol.messages.group import FindCoordinatorRequest
 
 _SIZE = struct.Struct(">i")
@@ -22,6 +30,14 @@ MAX_RESPONSE_BYTES = 256 << 20
 
 class ClientError(Exception):
     """The broker could not be reached or answered with an error."""
+
+
+def error_name(code: int) -> str:
+    """The Kafka name of an error code, also for codes kbroker does not declare."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error code {code}"
 
 
 def split_host_port(text: str) -> tuple[str, int]:
@@ -42,6 +58,7 @@ class BrokerClient:
         except OSError as exc:
             raise ClientError(f"cannot connect to {address}: {exc}") from None
         self._correlation = 0
+        self._versions: dict[int, tuple[int, int]] | None = None
 
     def close(self) -> None:
         self._sock.close()
@@ -54,23 +71,68 @@ class BrokerClient:
     ) -> None:
         self.close()
 
-    def request(self, api_key: ApiKey, version: int, body: Any) -> Any:
+    def send(self, api_key: ApiKey, version: int, body: Any) -> None:
+        """Send a request the broker does not answer (Produce with acks=0)."""
         self._correlation += 1
         try:
             self._sock.sendall(
                 encode_request(api_key, version, self._correlation, self.client_id, body)
             )
+        except OSError as exc:
+            raise ClientError(f"request to {self.address} failed: {exc}") from None
+
+    def request(self, api_key: ApiKey, version: int, body: Any) -> Any:
+        self.send(api_key, version, body)
+        try:
             (size,) = _SIZE.unpack(self._read(4))
             if not 0 <= size <= MAX_RESPONSE_BYTES:
                 raise ClientError(f"response of {size} bytes from {self.address}")
             correlation, response = decode_response(api_key, version, self._read(size))
         except OSError as exc:
             raise ClientError(f"request to {self.address} failed: {exc}") from None
+        except ProtocolError as exc:
+            raise ClientError(f"unreadable answer from {self.address}: {exc}") from None
         if correlation != self._correlation:
             raise ClientError(
                 f"{self.address} answered request {correlation}, not {self._correlation}"
             )
         return response
+
+    def broker_versions(self) -> dict[int, tuple[int, int]]:
+        """api key -> (min, max) version the broker advertises (ApiVersions, asked once)."""
+        if self._versions is None:
+            resp = self.request(
+                ApiKey.API_VERSIONS,
+                3,
+                ApiVersionsRequest(client_software_name="kbroker-cli", client_software_version="1"),
+            )
+            if resp.error_code != ErrorCode.NONE:
+                raise ClientError(f"ApiVersions failed: {error_name(resp.error_code)}")
+            self._versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        return self._versions
+
+    def supports(self, api_key: ApiKey) -> bool:
+        return self._usable(api_key) is not None
+
+    def version(self, api_key: ApiKey) -> int:
+        """The highest version of ``api_key`` both sides speak, or ClientError naming the
+        missing API."""
+        usable = self._usable(api_key)
+        if usable is None:
+            spec = APIS_BY_KEY[api_key]
+            raise ClientError(
+                f"the broker at {self.address} does not support {spec.name} "
+                f"(Kafka API {int(api_key)}) in a version this tool speaks"
+            )
+        return usable
+
+    def _usable(self, api_key: ApiKey) -> int | None:
+        spec = APIS_BY_KEY[api_key]
+        theirs = self.broker_versions().get(api_key)
+        if theirs is None:
+            return None
+        hi = min(spec.max_version, theirs[1])
+        return hi if hi >= max(spec.min_version, theirs[0]) else None
 
     def _read(self, n: int) -> bytes:
         buf = bytearray()

@@ -1,0 +1,124 @@
+"""A connection to a whole Kafka-compatible cluster, and ``kbroker cluster info|brokers``.
+
+`Cluster` connects to the first reachable bootstrap address and opens a
+connection to any other node on demand (requests that must reach a
+partition's leader or one broker go there). Versions are negotiated with
+ApiVersions, so the same code talks to kbroker and to Apache Kafka; an API a
+broker lacks ends in a `ClientError` naming it.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any
+
+from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode
+from kbroker.protocol.messages.admin import DescribeClusterRequest
+from kbroker.protocol.messages.core import MetadataRequest
+from kbroker.tools.client import BrokerClient, ClientError, error_name
+
+
+def broker_error(what: str, code: int, message: str | None = None) -> str:
+    """One readable line for a Kafka error code: what failed, the Kafka name, its message."""
+    return f"{what}: {error_name(code)}" + (f" ({message})" if message else "")
+
+
+class Cluster:
+    """The bootstrap broker plus, on demand, connections to the other nodes."""
+
+    def __init__(self, bootstrap: str, timeout: float = 30.0) -> None:
+        addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
+        if not addresses:
+            raise ClientError("no bootstrap address given")
+        self.timeout = timeout
+        failures = []
+        for address in addresses:
+            try:
+                self.bootstrap = BrokerClient(address, timeout)
+                break
+            except ClientError as exc:
+                failures.append(str(exc))
+        else:
+            raise ClientError("; ".join(failures))
+        self._nodes: dict[int, BrokerClient] = {}
+        self._addresses: dict[int, str] | None = None
+
+    def close(self) -> None:
+        for client in self._nodes.values():
+            if client is not self.bootstrap:
+                client.close()
+        self.bootstrap.close()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def metadata(self, topics: list[str] | None = None) -> Any:
+        """A Metadata response for ``topics`` (None: every topic), never creating one."""
+        client = self.bootstrap
+        version = client.version(ApiKey.METADATA)
+        if topics is not None and version < 1:
+            raise ClientError(f"the broker at {client.address} speaks only Metadata v0")
+        T = MetadataRequest.Topic
+        req = MetadataRequest(
+            topics=None if topics is None else [T(topic_id=ZERO_UUID, name=t) for t in topics],
+            allow_auto_topic_creation=False,
+        )
+        resp = client.request(ApiKey.METADATA, version, req)
+        self._addresses = {b.node_id: f"{b.host}:{b.port}" for b in resp.brokers}
+        return resp
+
+    def node(self, node_id: int) -> BrokerClient:
+        """A connection to broker ``node_id`` (the bootstrap connection when it is that one)."""
+        client = self._nodes.get(node_id)
+        if client is not None:
+            return client
+        if self._addresses is None or node_id not in self._addresses:
+            self.metadata([])
+        assert self._addresses is not None
+        address = self._addresses.get(node_id)
+        if address is None:
+            raise ClientError(f"broker {node_id} is not in the cluster")
+        client = (
+            self.bootstrap
+            if address == self.bootstrap.address
+            else BrokerClient(address, self.timeout)
+        )
+        self._nodes[node_id] = client
+        return client
+
+
+def cluster_info(cluster: Cluster) -> dict[str, Any]:
+    """Cluster id, controller and brokers (DescribeCluster when the broker has it, else
+    Metadata, which says the same apart from the endpoint type)."""
+    client = cluster.bootstrap
+    if client.supports(ApiKey.DESCRIBE_CLUSTER):
+        resp = client.request(
+            ApiKey.DESCRIBE_CLUSTER,
+            client.version(ApiKey.DESCRIBE_CLUSTER),
+            DescribeClusterRequest(include_cluster_authorized_operations=False),
+        )
+        if resp.error_code != ErrorCode.NONE:
+            raise ClientError(broker_error("DescribeCluster", resp.error_code, resp.error_message))
+        brokers = [(b.broker_id, b.host, b.port, b.rack) for b in resp.brokers]
+    else:
+        resp = cluster.metadata([])
+        brokers = [(b.node_id, b.host, b.port, b.rack) for b in resp.brokers]
+    return {
+        "cluster_id": resp.cluster_id,
+        "controller_id": resp.controller_id if resp.controller_id >= 0 else None,
+        "brokers": [
+            {
+                "id": node_id,
+                "host": host,
+                "port": port,
+                "rack": rack,
+                "controller": node_id == resp.controller_id,
+            }
+            for node_id, host, port, rack in sorted(brokers)
+        ],
+    }

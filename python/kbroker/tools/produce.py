@@ -1,0 +1,196 @@
+"""``kbroker produce``: lines of stdin or files as records of one topic, over Produce.
+
+Records go to ``--partition``, else keyed records to the partition Kafka's
+default partitioner picks (murmur2 of the key, as the Java client and
+librdkafka's ``murmur2_random`` do, so keys land where other producers put
+them), else round-robin, one batch at a time. Records are sent in batches as
+input arrives: a batch is flushed when it is full or when no more input is
+ready, so an interactive session sees each line sent at once.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from kbroker._kbroker import build_batch
+from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages.core import ProduceRequest
+from kbroker.tools.client import ClientError, error_name
+from kbroker.tools.cluster import Cluster
+from kbroker.tools.offsets import partition_leaders
+
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
+CHUNK = 1 << 16
+
+Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2), as an unsigned int."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    length = len(data)
+    h = (0x9747B28C ^ length) & mask
+    for i in range(0, length - length % 4, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail = length - length % 4
+    rest = length % 4
+    if rest == 3:
+        h ^= data[tail + 2] << 16
+    if rest >= 2:
+        h ^= data[tail + 1] << 8
+    if rest >= 1:
+        h ^= data[tail]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h
+
+
+def default_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives a keyed record."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+@dataclass
+class Producer:
+    """Batches records per partition and sends them to the leaders (`flush`)."""
+
+    cluster: Cluster
+    topic: str
+    partition: int | None = None
+    codec: int = 0
+    acks: int = -1
+    batch_records: int = 1000
+    sent: int = field(init=False, default=0)
+    _leaders: dict[int, int] = field(init=False, default_factory=dict)
+    _pending: dict[int, list[Record]] = field(init=False, default_factory=dict)
+    _pending_count: int = field(init=False, default=0)
+    _next: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        only = None if self.partition is None else [self.partition]
+        leaders = partition_leaders(self.cluster, [(self.topic, only)])
+        self._leaders = {p: node for (_, p), node in leaders.items()}
+
+    def add(self, key: bytes | None, value: bytes, headers: list[tuple[str, bytes | None]]) -> None:
+        if self.partition is not None:
+            partition = self.partition
+        elif key is not None:
+            partition = default_partition(key, len(self._leaders))
+        else:
+            partition = sorted(self._leaders)[self._next % len(self._leaders)]
+        self._pending.setdefault(partition, []).append(
+            (key, value, headers, int(time.time() * 1000))
+        )
+        self._pending_count += 1
+        if self._pending_count >= self.batch_records:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what is pending, one request per leader; ClientError on any refusal."""
+        if not self._pending:
+            return
+        by_leader: dict[int, list[Any]] = {}
+        for partition, records in sorted(self._pending.items()):
+            batch = build_batch(records, codec=self.codec)
+            by_leader.setdefault(self._leaders[partition], []).append(
+                ProduceRequest.Topic.Partition(index=partition, records=batch)
+            )
+        count = self._pending_count
+        self._pending.clear()
+        self._pending_count = 0
+        self._next += 1
+        for node, partitions in by_leader.items():
+            client = self.cluster.node(node)
+            req = ProduceRequest(
+                transactional_id=None,
+                acks=self.acks,
+                timeout_ms=int(self.cluster.timeout * 1000),
+                topic_data=[ProduceRequest.Topic(name=self.topic, partition_data=partitions)],
+            )
+            version = client.version(ApiKey.PRODUCE)
+            if self.acks == 0:
+                client.send(ApiKey.PRODUCE, version, req)
+                continue
+            resp = client.request(ApiKey.PRODUCE, version, req)
+            for t in resp.responses:
+                for p in t.partition_responses:
+                    if p.error_code != ErrorCode.NONE:
+                        detail = p.error_message or "; ".join(
+                            e.batch_index_error_message or "" for e in p.record_errors
+                        )
+                        raise ClientError(
+                            f"producing to {t.name}-{p.index} failed: {error_name(p.error_code)}"
+                            + (f" ({detail})" if detail else "")
+                        )
+        self.sent += count
+
+
+def _more_ready(stream: BinaryIO) -> bool:
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # an in-memory stream: everything is there
+        return True
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def read_lines(streams: Sequence[BinaryIO], max_line_bytes: int) -> Iterator[bytes | None]:
+    """The lines of each stream in turn (without the newline), and None whenever no more
+    input is ready yet (the moment to send what was read). A last line without a newline
+    counts; a line longer than ``max_line_bytes`` is an error."""
+    for stream in streams:
+        read = getattr(stream, "read1", stream.read)
+        tail = b""
+        while True:
+            chunk = read(CHUNK)
+            if not chunk:
+                break
+            lines = (tail + chunk).split(b"\n")
+            tail = lines.pop()
+            if any(len(line) > max_line_bytes for line in (tail, *lines)):
+                raise ClientError(f"a line is longer than {max_line_bytes} bytes")
+            yield from lines
+            if not _more_ready(stream):
+                yield None
+        if tail:
+            yield tail
+    yield None
+
+
+def produce_lines(
+    producer: Producer,
+    streams: Sequence[BinaryIO],
+    key_separator: bytes | None = None,
+    headers: Sequence[tuple[str, bytes]] = (),
+    max_line_bytes: int = 1 << 20,
+) -> int:
+    """Produce each input line as a record (``KEY<sep>VALUE`` with ``key_separator``);
+    returns the number of records sent."""
+    number = 0
+    for line in read_lines(streams, max_line_bytes):
+        if line is None:
+            producer.flush()
+            continue
+        number += 1
+        key = None
+        if key_separator is not None:
+            key, sep, line = line.partition(key_separator)
+            if not sep:
+                producer.flush()
+                raise ClientError(
+                    f"line {number} has no key separator {key_separator.decode(errors='replace')!r}"
+                    f" ({producer.sent} records were sent)"
+                )
+        producer.add(key, line, list(headers))
+    producer.flush()
+    return producer.sent
