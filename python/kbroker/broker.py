@@ -8,13 +8,16 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import resource
 import signal
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from kbroker.config import BrokerConfig, ConfigError, Value, parse_topic_configs
 from kbroker.coordinator import GroupCoordinator
@@ -40,6 +43,8 @@ from kbroker.producer_ids import ProducerIdAllocator
 from kbroker.replication.partition import Partition
 
 log = logging.getLogger("kbroker")
+
+T = TypeVar("T")
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
@@ -108,6 +113,7 @@ class Broker:
         # Topics whose logs are being created, and their partitions (not yet in self.partitions).
         self._creating: set[str] = set()
         self._reserved_partitions = 0
+        self._admin_thread = ThreadPoolExecutor(1, thread_name_prefix="topic-admin")
         # collision_key(name) -> name, of every topic
         self._collisions: dict[str, str] = {}
 
@@ -283,6 +289,7 @@ class Broker:
             task.cancel()
         for partition in self.partitions.values():
             partition.close()
+        await asyncio.to_thread(self._admin_thread.shutdown)
         await asyncio.to_thread(self.logs.close)
         await asyncio.to_thread(self.metadata.close)
         log.info("kbroker %d stopped cleanly", self.broker_id)
@@ -454,7 +461,7 @@ class Broker:
             self._topic_configs[t.name] = t.parsed  # the logs open with the topic's settings
             ready.append(t)
         try:
-            opened = await asyncio.to_thread(self._open_topic_logs, ready)
+            opened = await self._in_admin_thread(self._open_topic_logs, ready)
             for i, t in enumerate(ready):
                 logs_or_error = opened[t.name]
                 if isinstance(logs_or_error, TopicError):
@@ -496,7 +503,7 @@ class Broker:
                         "KAFKA_STORAGE_ERROR", f"cannot record topic {topic.name!r}: {exc}"
                     )
                 tps = [TopicPartition(t.name, p) for t in created for p in t.partitions]
-                await asyncio.to_thread(self.logs.delete_all, tps)
+                await self._in_admin_thread(self.logs.delete_all, tps)
         return results
 
     def _unregister_topic(self, topic: TopicMetadata) -> None:
@@ -563,7 +570,7 @@ class Broker:
             self._unregister_topic(topic)
             self.coordinator.on_topic_deleted(topic.name)
         tps = [TopicPartition(t.name, p) for t in gone for p in t.partitions]
-        await asyncio.to_thread(self._remove_logs, tps)
+        await self._in_admin_thread(self._remove_logs, tps)
         for topic in gone:
             self.metadata.forget_deleted(topic.topic_id)
             log.info("deleted topic %s", topic.name)
@@ -605,11 +612,11 @@ class Broker:
         tps = [TopicPartition(name, p) for p in range(current, total)]
         self._reserved_partitions += len(tps)
         try:
-            logs = await asyncio.to_thread(self._create_logs, name, topic.topic_id, tps)
+            logs = await self._in_admin_thread(self._create_logs, name, topic.topic_id, tps)
         finally:
             self._reserved_partitions -= len(tps)
         if self.metadata.topics().get(name) is not topic or len(topic.partitions) != current:
-            await asyncio.to_thread(self.logs.delete_all, tps)
+            await self._in_admin_thread(self.logs.delete_all, tps)
             raise TopicError(
                 "INVALID_PARTITIONS", f"topic {name!r} changed while partitions were added"
             )
@@ -628,7 +635,7 @@ class Broker:
                 partition = self.partitions.pop(tp, None)
                 if partition is not None:
                     partition.close()
-            await asyncio.to_thread(self.logs.delete_all, tps)
+            await self._in_admin_thread(self.logs.delete_all, tps)
             raise TopicError(
                 "KAFKA_STORAGE_ERROR", f"cannot record the new partitions of {name!r}: {exc}"
             ) from None
@@ -650,6 +657,16 @@ class Broker:
         self.metadata.set_topic_configs(name, configs)
         self._topic_configs[name] = parsed
         self.logs.update_config(name)
+
+    async def _in_admin_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """Runs file work of topic administration in the one admin thread.
+
+        One thread, not a pool: creating or removing thousands of logs is
+        disk-bound anyway, and each extra thread holding the GIL now and then
+        delays the event loop (every client) a little more.
+        """
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._admin_thread, functools.partial(fn, *args))
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get(TopicPartition(topic, index))
