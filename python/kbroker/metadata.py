@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from kbroker.log.manager import StorageErrors
+
 log = logging.getLogger(__name__)
 
 META_PROPERTIES = "meta.properties"
@@ -410,6 +412,8 @@ class _Journal:
         self._closing = False
         self._thread: threading.Thread | None = None
         self._snapshot_size = 0
+        # A full disk is retried with backoff; logged once a minute, not once a retry.
+        self._errors = StorageErrors()
 
     @property
     def seq(self) -> int:
@@ -469,12 +473,7 @@ class _Journal:
                 except Exception as exc:
                     error = exc if isinstance(exc, OSError) else OSError(errno.EIO, repr(exc))
                     self._report(None, error)
-                    log.error(
-                        "cannot write metadata changes to %s (retrying in %.1fs): %s",
-                        self._log_path,
-                        backoff,
-                        exc,
-                    )
+                    self._errors.failed("writing metadata changes to", self._log_path, exc)
                     with self._cond:
                         if self._closing:
                             return
@@ -482,6 +481,7 @@ class _Journal:
                     backoff = min(backoff * 2, self.RETRY_MAX_S)
                     continue
                 backoff = self.RETRY_MIN_S
+                self._errors.succeeded("writing metadata changes to", self._log_path)
                 with self._cond:
                     del self._pending[: len(batch)]
                 self._report(batch[-1]["seq"], None)
