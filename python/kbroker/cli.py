@@ -1156,6 +1156,42 @@ def cluster_brokers(bootstrap: str, timeout: float, as_json: bool) -> None:
     )
 
 
+@main.command("log-dirs")
+@_admin_options
+@click.option(
+    "--topic", "topics", multiple=True, help="Only partitions of this topic (repeatable)."
+)
+@click.option("--broker", "brokers", multiple=True, type=int, help="Only this broker (repeatable).")
+@_json_option
+def log_dirs_command(
+    bootstrap: str, timeout: float, topics: tuple[str, ...], brokers: tuple[int, ...], as_json: bool
+) -> None:
+    """The log directories of each broker: total and usable bytes, and each partition's
+    size, offset lag and whether it is a future replica (DescribeLogDirs)."""
+    from kbroker.tools import log_dirs as tool
+
+    with _cluster(bootstrap, timeout) as cluster:
+        found = tool.describe_log_dirs(cluster, topics, brokers)
+    if as_json:
+        _echo_json(found)
+    else:
+        for b in found["brokers"]:
+            for d in b["log_dirs"]:
+                click.echo(
+                    f"Broker {b['broker']}  {d['path']}  total {d['total_bytes'] or '-'}  "
+                    f"usable {d['usable_bytes'] or '-'}"
+                    + (f"  error {d['error']}" if d["error"] else "")
+                )
+                _echo_table(
+                    ["TOPIC", "PARTITION", "SIZE", "OFFSET-LAG", "FUTURE"],
+                    [
+                        [p["topic"], p["partition"], p["size_bytes"], p["offset_lag"], p["future"]]
+                        for p in d["partitions"]
+                    ],
+                )
+    _fail_if(found["notes"])
+
+
 @main.command("completion")
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
 def completion(shell: str) -> None:

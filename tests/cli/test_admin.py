@@ -73,12 +73,8 @@ def test_topic_create_list_describe_delete(cluster: Cluster) -> None:
             [],
         )
         assert (p["log_start_offset"], p["log_end_offset"]) == (0, 0)
-    if cluster.system == "kafka":  # Kafka has DescribeLogDirs: sizes, and nothing missing
-        assert all(p["size_bytes"] == 0 for p in topic["partitions"])
-        assert described["notes"] == []
-    else:  # kbroker lacks DescribeLogDirs: the size is unknown and the note says why
-        assert all(p["size_bytes"] is None for p in topic["partitions"])
-        assert any("does not support DescribeLogDirs" in n for n in described["notes"])
+    assert all(p["size_bytes"] == 0 for p in topic["partitions"])  # from DescribeLogDirs
+    assert described["notes"] == []
 
     result = cluster.run("topic", "describe", name)
     lines = result.stdout.splitlines()
@@ -86,9 +82,8 @@ def test_topic_create_list_describe_delete(cluster: Cluster) -> None:
     assert lines[1].split() == [
         "PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE", "LOG-START", "LOG-END", "SIZE"
     ]  # fmt: skip
-    size = "0" if cluster.system == "kafka" else "-"
     b = str(broker["id"])
-    assert lines[2].split() == ["0", b, b, b, "-", "0", "0", size]
+    assert lines[2].split() == ["0", b, b, b, "-", "0", "0", "0"]
 
     assert cluster.run("topic", "delete", name).stdout.strip() == f"Topic {name} deleted."
     until(lambda: not cluster.json("topic", "list", name))
@@ -167,8 +162,7 @@ def test_describe_offsets_size_and_filters(cluster: Cluster) -> None:
     [topic] = cluster.json("topic", "describe", healthy)["topics"]
     p0, p1 = topic["partitions"]
     assert (p0["log_end_offset"], p1["log_end_offset"]) == (0, 5)
-    if cluster.system == "kafka":
-        assert p1["size_bytes"] > 0
+    assert p1["size_bytes"] > 0
 
     def shown(*flags: str) -> dict[str, list[int]]:
         found = cluster.json("topic", "describe", healthy, strict, *flags)["topics"]
@@ -344,6 +338,37 @@ def test_cluster_info_and_brokers(cluster: Cluster) -> None:
     table = cluster.run("cluster", "brokers").stdout.splitlines()
     assert table[0].split() == ["ID", "HOST", "PORT", "RACK", "CONTROLLER"]
     assert table[1].split() == [str(broker["id"]), "127.0.0.1", str(broker["port"]), "-", "yes"]
+
+
+def test_log_dirs(cluster: Cluster) -> None:
+    name = cluster.new_topic("-p", "2")
+    produce(cluster, name, 5, partition=1)
+    [broker] = cluster.json("cluster", "brokers")
+    found = cluster.json("log-dirs", "--topic", name)
+    assert found["notes"] == []
+    [node] = found["brokers"]
+    assert node["broker"] == broker["id"]
+    [log_dir] = node["log_dirs"]
+    assert log_dir["error"] is None
+    assert 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]
+    p0, p1 = log_dir["partitions"]
+    assert (p0["topic"], p0["partition"], p0["size_bytes"]) == (name, 0, 0)
+    assert (p1["topic"], p1["partition"], p1["offset_lag"], p1["future"]) == (name, 1, 0, False)
+    assert p1["size_bytes"] > 0
+    [described] = cluster.json("topic", "describe", name)["topics"]
+    assert described["partitions"][1]["size_bytes"] == p1["size_bytes"]
+
+    lines = cluster.run("log-dirs", "--topic", name).stdout.splitlines()
+    assert lines[0].startswith(f"Broker {broker['id']}  {log_dir['path']}  total ")
+    assert lines[1].split() == ["TOPIC", "PARTITION", "SIZE", "OFFSET-LAG", "FUTURE"]
+    assert lines[3].split() == [name, "1", str(p1["size_bytes"]), "0", "no"]
+
+    unknown = cluster.run("log-dirs", "--topic", "t-no-such-topic", ok=False)
+    assert unknown.exit_code == 1
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in single_error_line(unknown.stderr)
+    absent = cluster.run("log-dirs", "--broker", "4242", ok=False)
+    assert absent.exit_code == 1
+    assert "broker 4242 is not in the cluster" in single_error_line(absent.stderr)
 
 
 @pytest.mark.parametrize(
