@@ -772,6 +772,14 @@ def delete_records_command(
     help="Each line is KEY<SEP>VALUE (else the line is the value, without a key).",
 )
 @click.option(
+    "--format",
+    "-f",
+    "fmt",
+    metavar="FORMAT",
+    help="Each line has this form (kcat-like): %k key, %s value, %h headers k=v,..., "
+    "%p partition, %T timestamp ms, %% percent; \\t tab. E.g. '%p %k\\t%s'.",
+)
+@click.option(
     "--header",
     "-H",
     "headers",
@@ -803,6 +811,7 @@ def produce_command(
     files: tuple[Any, ...],
     partition: int | None,
     key_separator: str | None,
+    fmt: str | None,
     headers: tuple[str, ...],
     compression: str,
     acks: str,
@@ -814,6 +823,14 @@ def produce_command(
 
     if key_separator == "":
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
+    pattern = None
+    if fmt is not None:
+        if key_separator is not None:
+            raise click.UsageError("--format and --key-separator exclude each other")
+        try:
+            pattern = tool.input_format(fmt)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--format") from None
     fixed = [(k, v.encode()) for k, v in _settings(headers, "--header").items()]
     streams = files or (sys.stdin.buffer,)
     with _cluster(bootstrap, timeout) as cluster:
@@ -827,6 +844,7 @@ def produce_command(
                 key_separator.encode() if key_separator else None,
                 fixed,
                 max_line_bytes,
+                pattern,
             )
         except KeyboardInterrupt:
             click.echo(f"Interrupted: {producer.sent} records were sent to {topic}.", err=True)
