@@ -220,26 +220,60 @@ def _admin_options(f: Any) -> Any:
         type=click.FloatRange(min=0.1),
         help="Seconds to wait for each answer.",
     )(f)
+    f = click.option(
+        "--profile",
+        envvar="KBROKER_PROFILE",
+        expose_value=False,
+        callback=_remember_profile,
+        help="Connection profile from ~/.config/kbroker/cli.toml [env KBROKER_PROFILE].",
+    )(f)
     return click.option(
         "--bootstrap-server",
         "-b",
         "bootstrap",
-        default="127.0.0.1:9092",
-        show_default=True,
+        default=None,
+        show_default=DEFAULT_BOOTSTRAP,
         envvar="KBROKER_BOOTSTRAP",
-        help="HOST:PORT[,HOST:PORT...] of brokers [env KBROKER_BOOTSTRAP].",
+        help="HOST:PORT[,HOST:PORT...] of brokers [env KBROKER_BOOTSTRAP; else the profile's].",
     )(f)
+
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+_PROFILE = "kbroker.profile"
+
+
+def _remember_profile(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    ctx.meta[_PROFILE] = value
+
+
+def _connection(bootstrap: str | None, timeout: float) -> tuple[str, float]:
+    """The bootstrap and timeout to use: given explicitly (flag or env), else the profile's
+    (--profile, KBROKER_PROFILE or the config file's default), else the defaults."""
+    from kbroker.tools.client import ClientError
+    from kbroker.tools.profiles import UnknownProfile, profile
+
+    ctx = click.get_current_context()
+    try:
+        settings = profile(ctx.meta.get(_PROFILE))
+    except UnknownProfile as exc:
+        raise click.UsageError(str(exc)) from None
+    except ClientError as exc:
+        raise click.ClickException(str(exc)) from None
+    if ctx.get_parameter_source("timeout") == click.core.ParameterSource.DEFAULT:
+        timeout = float(settings.get("timeout", timeout))
+    return bootstrap or settings.get("bootstrap", DEFAULT_BOOTSTRAP), timeout
 
 
 _json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
 @contextmanager
-def _cluster(bootstrap: str, timeout: float) -> Iterator[Cluster]:
+def _cluster(bootstrap: str | None, timeout: float) -> Iterator[Cluster]:
     """A connected cluster; a failure to reach it or a broker error becomes one line."""
     from kbroker.tools.client import ClientError
     from kbroker.tools.cluster import Cluster
 
+    bootstrap, timeout = _connection(bootstrap, timeout)
     try:
         with Cluster(bootstrap, timeout) as cluster:
             yield cluster

@@ -9,9 +9,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from kbroker.cli import main
@@ -394,6 +395,60 @@ def test_unreachable_bootstrap_is_one_line(args: list[str]) -> None:
     line = single_error_line(result.stderr)
     assert line.startswith(f"Error: cannot connect to {address}:"), line
     assert result.stdout == ""
+
+
+def test_connection_profiles(kbroker_cluster: Cluster, tmp_path: Path) -> None:
+    """Named profiles in a TOML file (as rpk has): the default one, --profile or
+    KBROKER_PROFILE picks another, and -b given explicitly wins."""
+    dead = f"127.0.0.1:{free_port()}"
+    config = tmp_path / "cli.toml"
+    config.write_text(
+        'default = "here"\n'
+        f'[profiles.here]\nbootstrap = "{kbroker_cluster.bootstrap}"\ntimeout = 5\n'
+        f'[profiles.dead]\nbootstrap = "{dead}"\n'
+    )
+
+    def kbroker(*args: str, **env: str) -> Result:
+        environment: dict[str, str | None] = {
+            "KBROKER_CONFIG": str(config),
+            "KBROKER_BOOTSTRAP": None,
+            "KBROKER_PROFILE": None,
+            **env,
+        }
+        result = CliRunner().invoke(main, list(args), env=environment)
+        assert "Traceback" not in result.output
+        return result
+
+    here = kbroker("cluster", "info", "--json")
+    assert here.exit_code == 0, here.output
+    port = json.loads(here.stdout)["brokers"][0]["port"]
+    assert f"127.0.0.1:{port}" == kbroker_cluster.bootstrap
+    for result in (
+        kbroker("cluster", "info", "--profile", "dead"),
+        kbroker("cluster", "info", KBROKER_PROFILE="dead"),
+    ):
+        assert result.exit_code == 1
+        assert single_error_line(result.stderr).startswith(f"Error: cannot connect to {dead}:")
+    explicit = kbroker("cluster", "info", "--profile", "dead", "-b", kbroker_cluster.bootstrap)
+    assert explicit.exit_code == 0, explicit.output
+    from_env = kbroker(
+        "cluster", "info", "--profile", "dead", KBROKER_BOOTSTRAP=kbroker_cluster.bootstrap
+    )
+    assert from_env.exit_code == 0, from_env.output
+
+    unknown = kbroker("topic", "list", "--profile", "nope")
+    assert unknown.exit_code == 2
+    assert f"no profile 'nope' in {config} (profiles: dead, here)" in unknown.stderr
+    for text, expected in [
+        ("[profiles.x]\nbootstrap = 'a:1'\nport = 1\n", "profiles.x has unknown key 'port'"),
+        ("[profiles.x]\ntimeout = 0\n", "profiles.x.timeout must be a positive number"),
+        ('default = "y"\n[profiles.x]\n', "default profile 'y' is not defined"),
+        ("[profiles.x\n", "is not valid TOML"),
+    ]:
+        config.write_text(text)
+        bad = kbroker("topic", "list")
+        assert bad.exit_code == 1
+        assert expected in single_error_line(bad.stderr)
 
 
 def test_json_is_stable_for_scripts(kbroker_cluster: Cluster) -> None:
