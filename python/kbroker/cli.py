@@ -1078,7 +1078,7 @@ def group_describe(
     from kbroker.tools import groups as tool
 
     with _cluster(bootstrap, timeout) as cluster:
-        described = [tool.describe_group(cluster.bootstrap, g) for g in group_ids]
+        described = [tool.describe_group(cluster, g) for g in group_ids]
     if as_json:
         _echo_json(described)
         return
