@@ -204,192 +204,6 @@ def list_settings(as_json: bool) -> None:
         click.echo(f"{row['name']:<40} {row['type']:<8} {row['default']!s:<28} {row['doc']}")
 
 
-# -- groups -------------------------------------------------------------------------
-
-_bootstrap_option = click.option(
-    "--bootstrap-server",
-    "-b",
-    "bootstrap",
-    default="127.0.0.1:9092",
-    show_default=True,
-    envvar="KBROKER_BOOTSTRAP",
-    help="HOST:PORT of a broker [env KBROKER_BOOTSTRAP].",
-)
-
-
-def _tool_errors() -> tuple[type[Exception], ...]:
-    from kbroker.coordinator.zk_import import ZkImportError
-    from kbroker.tools.client import ClientError
-
-    return ClientError, ZkImportError
-
-
-@main.group("groups")
-def groups() -> None:
-    """List, describe and delete consumer groups; import offsets from ZooKeeper."""
-
-
-@groups.command("list")
-@_bootstrap_option
-@click.option("--state", "states", multiple=True, help="Only groups in this state (repeatable).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def groups_list(bootstrap: str, states: tuple[str, ...], as_json: bool) -> None:
-    """List the groups the broker coordinates."""
-    from kbroker.tools import groups as tool
-    from kbroker.tools.client import BrokerClient
-
-    try:
-        with BrokerClient(bootstrap) as client:
-            rows = tool.list_groups(client, states)
-    except _tool_errors() as exc:
-        raise click.ClickException(str(exc)) from None
-    if as_json:
-        click.echo(json.dumps(rows, indent=1))
-        return
-    click.echo(f"{'GROUP':<40} {'STATE':<20} PROTOCOL-TYPE")
-    for row in rows:
-        click.echo(f"{row['group']:<40} {row['state']:<20} {row['protocol_type']}")
-
-
-@groups.command("describe")
-@_bootstrap_option
-@click.argument("group_ids", nargs=-1, required=True)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def groups_describe(bootstrap: str, group_ids: tuple[str, ...], as_json: bool) -> None:
-    """Show state, members, assignments, committed offsets and lag of groups."""
-    from kbroker.tools import groups as tool
-    from kbroker.tools.client import BrokerClient
-
-    try:
-        with BrokerClient(bootstrap) as client:
-            described = [tool.describe_group(client, g) for g in group_ids]
-    except _tool_errors() as exc:
-        raise click.ClickException(str(exc)) from None
-    if as_json:
-        click.echo(json.dumps(described, indent=1))
-        return
-    for d in described:
-        click.echo(
-            f"Group {d['group']}: {d['state']} ({d['protocol_type'] or '-'}/{d['protocol'] or '-'}), "
-            f"{len(d['members'])} members"
-        )
-        for m in d["members"]:
-            owned = ", ".join(f"{t}:{','.join(map(str, ps))}" for t, ps in m["assignment"].items())
-            instance = f" instance={m['group_instance_id']}" if m["group_instance_id"] else ""
-            click.echo(
-                f"  {m['member_id']}{instance} client={m['client_id']} host={m['host']} [{owned}]"
-            )
-        click.echo(
-            f"  {'TOPIC':<30} {'PARTITION':>9} {'CURRENT':>12} {'LOG-END':>12} {'LAG':>8}  MEMBER"
-        )
-        for o in d["offsets"]:
-
-            def show(v: object) -> str:
-                return "-" if v is None else str(v)
-
-            click.echo(
-                f"  {o['topic']:<30} {o['partition']:>9} {show(o['current_offset']):>12} "
-                f"{show(o['log_end_offset']):>12} {show(o['lag']):>8}  {o['member_id'] or '-'}"
-            )
-
-
-@groups.command("delete")
-@_bootstrap_option
-@click.argument("group_ids", nargs=-1, required=True)
-def groups_delete(bootstrap: str, group_ids: tuple[str, ...]) -> None:
-    """Delete empty groups and their committed offsets."""
-    from kbroker.tools import groups as tool
-    from kbroker.tools.client import BrokerClient
-
-    try:
-        with BrokerClient(bootstrap) as client:
-            results = tool.delete_groups(client, list(group_ids))
-    except _tool_errors() as exc:
-        raise click.ClickException(str(exc)) from None
-    failed = False
-    for group, error in results.items():
-        click.echo(f"{group}: {'deleted' if error is None else error}")
-        failed |= error is not None
-    if failed:
-        sys.exit(1)
-
-
-@groups.command("import-zk")
-@_bootstrap_option
-@click.option(
-    "--zookeeper", required=True, metavar="HOST:PORT[/chroot]", help="ZooKeeper holding /consumers."
-)
-@click.option(
-    "--group",
-    "group_ids",
-    multiple=True,
-    help="Only this group (repeatable) [all under /consumers].",
-)
-@click.option(
-    "--overwrite", is_flag=True, help="Replace offsets the group already committed to the broker."
-)
-@click.option("--dry-run", is_flag=True, help="Show what would be imported; commit nothing.")
-@click.option(
-    "--zk-timeout", default=15.0, show_default=True, help="Seconds to wait for ZooKeeper."
-)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def groups_import_zk(
-    bootstrap: str,
-    zookeeper: str,
-    group_ids: tuple[str, ...],
-    overwrite: bool,
-    dry_run: bool,
-    zk_timeout: float,
-    as_json: bool,
-) -> None:
-    """Copy offsets stored under /consumers/GROUP/offsets/TOPIC/PARTITION in ZooKeeper
-    into the groups' committed offsets."""
-    from kbroker.coordinator.zk_import import import_offsets, read_zk_offsets
-    from kbroker.tools.client import BrokerClient
-
-    try:
-        found, unreadable = read_zk_offsets(zookeeper, group_ids, timeout=zk_timeout)
-        with BrokerClient(bootstrap) as client:
-            reports = import_offsets(
-                client, found, unreadable, overwrite=overwrite, dry_run=dry_run
-            )
-    except _tool_errors() as exc:
-        raise click.ClickException(str(exc)) from None
-
-    def tps(d: dict[tuple[str, int], object]) -> list[dict[str, object]]:
-        return [{"topic": t, "partition": p, "value": v} for (t, p), v in sorted(d.items())]
-
-    if as_json:
-        click.echo(
-            json.dumps(
-                [
-                    {
-                        "group": r.group,
-                        "imported": tps(dict(r.imported)),
-                        "kept": tps(dict(r.kept)),
-                        "failed": tps(dict(r.failed)),
-                        "unreadable": r.unreadable,
-                    }
-                    for r in reports
-                ],
-                indent=1,
-            )
-        )
-    else:
-        verb = "would import" if dry_run else "imported"
-        for r in reports:
-            click.echo(
-                f"{r.group}: {verb} {len(r.imported)}, kept {len(r.kept)} already committed, "
-                f"failed {len(r.failed)}, unreadable {len(r.unreadable)}"
-            )
-            for (t, p), error in sorted(r.failed.items()):
-                click.echo(f"  {t}-{p}: {error}")
-            for path in r.unreadable:
-                click.echo(f"  unreadable znode {path}")
-    if any(r.failed or r.unreadable for r in reports):
-        sys.exit(1)
-
-
 # -- cluster admin: topic, config, offsets, delete-records, cluster -----------------
 #
 # These speak only the Kafka protocol (versions negotiated with ApiVersions), so
@@ -406,26 +220,60 @@ def _admin_options(f: Any) -> Any:
         type=click.FloatRange(min=0.1),
         help="Seconds to wait for each answer.",
     )(f)
+    f = click.option(
+        "--profile",
+        envvar="KBROKER_PROFILE",
+        expose_value=False,
+        callback=_remember_profile,
+        help="Connection profile from ~/.config/kbroker/cli.toml [env KBROKER_PROFILE].",
+    )(f)
     return click.option(
         "--bootstrap-server",
         "-b",
         "bootstrap",
-        default="127.0.0.1:9092",
-        show_default=True,
+        default=None,
+        show_default=DEFAULT_BOOTSTRAP,
         envvar="KBROKER_BOOTSTRAP",
-        help="HOST:PORT[,HOST:PORT...] of brokers [env KBROKER_BOOTSTRAP].",
+        help="HOST:PORT[,HOST:PORT...] of brokers [env KBROKER_BOOTSTRAP; else the profile's].",
     )(f)
+
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+_PROFILE = "kbroker.profile"
+
+
+def _remember_profile(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    ctx.meta[_PROFILE] = value
+
+
+def _connection(bootstrap: str | None, timeout: float) -> tuple[str, float]:
+    """The bootstrap and timeout to use: given explicitly (flag or env), else the profile's
+    (--profile, KBROKER_PROFILE or the config file's default), else the defaults."""
+    from kbroker.tools.client import ClientError
+    from kbroker.tools.profiles import UnknownProfile, profile
+
+    ctx = click.get_current_context()
+    try:
+        settings = profile(ctx.meta.get(_PROFILE))
+    except UnknownProfile as exc:
+        raise click.UsageError(str(exc)) from None
+    except ClientError as exc:
+        raise click.ClickException(str(exc)) from None
+    if ctx.get_parameter_source("timeout") == click.core.ParameterSource.DEFAULT:
+        timeout = float(settings.get("timeout", timeout))
+    return bootstrap or settings.get("bootstrap", DEFAULT_BOOTSTRAP), timeout
 
 
 _json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
 @contextmanager
-def _cluster(bootstrap: str, timeout: float) -> Iterator[Cluster]:
+def _cluster(bootstrap: str | None, timeout: float) -> Iterator[Cluster]:
     """A connected cluster; a failure to reach it or a broker error becomes one line."""
     from kbroker.tools.client import ClientError
     from kbroker.tools.cluster import Cluster
 
+    bootstrap, timeout = _connection(bootstrap, timeout)
     try:
         with Cluster(bootstrap, timeout) as cluster:
             yield cluster
@@ -958,6 +806,14 @@ def delete_records_command(
     help="Each line is KEY<SEP>VALUE (else the line is the value, without a key).",
 )
 @click.option(
+    "--format",
+    "-f",
+    "fmt",
+    metavar="FORMAT",
+    help="Each line has this form (kcat-like): %k key, %s value, %h headers k=v,..., "
+    "%p partition, %T timestamp ms, %% percent; \\t tab. E.g. '%p %k\\t%s'.",
+)
+@click.option(
     "--header",
     "-H",
     "headers",
@@ -989,6 +845,7 @@ def produce_command(
     files: tuple[Any, ...],
     partition: int | None,
     key_separator: str | None,
+    fmt: str | None,
     headers: tuple[str, ...],
     compression: str,
     acks: str,
@@ -1000,6 +857,14 @@ def produce_command(
 
     if key_separator == "":
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
+    pattern = None
+    if fmt is not None:
+        if key_separator is not None:
+            raise click.UsageError("--format and --key-separator exclude each other")
+        try:
+            pattern = tool.input_format(fmt)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--format") from None
     fixed = [(k, v.encode()) for k, v in _settings(headers, "--header").items()]
     streams = files or (sys.stdin.buffer,)
     with _cluster(bootstrap, timeout) as cluster:
@@ -1013,6 +878,7 @@ def produce_command(
                 key_separator.encode() if key_separator else None,
                 fixed,
                 max_line_bytes,
+                pattern,
             )
         except KeyboardInterrupt:
             click.echo(f"Interrupted: {producer.sent} records were sent to {topic}.", err=True)
@@ -1154,6 +1020,558 @@ def cluster_brokers(bootstrap: str, timeout: float, as_json: bool) -> None:
         ["ID", "HOST", "PORT", "RACK", "CONTROLLER"],
         [[b["id"], b["host"], b["port"], b["rack"], b["controller"]] for b in brokers],
     )
+
+
+# -- groups -------------------------------------------------------------------------
+
+_bootstrap_option = click.option(
+    "--bootstrap-server",
+    "-b",
+    "bootstrap",
+    default="127.0.0.1:9092",
+    show_default=True,
+    envvar="KBROKER_BOOTSTRAP",
+    help="HOST:PORT of a broker [env KBROKER_BOOTSTRAP].",
+)
+
+
+def _tool_errors() -> tuple[type[Exception], ...]:
+    from kbroker.coordinator.zk_import import ZkImportError
+    from kbroker.tools.client import ClientError
+
+    return ClientError, ZkImportError
+
+
+@main.group("group")
+def group() -> None:
+    """List, describe and delete consumer groups, reset and delete their committed offsets,
+    import offsets from ZooKeeper ("groups" is the same command)."""
+
+
+@group.command("list")
+@_admin_options
+@click.option("--state", "states", multiple=True, help="Only groups in this state (repeatable).")
+@_json_option
+def group_list(bootstrap: str, timeout: float, states: tuple[str, ...], as_json: bool) -> None:
+    """List the groups the broker coordinates."""
+    from kbroker.tools import groups as tool
+
+    with _cluster(bootstrap, timeout) as cluster:
+        rows = tool.list_groups(cluster.bootstrap, states)
+    if as_json:
+        _echo_json(rows)
+        return
+    _echo_table(
+        ["GROUP", "STATE", "PROTOCOL-TYPE"],
+        [[r["group"], r["state"], r["protocol_type"]] for r in rows],
+    )
+
+
+@group.command("describe")
+@_admin_options
+@click.argument("group_ids", nargs=-1, required=True)
+@_json_option
+def group_describe(
+    bootstrap: str, timeout: float, group_ids: tuple[str, ...], as_json: bool
+) -> None:
+    """Show state, members, assignments, committed offsets, end offsets and lag of groups."""
+    from kbroker.tools import groups as tool
+
+    with _cluster(bootstrap, timeout) as cluster:
+        described = [tool.describe_group(cluster, g) for g in group_ids]
+    if as_json:
+        _echo_json(described)
+        return
+    for i, d in enumerate(described):
+        if i:
+            click.echo()
+        click.echo(
+            f"Group {d['group']}: {d['state']} ({d['protocol_type'] or '-'}/{d['protocol'] or '-'}), "
+            f"{len(d['members'])} members"
+        )
+        if d["members"]:
+            _echo_table(
+                ["MEMBER", "INSTANCE", "CLIENT", "HOST", "ASSIGNMENT"],
+                [
+                    [
+                        m["member_id"],
+                        m["group_instance_id"],
+                        m["client_id"],
+                        m["host"],
+                        " ".join(
+                            f"{t}:{','.join(map(str, ps))}" for t, ps in m["assignment"].items()
+                        )
+                        or None,
+                    ]
+                    for m in d["members"]
+                ],
+            )
+        _echo_table(
+            ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER"],
+            [
+                [o["topic"], o["partition"], o["current_offset"], o["log_end_offset"], o["lag"],
+                 o["member_id"]]
+                for o in d["offsets"]
+            ],
+        )  # fmt: skip
+
+
+@group.command("delete")
+@_admin_options
+@click.argument("group_ids", nargs=-1, required=True)
+def group_delete(bootstrap: str, timeout: float, group_ids: tuple[str, ...]) -> None:
+    """Delete empty groups and their committed offsets."""
+    from kbroker.tools import groups as tool
+
+    with _cluster(bootstrap, timeout) as cluster:
+        results = tool.delete_groups(cluster.bootstrap, list(group_ids))
+    failed = False
+    for group_id, error in results.items():
+        click.echo(f"{group_id}: {'deleted' if error is None else error}")
+        failed |= error is not None
+    if failed:
+        sys.exit(1)
+
+
+@group.command("reset-offsets")
+@_admin_options
+@click.argument("group_id")
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    metavar="TOPIC[:P,...]",
+    help="Reset this topic (or these partitions of it); repeatable.",
+)
+@click.option(
+    "--all-topics", is_flag=True, help="Reset every topic the group committed offsets of."
+)
+@click.option("--to-earliest", is_flag=True, help="To the log start offset.")
+@click.option("--to-latest", is_flag=True, help="To the log end offset.")
+@click.option("--to-current", is_flag=True, help="To the committed offset (the end if none).")
+@click.option("--to-offset", type=click.IntRange(min=0), help="To this offset.")
+@click.option("--shift-by", type=int, help="Move the committed offset by N (negative: back).")
+@click.option(
+    "--to-datetime",
+    metavar="DATETIME",
+    help="To the first record at or after this ISO date/time (UTC unless it names a zone).",
+)
+@click.option(
+    "--by-duration",
+    metavar="DURATION",
+    help="To the first record at or after now minus this ISO 8601 duration (PT30M, P1DT2H).",
+)
+@click.option(
+    "--from-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The offsets of a CSV file of TOPIC,PARTITION,OFFSET lines.",
+)
+@click.option("--dry-run", is_flag=True, help="Only show the new offsets (the default).")
+@click.option("--execute", is_flag=True, help="Commit the new offsets (the group must be empty).")
+@_json_option
+def group_reset_offsets(
+    bootstrap: str,
+    timeout: float,
+    group_id: str,
+    topics: tuple[str, ...],
+    all_topics: bool,
+    to_earliest: bool,
+    to_latest: bool,
+    to_current: bool,
+    to_offset: int | None,
+    shift_by: int | None,
+    to_datetime: str | None,
+    by_duration: str | None,
+    from_file: Path | None,
+    dry_run: bool,
+    execute: bool,
+    as_json: bool,
+) -> None:
+    """Show, and with --execute commit, new committed offsets for GROUP_ID, chosen as
+    kafka-consumer-groups.sh --reset-offsets does (clamped to the log's offsets). Offsets
+    out of range are moved to the nearest end; a group with members is refused."""
+    from kbroker.tools import group_offsets as tool
+    from kbroker.tools.client import ClientError
+    from kbroker.tools.offsets import parse_time
+
+    if dry_run and execute:
+        raise click.UsageError("--dry-run and --execute exclude each other")
+    scopes = sum([bool(topics), all_topics, from_file is not None])
+    if scopes != 1:
+        raise click.UsageError("give --topic, --all-topics, or --from-file (exactly one)")
+    try:
+        when = None
+        if to_datetime is not None:
+            when = parse_time(to_datetime)
+            if when < 0:
+                raise ValueError(f"expected a date/time, got {to_datetime!r}")
+        spec = tool.ResetSpec(
+            to_earliest=to_earliest,
+            to_latest=to_latest,
+            to_current=to_current,
+            to_offset=to_offset,
+            shift_by=shift_by,
+            to_datetime=when,
+            by_duration=None if by_duration is None else tool.parse_duration(by_duration),
+            from_file=None if from_file is None else tool.read_offsets_file(from_file),
+        )
+        spec.check()
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    except ClientError as exc:
+        raise click.ClickException(str(exc)) from None
+    with _cluster(bootstrap, timeout) as cluster:
+        plan = tool.reset_offsets(cluster, group_id, _partition_specs(topics), spec, execute)
+    if as_json:
+        _echo_json(plan)
+        return
+    _echo_table(
+        ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
+        [
+            [group_id, r["topic"], r["partition"], r["current_offset"], r["new_offset"]]
+            for r in plan["partitions"]
+        ],
+    )
+    if not execute:
+        click.echo("Dry run: nothing committed (--execute commits these offsets).", err=True)
+
+
+@group.command("delete-offsets")
+@_admin_options
+@click.argument("group_id")
+@click.argument("topics", nargs=-1, required=True, metavar="TOPIC[:P,...]...")
+@_json_option
+def group_delete_offsets(
+    bootstrap: str, timeout: float, group_id: str, topics: tuple[str, ...], as_json: bool
+) -> None:
+    """Delete GROUP_ID's committed offsets of topics (or some of their partitions) it no
+    longer consumes (OffsetDelete)."""
+    from kbroker.tools import group_offsets as tool
+
+    with _cluster(bootstrap, timeout) as cluster:
+        rows = tool.delete_offsets(cluster, group_id, _partition_specs(topics))
+    if as_json:
+        _echo_json(rows)
+    else:
+        _echo_table(
+            ["TOPIC", "PARTITION", "RESULT"],
+            [[r["topic"], r["partition"], r["error"] or "deleted"] for r in rows],
+        )
+    if any(r["error"] for r in rows):
+        sys.exit(1)
+
+
+@group.command("import-zk")
+@_bootstrap_option
+@click.option(
+    "--zookeeper", required=True, metavar="HOST:PORT[/chroot]", help="ZooKeeper holding /consumers."
+)
+@click.option(
+    "--group",
+    "group_ids",
+    multiple=True,
+    help="Only this group (repeatable) [all under /consumers].",
+)
+@click.option(
+    "--overwrite", is_flag=True, help="Replace offsets the group already committed to the broker."
+)
+@click.option("--dry-run", is_flag=True, help="Show what would be imported; commit nothing.")
+@click.option(
+    "--zk-timeout", default=15.0, show_default=True, help="Seconds to wait for ZooKeeper."
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def groups_import_zk(
+    bootstrap: str,
+    zookeeper: str,
+    group_ids: tuple[str, ...],
+    overwrite: bool,
+    dry_run: bool,
+    zk_timeout: float,
+    as_json: bool,
+) -> None:
+    """Copy offsets stored under /consumers/GROUP/offsets/TOPIC/PARTITION in ZooKeeper
+    into the groups' committed offsets."""
+    from kbroker.coordinator.zk_import import import_offsets, read_zk_offsets
+    from kbroker.tools.client import BrokerClient
+
+    try:
+        found, unreadable = read_zk_offsets(zookeeper, group_ids, timeout=zk_timeout)
+        with BrokerClient(bootstrap) as client:
+            reports = import_offsets(
+                client, found, unreadable, overwrite=overwrite, dry_run=dry_run
+            )
+    except _tool_errors() as exc:
+        raise click.ClickException(str(exc)) from None
+
+    def tps(d: dict[tuple[str, int], object]) -> list[dict[str, object]]:
+        return [{"topic": t, "partition": p, "value": v} for (t, p), v in sorted(d.items())]
+
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "group": r.group,
+                        "imported": tps(dict(r.imported)),
+                        "kept": tps(dict(r.kept)),
+                        "failed": tps(dict(r.failed)),
+                        "unreadable": r.unreadable,
+                    }
+                    for r in reports
+                ],
+                indent=1,
+            )
+        )
+    else:
+        verb = "would import" if dry_run else "imported"
+        for r in reports:
+            click.echo(
+                f"{r.group}: {verb} {len(r.imported)}, kept {len(r.kept)} already committed, "
+                f"failed {len(r.failed)}, unreadable {len(r.unreadable)}"
+            )
+            for (t, p), error in sorted(r.failed.items()):
+                click.echo(f"  {t}-{p}: {error}")
+            for path in r.unreadable:
+                click.echo(f"  unreadable znode {path}")
+    if any(r.failed or r.unreadable for r in reports):
+        sys.exit(1)
+
+
+# `groups` was the first name of `group`: the same commands, not listed in --help.
+main.add_command(
+    click.Group("groups", commands=group.commands, help=group.help, hidden=True), "groups"
+)
+
+
+# -- partition: elect-leaders, reassign -----------------------------------------------
+
+
+@main.group("partition")
+def partition_group() -> None:
+    """Elect partition leaders and move replicas between brokers."""
+
+
+def _results_table(rows: list[dict[str, Any]], ok: str) -> None:
+    """TOPIC PARTITION RESULT per partition, and the brokers' messages if there are any."""
+    messages = any(r.get("message") for r in rows)
+    _echo_table(
+        ["TOPIC", "PARTITION", "RESULT"] + (["MESSAGE"] if messages else []),
+        [
+            [r["topic"], r["partition"], ok if r["error"] is None else r["error"]]
+            + ([r.get("message")] if messages else [])
+            for r in rows
+        ],
+    )
+
+
+def _exit_on_failures(rows: list[dict[str, Any]], fine: tuple[str, ...] = ()) -> None:
+    """Exit 1 if a partition failed (errors in ``fine`` are outcomes, not failures)."""
+    if any(r["error"] is not None and r["error"] not in fine for r in rows):
+        sys.exit(1)
+
+
+@partition_group.command("elect-leaders")
+@_admin_options
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    metavar="TOPIC[:P,...]",
+    help="Elect in this topic (or these partitions of it); repeatable.",
+)
+@click.option("--all-topic-partitions", is_flag=True, help="Elect in every partition.")
+@click.option(
+    "--election-type",
+    type=click.Choice(sorted(["preferred", "unclean"])),
+    default="preferred",
+    show_default=True,
+    help="preferred: the first replica, if in sync; unclean: any live replica.",
+)
+@_json_option
+def partition_elect_leaders(
+    bootstrap: str,
+    timeout: float,
+    topics: tuple[str, ...],
+    all_topic_partitions: bool,
+    election_type: str,
+    as_json: bool,
+) -> None:
+    """Elect leaders (ElectLeaders). ELECTION_NOT_NEEDED means the leader is already the
+    one this election would choose."""
+    from kbroker.tools import partitions as tool
+
+    if bool(topics) == all_topic_partitions:
+        raise click.UsageError("give --topic or --all-topic-partitions (exactly one)")
+    specs = None if all_topic_partitions else _partition_specs(topics)
+    with _cluster(bootstrap, timeout) as cluster:
+        rows = tool.elect_leaders(cluster, specs, election_type)
+    if as_json:
+        _echo_json(rows)
+    else:
+        _results_table(rows, "elected")
+    _exit_on_failures(rows, ("ELECTION_NOT_NEEDED",))
+
+
+@partition_group.group("reassign")
+def reassign_group() -> None:
+    """Move partition replicas (plans in kafka-reassign-partitions.sh's JSON)."""
+
+
+_plan_argument = click.argument(
+    "plan_file", metavar="PLAN.json", type=click.Path(dir_okay=False, path_type=Path)
+)
+
+
+@reassign_group.command("generate")
+@_admin_options
+@click.option("--topics", required=True, help="Comma-separated topics to move.")
+@click.option("--brokers", required=True, help="Comma-separated broker ids to spread them over.")
+def reassign_generate(bootstrap: str, timeout: float, topics: str, brokers: str) -> None:
+    """Print the current assignment of TOPICS and a proposed one over BROKERS (JSON: keep
+    the current one to roll back; edit or pass the proposed one to execute)."""
+    from kbroker.tools import partitions as tool
+
+    try:
+        broker_ids = [int(b) for b in brokers.split(",") if b.strip()]
+    except ValueError:
+        raise click.BadParameter(
+            f"expected ID,ID,..., got {brokers!r}", param_hint="--brokers"
+        ) from None
+    names = [t.strip() for t in topics.split(",") if t.strip()]
+    with _cluster(bootstrap, timeout) as cluster:
+        _echo_json(tool.generate(cluster, names, broker_ids))
+
+
+@reassign_group.command("execute")
+@_admin_options
+@_plan_argument
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Show progress until every partition has moved (Ctrl-C stops waiting, not the move).",
+)
+@_json_option
+def reassign_execute(
+    bootstrap: str, timeout: float, plan_file: Path, wait: bool, as_json: bool
+) -> None:
+    """Start moving partitions to the replicas PLAN.json names."""
+    import time
+
+    from kbroker.tools import partitions as tool
+    from kbroker.tools.client import ClientError
+
+    with _cluster(bootstrap, timeout) as cluster:
+        try:
+            plan = tool.read_plan(plan_file)
+        except ClientError as exc:
+            raise click.ClickException(str(exc)) from None
+        rows = tool.execute(cluster, plan)
+        started = [(r["topic"], r["partition"]) for r in rows if r["error"] is None]
+        if wait and started:
+            with click.progressbar(
+                length=len(started), label="Partitions moved", file=sys.stderr
+            ) as bar:
+                done = 0
+                while True:
+                    moved = len(started) - len(tool.ongoing(cluster, started))
+                    bar.update(moved - done)
+                    done = moved
+                    if done == len(started):
+                        break
+                    time.sleep(0.5)
+    if as_json:
+        _echo_json(rows)
+    else:
+        _results_table(rows, "started")
+    _exit_on_failures(rows)
+
+
+@reassign_group.command("verify")
+@_admin_options
+@_plan_argument
+@_json_option
+def reassign_verify(bootstrap: str, timeout: float, plan_file: Path, as_json: bool) -> None:
+    """Whether each partition of PLAN.json has reached its replicas; exit 1 until all have."""
+    from kbroker.tools import partitions as tool
+    from kbroker.tools.client import ClientError
+
+    with _cluster(bootstrap, timeout) as cluster:
+        try:
+            plan = tool.read_plan(plan_file)
+        except ClientError as exc:
+            raise click.ClickException(str(exc)) from None
+        rows = tool.verify(cluster, plan)
+    if as_json:
+        _echo_json(rows)
+    else:
+        _echo_table(
+            ["TOPIC", "PARTITION", "TARGET", "REPLICAS", "ADDING", "REMOVING", "STATUS"],
+            [
+                [r["topic"], r["partition"], r["target"], r["replicas"], r["adding"],
+                 r["removing"], r["status"]]
+                for r in rows
+            ],
+        )  # fmt: skip
+    if any(r["status"] != "complete" for r in rows):
+        sys.exit(1)
+
+
+@reassign_group.command("cancel")
+@_admin_options
+@_plan_argument
+@_json_option
+def reassign_cancel(bootstrap: str, timeout: float, plan_file: Path, as_json: bool) -> None:
+    """Stop the reassignments of the partitions PLAN.json names (their replicas go back)."""
+    from kbroker.tools import partitions as tool
+    from kbroker.tools.client import ClientError
+
+    with _cluster(bootstrap, timeout) as cluster:
+        try:
+            plan = tool.read_plan(plan_file)
+        except ClientError as exc:
+            raise click.ClickException(str(exc)) from None
+        rows = tool.cancel(cluster, list(plan))
+    if as_json:
+        _echo_json(rows)
+    else:
+        _results_table(rows, "cancelled")
+    _exit_on_failures(rows, ("NO_REASSIGNMENT_IN_PROGRESS",))
+
+
+@main.command("log-dirs")
+@_admin_options
+@click.option(
+    "--topic", "topics", multiple=True, help="Only partitions of this topic (repeatable)."
+)
+@click.option("--broker", "brokers", multiple=True, type=int, help="Only this broker (repeatable).")
+@_json_option
+def log_dirs_command(
+    bootstrap: str, timeout: float, topics: tuple[str, ...], brokers: tuple[int, ...], as_json: bool
+) -> None:
+    """The log directories of each broker: total and usable bytes, and each partition's
+    size, offset lag and whether it is a future replica (DescribeLogDirs)."""
+    from kbroker.tools import log_dirs as tool
+
+    with _cluster(bootstrap, timeout) as cluster:
+        found = tool.describe_log_dirs(cluster, topics, brokers)
+    if as_json:
+        _echo_json(found)
+    else:
+        for b in found["brokers"]:
+            for d in b["log_dirs"]:
+                click.echo(
+                    f"Broker {b['broker']}  {d['path']}  total {d['total_bytes'] or '-'}  "
+                    f"usable {d['usable_bytes'] or '-'}"
+                    + (f"  error {d['error']}" if d["error"] else "")
+                )
+                _echo_table(
+                    ["TOPIC", "PARTITION", "SIZE", "OFFSET-LAG", "FUTURE"],
+                    [
+                        [p["topic"], p["partition"], p["size_bytes"], p["offset_lag"], p["future"]]
+                        for p in d["partitions"]
+                    ],
+                )
+    _fail_if(found["notes"])
 
 
 @main.command("completion")

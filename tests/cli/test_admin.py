@@ -9,9 +9,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from kbroker.cli import main
@@ -73,12 +74,8 @@ def test_topic_create_list_describe_delete(cluster: Cluster) -> None:
             [],
         )
         assert (p["log_start_offset"], p["log_end_offset"]) == (0, 0)
-    if cluster.system == "kafka":  # Kafka has DescribeLogDirs: sizes, and nothing missing
-        assert all(p["size_bytes"] == 0 for p in topic["partitions"])
-        assert described["notes"] == []
-    else:  # kbroker lacks DescribeLogDirs: the size is unknown and the note says why
-        assert all(p["size_bytes"] is None for p in topic["partitions"])
-        assert any("does not support DescribeLogDirs" in n for n in described["notes"])
+    assert all(p["size_bytes"] == 0 for p in topic["partitions"])  # from DescribeLogDirs
+    assert described["notes"] == []
 
     result = cluster.run("topic", "describe", name)
     lines = result.stdout.splitlines()
@@ -86,9 +83,8 @@ def test_topic_create_list_describe_delete(cluster: Cluster) -> None:
     assert lines[1].split() == [
         "PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE", "LOG-START", "LOG-END", "SIZE"
     ]  # fmt: skip
-    size = "0" if cluster.system == "kafka" else "-"
     b = str(broker["id"])
-    assert lines[2].split() == ["0", b, b, b, "-", "0", "0", size]
+    assert lines[2].split() == ["0", b, b, b, "-", "0", "0", "0"]
 
     assert cluster.run("topic", "delete", name).stdout.strip() == f"Topic {name} deleted."
     until(lambda: not cluster.json("topic", "list", name))
@@ -167,8 +163,7 @@ def test_describe_offsets_size_and_filters(cluster: Cluster) -> None:
     [topic] = cluster.json("topic", "describe", healthy)["topics"]
     p0, p1 = topic["partitions"]
     assert (p0["log_end_offset"], p1["log_end_offset"]) == (0, 5)
-    if cluster.system == "kafka":
-        assert p1["size_bytes"] > 0
+    assert p1["size_bytes"] > 0
 
     def shown(*flags: str) -> dict[str, list[int]]:
         found = cluster.json("topic", "describe", healthy, strict, *flags)["topics"]
@@ -346,6 +341,37 @@ def test_cluster_info_and_brokers(cluster: Cluster) -> None:
     assert table[1].split() == [str(broker["id"]), "127.0.0.1", str(broker["port"]), "-", "yes"]
 
 
+def test_log_dirs(cluster: Cluster) -> None:
+    name = cluster.new_topic("-p", "2")
+    produce(cluster, name, 5, partition=1)
+    [broker] = cluster.json("cluster", "brokers")
+    found = cluster.json("log-dirs", "--topic", name)
+    assert found["notes"] == []
+    [node] = found["brokers"]
+    assert node["broker"] == broker["id"]
+    [log_dir] = node["log_dirs"]
+    assert log_dir["error"] is None
+    assert 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]
+    p0, p1 = log_dir["partitions"]
+    assert (p0["topic"], p0["partition"], p0["size_bytes"]) == (name, 0, 0)
+    assert (p1["topic"], p1["partition"], p1["offset_lag"], p1["future"]) == (name, 1, 0, False)
+    assert p1["size_bytes"] > 0
+    [described] = cluster.json("topic", "describe", name)["topics"]
+    assert described["partitions"][1]["size_bytes"] == p1["size_bytes"]
+
+    lines = cluster.run("log-dirs", "--topic", name).stdout.splitlines()
+    assert lines[0].startswith(f"Broker {broker['id']}  {log_dir['path']}  total ")
+    assert lines[1].split() == ["TOPIC", "PARTITION", "SIZE", "OFFSET-LAG", "FUTURE"]
+    assert lines[3].split() == [name, "1", str(p1["size_bytes"]), "0", "no"]
+
+    unknown = cluster.run("log-dirs", "--topic", "t-no-such-topic", ok=False)
+    assert unknown.exit_code == 1
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in single_error_line(unknown.stderr)
+    absent = cluster.run("log-dirs", "--broker", "4242", ok=False)
+    assert absent.exit_code == 1
+    assert "broker 4242 is not in the cluster" in single_error_line(absent.stderr)
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -369,6 +395,60 @@ def test_unreachable_bootstrap_is_one_line(args: list[str]) -> None:
     line = single_error_line(result.stderr)
     assert line.startswith(f"Error: cannot connect to {address}:"), line
     assert result.stdout == ""
+
+
+def test_connection_profiles(kbroker_cluster: Cluster, tmp_path: Path) -> None:
+    """Named profiles in a TOML file (as rpk has): the default one, --profile or
+    KBROKER_PROFILE picks another, and -b given explicitly wins."""
+    dead = f"127.0.0.1:{free_port()}"
+    config = tmp_path / "cli.toml"
+    config.write_text(
+        'default = "here"\n'
+        f'[profiles.here]\nbootstrap = "{kbroker_cluster.bootstrap}"\ntimeout = 5\n'
+        f'[profiles.dead]\nbootstrap = "{dead}"\n'
+    )
+
+    def kbroker(*args: str, **env: str) -> Result:
+        environment: dict[str, str | None] = {
+            "KBROKER_CONFIG": str(config),
+            "KBROKER_BOOTSTRAP": None,
+            "KBROKER_PROFILE": None,
+            **env,
+        }
+        result = CliRunner().invoke(main, list(args), env=environment)
+        assert "Traceback" not in result.output
+        return result
+
+    here = kbroker("cluster", "info", "--json")
+    assert here.exit_code == 0, here.output
+    port = json.loads(here.stdout)["brokers"][0]["port"]
+    assert f"127.0.0.1:{port}" == kbroker_cluster.bootstrap
+    for result in (
+        kbroker("cluster", "info", "--profile", "dead"),
+        kbroker("cluster", "info", KBROKER_PROFILE="dead"),
+    ):
+        assert result.exit_code == 1
+        assert single_error_line(result.stderr).startswith(f"Error: cannot connect to {dead}:")
+    explicit = kbroker("cluster", "info", "--profile", "dead", "-b", kbroker_cluster.bootstrap)
+    assert explicit.exit_code == 0, explicit.output
+    from_env = kbroker(
+        "cluster", "info", "--profile", "dead", KBROKER_BOOTSTRAP=kbroker_cluster.bootstrap
+    )
+    assert from_env.exit_code == 0, from_env.output
+
+    unknown = kbroker("topic", "list", "--profile", "nope")
+    assert unknown.exit_code == 2
+    assert f"no profile 'nope' in {config} (profiles: dead, here)" in unknown.stderr
+    for text, expected in [
+        ("[profiles.x]\nbootstrap = 'a:1'\nport = 1\n", "profiles.x has unknown key 'port'"),
+        ("[profiles.x]\ntimeout = 0\n", "profiles.x.timeout must be a positive number"),
+        ('default = "y"\n[profiles.x]\n', "default profile 'y' is not defined"),
+        ("[profiles.x\n", "is not valid TOML"),
+    ]:
+        config.write_text(text)
+        bad = kbroker("topic", "list")
+        assert bad.exit_code == 1
+        assert expected in single_error_line(bad.stderr)
 
 
 def test_json_is_stable_for_scripts(kbroker_cluster: Cluster) -> None:

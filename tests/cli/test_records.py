@@ -131,6 +131,55 @@ def test_consume_what_a_client_produced(cluster: Cluster) -> None:
     assert [r["value"] for r in consume_json(cluster, topic, "-c", "1")] == ["v0"]
 
 
+def test_produce_with_an_input_format(cluster: Cluster) -> None:
+    """-f: each line's partition, timestamp, key, headers and value, as a client reads them."""
+    topic = cluster.new_topic("-p", "2")
+    t0 = 1_700_000_000_000
+    lines = (
+        f"1|{t0}|k1|a=1,b=|one|with|bars\n"  # the value is what is left: bars and all
+        f"0|{t0 + 1}||c=3|two\n"  # an empty key, one header
+        f"1|{t0 + 2}|k3||three\n"  # no headers
+    ).encode()
+    result = produce(cluster, topic, "-f", "%p|%T|%k|%h|%s\\n", "-H", "src=cli", lines=lines)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == f"Produced 3 records to {topic}."
+    got = [
+        (r["partition"], r["timestamp"], r["key"], r["headers"], r["value"])
+        for r in consume_json(cluster, topic)
+    ]
+    assert sorted(got, key=repr) == sorted(
+        [
+            (1, t0, "k1", [["src", "cli"], ["a", "1"], ["b", ""]], "one|with|bars"),
+            (0, t0 + 1, "", [["src", "cli"], ["c", "3"]], "two"),
+            (1, t0 + 2, "k3", [["src", "cli"]], "three"),
+        ],
+        key=repr,
+    )
+
+    tabbed = produce(cluster, topic, "-p", "0", "-f", "%k\\t%s", lines=b"key\tvalue\n")
+    assert tabbed.returncode == 0, tabbed.stderr
+    last = consume_json(cluster, topic, "-p", "0")[-1]
+    assert (last["key"], last["value"]) == ("key", "value")
+
+    mismatch = produce(cluster, topic, "-f", "%p|%s", lines=b"0|fine\nnot a partition|x\n")
+    assert mismatch.returncode == 1
+    assert single_error_line(mismatch.stderr) == (
+        "Error: line 2: it does not match the format (1 records were sent)"
+    )
+    no_partition = produce(cluster, topic, "-f", "%p|%s", lines=b"7|x\n")
+    assert no_partition.returncode == 1
+    assert "has no partition 7" in single_error_line(no_partition.stderr)
+    bad_headers = produce(cluster, topic, "-f", "%h|%s", lines=b"novalue|x\n")
+    assert bad_headers.returncode == 1
+    assert "expected KEY=VALUE headers" in single_error_line(bad_headers.stderr)
+    for fmt in ("%k", "%q %s", "%s %s", "%s%", "%o %s"):
+        usage = produce(cluster, topic, "-f", fmt, lines=b"x\n")
+        assert usage.returncode == 2, fmt
+        assert "Traceback" not in usage.stderr
+    both = produce(cluster, topic, "-f", "%s", "-K", ":", lines=b"x\n")
+    assert both.returncode == 2
+
+
 def test_produce_acks_zero_and_to_one_partition(cluster: Cluster) -> None:
     topic = cluster.new_topic("-p", "2")
     result = produce(cluster, topic, "--acks", "0", "-p", "1", lines=b"a\nb\nlast-without-newline")

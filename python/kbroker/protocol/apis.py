@@ -45,6 +45,8 @@ class ApiKey(IntEnum):
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
 
@@ -153,6 +155,20 @@ APIS: tuple[ApiSpec, ...] = (
         1,
         admin.IncrementalAlterConfigsRequest,
         admin.IncrementalAlterConfigsResponse,
+    ),
+    _api(
+        K.ALTER_PARTITION_REASSIGNMENTS,
+        "0",
+        0,
+        admin.AlterPartitionReassignmentsRequest,
+        admin.AlterPartitionReassignmentsResponse,
+    ),
+    _api(
+        K.LIST_PARTITION_REASSIGNMENTS,
+        "0",
+        0,
+        admin.ListPartitionReassignmentsRequest,
+        admin.ListPartitionReassignmentsResponse,
     ),
     _api(K.OFFSET_DELETE, "0", None, group.OffsetDeleteRequest, group.OffsetDeleteResponse),
     _api(K.DESCRIBE_CLUSTER, "0-1", 0, admin.DescribeClusterRequest, admin.DescribeClusterResponse),

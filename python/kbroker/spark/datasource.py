@@ -171,7 +171,10 @@ def _read(options: _Options, schema: StructType, part: KafkaRange) -> Iterator[A
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    arrow_schema = to_arrow_schema(schema)
+    try:  # PySpark >= 4.2 asks for the zone of timestamps; 4.0 took timestamp_utc=True
+        arrow_schema = to_arrow_schema(schema, timezone="UTC")  # type: ignore[call-arg,unused-ignore]
+    except TypeError:
+        arrow_schema = to_arrow_schema(schema)
     start = part.start
     if start == EARLIEST:
         start = offsets(options.bootstrap, [part.topic], EARLIEST)[(part.topic, part.partition)]

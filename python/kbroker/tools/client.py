@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from types import TracebackType
 from typing import Any
 
@@ -26,6 +27,10 @@ from kbroker.protocol.messages.group import FindCoordinatorRequest
 
 _SIZE = struct.Struct(">i")
 MAX_RESPONSE_BYTES = 256 << 20
+_RETRIABLE_COORDINATOR = (
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+)
 
 
 class ClientError(Exception):
@@ -146,9 +151,16 @@ class BrokerClient:
     def for_group(self, group_id: str) -> BrokerClient:
         """A client connected to the coordinator of ``group_id``: this one or a new one
         (which the caller closes)."""
-        found = self.request(
-            ApiKey.FIND_COORDINATOR, 3, FindCoordinatorRequest(key=group_id, key_type=0)
-        )
+        # A coordinator that is not ready yet (Kafka creates __consumer_offsets on the first
+        # ask) is asked again until the timeout, as Kafka's clients do.
+        deadline = time.monotonic() + self.timeout
+        while True:
+            found = self.request(
+                ApiKey.FIND_COORDINATOR, 3, FindCoordinatorRequest(key=group_id, key_type=0)
+            )
+            if found.error_code not in _RETRIABLE_COORDINATOR or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         if found.error_code != ErrorCode.NONE:
             raise ClientError(
                 f"no coordinator for group {group_id!r}: {ErrorCode(found.error_code).name}"

@@ -1,4 +1,4 @@
-"""What ``kbroker groups list|describe|delete`` ask a broker, as plain data.
+"""What ``kbroker group list|describe|delete`` ask a broker, as plain data.
 
 Each function takes a connected `BrokerClient` and returns dicts and lists
 ready to print or dump as JSON; the click commands in `kbroker.cli` only
@@ -12,7 +12,6 @@ from typing import Any
 
 from kbroker.coordinator.consumer_protocol import PROTOCOL_TYPE, assigned_partitions
 from kbroker.protocol import ApiKey, ErrorCode
-from kbroker.protocol.messages.core import ListOffsetsRequest
 from kbroker.protocol.messages.group import (
     DeleteGroupsRequest,
     DescribeGroupsRequest,
@@ -21,8 +20,8 @@ from kbroker.protocol.messages.group import (
     OffsetFetchRequest,
 )
 from kbroker.tools.client import BrokerClient, ClientError
-
-LATEST = -1
+from kbroker.tools.cluster import Cluster
+from kbroker.tools.offsets import LATEST, TP, list_offsets
 
 
 def _error(code: int) -> str | None:
@@ -54,33 +53,26 @@ def committed_offsets(client: BrokerClient, group: str) -> dict[tuple[str, int],
     }
 
 
-def log_end_offsets(
-    client: BrokerClient, partitions: Iterable[tuple[str, int]]
-) -> dict[tuple[str, int], int]:
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        by_topic.setdefault(topic, []).append(partition)
-    if not by_topic:
+def log_end_offsets(cluster: Cluster, partitions: Iterable[TP]) -> dict[TP, int]:
+    """The end offset of each of ``partitions`` that exists and has a leader (asked of the
+    leader); the others are left out."""
+    wanted = set(partitions)
+    if not wanted:
         return {}
-    T = ListOffsetsRequest.Topic
-    req = ListOffsetsRequest(
-        replica_id=-1,
-        isolation_level=0,
-        topics=[
-            T(name=t, partitions=[T.Partition(partition_index=p, timestamp=LATEST) for p in ps])
-            for t, ps in by_topic.items()
-        ],
-    )
-    resp = client.request(ApiKey.LIST_OFFSETS, 5, req)
-    return {
-        (t.name, p.partition_index): p.offset
+    resp = cluster.metadata(sorted({t for t, _ in wanted}))
+    leaders = {
+        (t.name, p.partition_index): p.leader_id
         for t in resp.topics
+        if t.error_code == ErrorCode.NONE
         for p in t.partitions
-        if p.error_code == ErrorCode.NONE
+        if (t.name, p.partition_index) in wanted and p.leader_id >= 0
     }
+    found = list_offsets(cluster, leaders, LATEST, leaders)
+    return {tp: r["offset"] for tp, r in found.items() if r["offset"] is not None}
 
 
-def describe_group(client: BrokerClient, group: str) -> dict[str, Any]:
+def describe_group(cluster: Cluster, group: str) -> dict[str, Any]:
+    client = cluster.bootstrap
     coordinator = client.for_group(group)
     try:
         resp = coordinator.request(ApiKey.DESCRIBE_GROUPS, 5, DescribeGroupsRequest(groups=[group]))
@@ -111,7 +103,7 @@ def describe_group(client: BrokerClient, group: str) -> dict[str, Any]:
     finally:
         if coordinator is not client:
             coordinator.close()
-    ends = log_end_offsets(client, set(committed) | set(owners))
+    ends = log_end_offsets(cluster, set(committed) | set(owners))
     offsets = []
     for tp in sorted(set(committed) | set(owners)):
         current = committed.get(tp, (-1, ""))[0]

@@ -10,6 +10,7 @@ ready, so an interactive session sees each line sent at once.
 
 from __future__ import annotations
 
+import re
 import select
 import time
 from collections.abc import Iterator, Sequence
@@ -82,15 +83,30 @@ class Producer:
         leaders = partition_leaders(self.cluster, [(self.topic, only)])
         self._leaders = {p: node for (_, p), node in leaders.items()}
 
-    def add(self, key: bytes | None, value: bytes, headers: list[tuple[str, bytes | None]]) -> None:
-        if self.partition is not None:
+    def add(
+        self,
+        key: bytes | None,
+        value: bytes,
+        headers: list[tuple[str, bytes | None]],
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> None:
+        """Queue a record (for ``partition`` if given, else as the producer chooses; with
+        ``timestamp`` ms, else now)."""
+        if partition is not None:
+            if partition not in self._leaders:
+                raise ClientError(
+                    f"topic {self.topic!r} has no partition {partition} to produce to"
+                    + (f" (--partition is {self.partition})" if self.partition is not None else "")
+                )
+        elif self.partition is not None:
             partition = self.partition
         elif key is not None:
             partition = default_partition(key, len(self._leaders))
         else:
             partition = sorted(self._leaders)[self._next % len(self._leaders)]
         self._pending.setdefault(partition, []).append(
-            (key, value, headers, int(time.time() * 1000))
+            (key, value, headers, int(time.time() * 1000) if timestamp is None else timestamp)
         )
         self._pending_count += 1
         if self._pending_count >= self.batch_records:
@@ -173,15 +189,19 @@ def produce_lines(
     key_separator: bytes | None = None,
     headers: Sequence[tuple[str, bytes]] = (),
     max_line_bytes: int = 1 << 20,
+    fmt: re.Pattern[bytes] | None = None,
 ) -> int:
-    """Produce each input line as a record (``KEY<sep>VALUE`` with ``key_separator``);
-    returns the number of records sent."""
+    """Produce each input line as a record (``KEY<sep>VALUE`` with ``key_separator``, or
+    the fields of ``fmt``, an `input_format`); returns the number of records sent."""
     number = 0
     for line in read_lines(streams, max_line_bytes):
         if line is None:
             producer.flush()
             continue
         number += 1
+        if fmt is not None:
+            _add_formatted(producer, fmt, line, number, headers)
+            continue
         key = None
         if key_separator is not None:
             key, sep, line = line.partition(key_separator)
@@ -194,3 +214,78 @@ def produce_lines(
         producer.add(key, line, list(headers))
     producer.flush()
     return producer.sent
+
+
+# The fields an input format (-f) may hold, each at most once, and what they match.
+_INPUT_FIELDS = {"k": rb".*?", "s": rb".*?", "h": rb".*?", "p": rb"\d+", "T": rb"\d+"}
+
+
+def _add_formatted(
+    producer: Producer,
+    fmt: re.Pattern[bytes],
+    line: bytes,
+    number: int,
+    headers: Sequence[tuple[str, bytes]],
+) -> None:
+    match = fmt.fullmatch(line)
+    try:
+        if match is None:
+            raise ValueError("it does not match the format")
+        fields = match.groupdict()
+        found = _headers(fields["h"]) if fields.get("h") is not None else []
+        producer.add(
+            fields.get("k"),
+            fields["s"],
+            [*headers, *found],
+            partition=int(fields["p"]) if fields.get("p") is not None else None,
+            timestamp=int(fields["T"]) if fields.get("T") is not None else None,
+        )
+    except (ValueError, ClientError) as exc:
+        producer.flush()
+        raise ClientError(f"line {number}: {exc} ({producer.sent} records were sent)") from None
+
+
+def input_format(fmt: str) -> re.Pattern[bytes]:
+    """A kcat-like format for input lines (``%k\\t%s``, ``%p:%k=%s``): %k key, %s value,
+    %h headers as k=v,..., %p partition, %T timestamp (ms), %% a percent sign; \\t and
+    \\\\ escapes; a trailing \\n is the end of the line. The line must match it whole."""
+    text = fmt[:-2] if fmt.endswith("\\n") else fmt.removesuffix("\n")
+    pattern = bytearray()
+    seen: set[str] = set()
+    i = 0
+    while i < len(text):
+        c = text[i]
+        nxt = text[i + 1] if i + 1 < len(text) else ""
+        if c == "%" and nxt == "%":
+            pattern += re.escape(b"%")
+        elif c == "%":
+            if nxt not in _INPUT_FIELDS:
+                raise ValueError(
+                    f"unknown input field %{nxt} (input formats take %k %s %h %p %T %%)"
+                    if nxt
+                    else "the format ends with a lone %"
+                )
+            if nxt in seen:
+                raise ValueError(f"%{nxt} appears twice in the format")
+            seen.add(nxt)
+            pattern += b"(?P<" + nxt.encode() + b">" + _INPUT_FIELDS[nxt] + b")"
+        elif c == "\\" and nxt in ("t", "\\"):
+            pattern += re.escape(b"\t" if nxt == "t" else b"\\")
+        else:
+            pattern += re.escape(c.encode())
+            i += 1
+            continue
+        i += 2
+    if "s" not in seen:
+        raise ValueError("the format needs %s (the value)")
+    return re.compile(bytes(pattern), re.DOTALL)
+
+
+def _headers(text: bytes) -> list[tuple[str, bytes | None]]:
+    out: list[tuple[str, bytes | None]] = []
+    for pair in text.split(b",") if text else []:
+        name, sep, value = pair.partition(b"=")
+        if not sep or not name:
+            raise ValueError(f"expected KEY=VALUE headers, got {pair.decode(errors='replace')!r}")
+        out.append((name.decode(errors="replace"), value))
+    return out

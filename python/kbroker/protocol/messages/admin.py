@@ -1,8 +1,8 @@
 """Declarations of the admin APIs.
 
 CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs,
-AlterConfigs, IncrementalAlterConfigs, DescribeCluster, DescribeLogDirs and
-ElectLeaders.
+AlterConfigs, IncrementalAlterConfigs, DescribeCluster, DescribeLogDirs,
+ElectLeaders, AlterPartitionReassignments and ListPartitionReassignments.
 """
 
 from __future__ import annotations
@@ -476,6 +476,107 @@ ElectLeadersResponse = message(
                             F("partition_id", INT32),
                             F("error_code", INT16),
                             F("error_message", STRING, nullable="0+", default=None),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
+)
+
+# AlterPartitionReassignments (45) ----------------------------------------------------
+
+AlterPartitionReassignmentsRequest = message(
+    "AlterPartitionReassignmentsRequest",
+    F("timeout_ms", INT32, default=60000),
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING),
+                F(
+                    "partitions",
+                    Array(
+                        message(
+                            "Partition",
+                            F("partition_index", INT32),
+                            # null cancels the partition's reassignment
+                            F("replicas", Array(INT32), nullable="0+", default=None),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
+)
+
+AlterPartitionReassignmentsResponse = message(
+    "AlterPartitionReassignmentsResponse",
+    F("throttle_time_ms", INT32),
+    F("error_code", INT16),
+    F("error_message", STRING, nullable="0+", default=None),
+    F(
+        "responses",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING),
+                F(
+                    "partitions",
+                    Array(
+                        message(
+                            "Partition",
+                            F("partition_index", INT32),
+                            F("error_code", INT16),
+                            F("error_message", STRING, nullable="0+", default=None),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
+)
+
+# ListPartitionReassignments (46) -----------------------------------------------------
+
+ListPartitionReassignmentsRequest = message(
+    "ListPartitionReassignmentsRequest",
+    F("timeout_ms", INT32, default=60000),
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING),
+                F("partition_indexes", Array(INT32)),
+            )
+        ),
+        nullable="0+",
+        default=None,
+    ),
+)
+
+ListPartitionReassignmentsResponse = message(
+    "ListPartitionReassignmentsResponse",
+    F("throttle_time_ms", INT32),
+    F("error_code", INT16),
+    F("error_message", STRING, nullable="0+", default=None),
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING),
+                F(
+                    "partitions",
+                    Array(
+                        message(
+                            "Partition",
+                            F("partition_index", INT32),
+                            F("replicas", Array(INT32)),
+                            F("adding_replicas", Array(INT32)),
+                            F("removing_replicas", Array(INT32)),
                         )
                     ),
                 ),
