@@ -1,8 +1,14 @@
-"""Aligned plain-text tables for the CLI (``--json`` prints the data itself)."""
+"""Aligned plain-text tables for the CLI (``--json`` prints the data itself).
+
+The layout is tabulate's (a small, long-kept library): its "plain" format,
+numbers right-aligned, text left-aligned, missing values as "-".
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from tabulate import tabulate
 
 
 def cell(value: object) -> str:
@@ -16,23 +22,28 @@ def cell(value: object) -> str:
     return str(value)
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     """Lines of a table: columns as wide as their widest cell, numbers right-aligned."""
-    text = [[cell(v) for v in row] for row in rows]
-    numeric = [
-        all(
-            (isinstance(row[i], int) and not isinstance(row[i], bool)) or row[i] is None
-            for row in rows
-        )
+    columns = range(len(headers))
+    numeric = {
+        i
+        for i in columns
+        if all(_is_number(row[i]) or row[i] is None for row in rows)
         and any(row[i] is not None for row in rows)
-        for i in range(len(headers))
-    ]
-    widths = [max([len(h), *(len(r[i]) for r in text)]) for i, h in enumerate(headers)]
-
-    def line(values: Sequence[str]) -> str:
-        return "  ".join(
-            v.rjust(w) if num else v.ljust(w)
-            for v, w, num in zip(values, widths, numeric, strict=True)
-        ).rstrip()
-
-    return [line(list(headers)), *(line(r) for r in text)]
+    }
+    cells = [[row[i] if i in numeric else cell(row[i]) for i in columns] for row in rows]
+    text = tabulate(
+        cells,
+        headers=list(headers),
+        tablefmt="plain",
+        missingval="-",
+        numalign="right",
+        stralign="left",
+        # Text that looks like a number (a topic named "0012") stays text.
+        disable_numparse=[i for i in columns if i not in numeric] if rows else True,
+    )
+    return [line.rstrip() for line in text.splitlines()]
