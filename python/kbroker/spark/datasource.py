@@ -236,7 +236,11 @@ class KBrokerStreamReader(DataSourceStreamReader):
             _offsets_from(self.options.starting, topics, self.options.bootstrap, "startingOffsets")
         )
 
-    def latestOffset(self) -> dict[str, Any]:
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, Any]:
+        # PySpark 4.2 passes the start offset and a read limit; with no default read limit
+        # declared the limit is "all available", which is what is returned.
         # Topics (or partitions) that appeared since the start are read from their beginning.
         return _to_json(offsets(self.options.bootstrap, self.options.topics(), LATEST))
 
