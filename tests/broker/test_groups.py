@@ -23,7 +23,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from kbroker.tools.client import BrokerClient
+from kbroker.tools.cluster import Cluster
 from kbroker.tools.groups import describe_group
 from tests.broker.conftest import BrokerProcess
 from tests.broker.test_clients import create_topic, produce, topic_name
@@ -160,8 +160,8 @@ def stable_assignment(
     """Waits until the group is Stable with n members owning every partition exactly once."""
 
     def check() -> dict[str, Any] | None:
-        with BrokerClient(bootstrap) as client:
-            d = describe_group(client, group)
+        with Cluster(bootstrap) as cluster:
+            d = describe_group(cluster, group)
         if d["state"] != "Stable" or len(d["members"]) != n_members:
             return None
         owned = sorted(p for m in d["members"] for p in m["assignment"].get(topic, []))
