@@ -242,9 +242,6 @@ class Broker:
             write_partition_metadata(lg.dir, topic_id)
         return lg
 
-    def partition_count(self) -> int:
-        return len(self.partitions)
-
     async def start(self) -> None:
         self.open_storage()
         # Before the listener: early group requests see the load in progress.
@@ -570,22 +567,13 @@ class Broker:
             self._unregister_topic(topic)
             self.coordinator.on_topic_deleted(topic.name)
         tps = [TopicPartition(t.name, p) for t in gone for p in t.partitions]
-        await self._in_admin_thread(self._remove_logs, tps)
+        left = {tp.topic for tp in await self._in_admin_thread(self.logs.delete_all, tps)}
         for topic in gone:
-            self.metadata.forget_deleted(topic.topic_id)
+            # A directory left behind keeps its tombstone: the next start removes it.
+            if topic.name not in left:
+                self.metadata.forget_deleted(topic.topic_id)
             log.info("deleted topic %s", topic.name)
         return results
-
-    def _remove_logs(self, tps: list[TopicPartition]) -> None:
-        for tp in tps:
-            try:
-                self.logs.delete(tp)
-            except OSError as exc:
-                log.error(
-                    "cannot remove the log of deleted partition %s (removed at next start): %s",
-                    tp,
-                    exc,
-                )
 
     def check_add_partitions(self, name: str, total: int) -> TopicMetadata:
         topic = self.metadata.topics().get(name)

@@ -415,10 +415,6 @@ class _Journal:
         # A full disk is retried with backoff; logged once a minute, not once a retry.
         self._errors = StorageErrors()
 
-    @property
-    def seq(self) -> int:
-        return self._submitted
-
     def start(self) -> None:
         snapshot = self._dir / METADATA_FILE
         self._snapshot_size = snapshot.stat().st_size if snapshot.exists() else 0

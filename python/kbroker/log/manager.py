@@ -216,13 +216,17 @@ class LogManager:
             self._logs[tp] = created
             return created
 
-    def delete_all(self, tps: Iterable[TopicPartition]) -> None:
-        """Deletes the logs of ``tps``, logging (not raising) what could not be removed."""
+    def delete_all(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """Deletes the logs of ``tps``, logging (not raising) what could not be removed;
+        returns those."""
+        failed = []
         for tp in tps:
             try:
                 self.delete(tp)
             except OSError as exc:
                 log.error("could not delete the log of %s: %s", tp, exc)
+                failed.append(tp)
+        return failed
 
     def delete(self, tp: TopicPartition) -> None:
         """Removes a partition's log and its files."""
