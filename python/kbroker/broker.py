@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kbroker.config import BrokerConfig, ConfigError, Value, parse_topic_configs
+from kbroker.config import BrokerConfig, ConfigError, TopicConfig, Value, parse_topic_configs
 from kbroker.coordinator import GroupCoordinator
 from kbroker.log import LogConfig, LogManager, TopicPartition, log_config_from_topic
 from kbroker.log.cleaner import CleanerSettings, LogCleaner
@@ -108,7 +108,7 @@ class Broker:
         self.handled_api_keys: frozenset[int] = frozenset()
         self._topic_configs: dict[str, dict[str, Value]] = {}
         # topic -> (broker config generation, its overrides, effective config)
-        self._effective: dict[str, tuple[int, dict[str, Value], dict[str, Value]]] = {}
+        self._effective: dict[str, tuple[int, dict[str, Value], TopicConfig]] = {}
         self._background: list[asyncio.Task[None]] = []
         # Topics whose logs are being created, and their partitions (not yet in self.partitions).
         self._creating: set[str] = set()
@@ -301,7 +301,7 @@ class Broker:
     def log_config_for(self, topic: str) -> LogConfig:
         return log_config_from_topic(self.topic_config(topic))
 
-    def topic_config(self, topic: str) -> dict[str, Value]:
+    def topic_config(self, topic: str) -> TopicConfig:
         """Every topic-level setting of ``topic``: its overrides over the broker's defaults.
 
         Cached (produce asks for it per partition) until the topic's overrides

@@ -11,10 +11,10 @@ from __future__ import annotations
 import enum
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 LONG_MAX = 2**63 - 1
 DOUBLE_MAX = sys.float_info.max
@@ -544,6 +544,56 @@ def as_list(value: Value) -> list[str]:
     return value
 
 
+_T = TypeVar("_T")
+
+
+def _typed(name: str, value: Value, kind: type[_T]) -> _T:
+    """``value`` as ``kind``; the settings table guarantees it, so a miss is a bug."""
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ConfigError(f"{name}: expected {kind.__name__}, got {value!r}")
+    return value
+
+
+class TopicConfig(Mapping[str, Value]):
+    """Every topic-level setting of one topic (overrides over broker defaults), typed reads."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Mapping[str, Value]) -> None:
+        self._values = dict(values)
+
+    def __getitem__(self, name: str) -> Value:
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def get_int(self, name: str) -> int:
+        return _typed(name, self._values[name], int)
+
+    def get_float(self, name: str) -> float:
+        value = self._values[name]
+        if isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return _typed(name, value, float)
+
+    def get_bool(self, name: str) -> bool:
+        return _typed(name, self._values[name], bool)
+
+    def get_str(self, name: str) -> str:
+        return _typed(name, self._values[name], str)
+
+    def get_list(self, name: str) -> list[str]:
+        return _typed(name, self._values[name], list)
+
+    @property
+    def compacted(self) -> bool:
+        return "compact" in self.get_list("cleanup.policy")
+
+
 def topic_setting(name: str) -> Setting:
     """The Setting that parses and checks the topic-level ``name``."""
     try:
@@ -627,7 +677,32 @@ class BrokerConfig:
                 f"socket.request.max.bytes ({largest}), or -1 for no bound"
             )
 
-    def __getitem__(self, name: str) -> Any:
+    # -- typed reads: the table fixes each setting's type; these check it once --
+
+    def get_int(self, name: str) -> int:
+        return _typed(name, self.value(name), int)
+
+    def get_float(self, name: str) -> float:
+        value = self.value(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return _typed(name, value, float)
+
+    def get_bool(self, name: str) -> bool:
+        return _typed(name, self.value(name), bool)
+
+    def get_str(self, name: str) -> str:
+        return _typed(name, self.value(name), str)
+
+    def get_optional_str(self, name: str) -> str | None:
+        value = self.value(name)
+        return None if value is None else _typed(name, value, str)
+
+    def get_list(self, name: str) -> list[str]:
+        return _typed(name, self.value(name), list)
+
+    def value(self, name: str) -> Value:
+        """The effective value of ``name``, untyped (for rendering and comparison)."""
         setting = BROKER[name]
         dynamic, given = self.dynamic, self.given
         if name in dynamic:
@@ -642,6 +717,10 @@ class BrokerConfig:
                 assert isinstance(value, int)
                 return value * factor
         return setting.default
+
+    def __getitem__(self, name: str) -> Any:
+        # Prefer the typed readers above; this stays for rendering call sites.
+        return self.value(name)
 
     def is_default(self, name: str) -> bool:
         setting = BROKER[name]
@@ -669,7 +748,7 @@ class BrokerConfig:
         """The value a topic without an override gets for ``topic_name``."""
         return self[TOPIC[topic_name].broker_setting]  # type: ignore[no-any-return]
 
-    def effective_topic_config(self, overrides: Mapping[str, Value]) -> dict[str, Value]:
+    def effective_topic_config(self, overrides: Mapping[str, Value]) -> TopicConfig:
         """Every topic-level setting for a topic with these overrides."""
         out: dict[str, Value] = {}
         for ts in TOPIC_SETTINGS:
@@ -677,4 +756,4 @@ class BrokerConfig:
         # Unset flush.ms means: flush on the scheduler's interval.
         if out["flush.ms"] is None:
             out["flush.ms"] = self["log.flush.scheduler.interval.ms"]
-        return out
+        return TopicConfig(out)
