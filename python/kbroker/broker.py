@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from kbroker.config import BrokerConfig, ConfigError, TopicConfig, Value, parse_topic_configs
 from kbroker.coordinator import GroupCoordinator
+from kbroker.errors import ErrorCode, TopicError
 from kbroker.log import LogConfig, LogManager, TopicPartition, log_config_from_topic
 from kbroker.log.cleaner import CleanerSettings, LogCleaner
 from kbroker.log.log import TOPIC_NAME, Log
@@ -41,40 +42,16 @@ from kbroker.metadata import (
 from kbroker.network.server import Server, ServerLimits
 from kbroker.producer_ids import ProducerIdAllocator
 from kbroker.replication.partition import Partition
+from kbroker.topics import (
+    INTERNAL_TOPICS,
+    MAX_PARTITIONS_PER_TOPIC,
+    NewTopic,
+    collision_key,
+)
 
 log = logging.getLogger("kbroker")
 
 T = TypeVar("T")
-
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-
-
-MAX_PARTITIONS_PER_TOPIC = 100_000
-
-
-def collision_key(name: str) -> str:
-    """Topics whose names differ only in '.' and '_' collide (their metric names would)."""
-    return name.replace(".", "_")
-
-
-@dataclass(frozen=True)
-class NewTopic:
-    """A validated CreateTopics entry."""
-
-    name: str
-    num_partitions: int
-    replication_factor: int
-    configs: Mapping[str, str | None]
-    parsed: dict[str, Value]
-    internal: bool = False
-
-
-class TopicError(Exception):
-    """A topic operation refused with the Kafka error named ``error``."""
-
-    def __init__(self, error: str, message: str) -> None:
-        super().__init__(message)
-        self.error = error
 
 
 @dataclass(frozen=True)
@@ -327,32 +304,37 @@ class Broker:
     ) -> tuple[int, int, dict[str, Value]]:
         """Validates a CreateTopics entry; returns (partitions, replication factor, configs)."""
         if not TOPIC_NAME.match(name) or name in (".", ".."):
-            raise TopicError("INVALID_TOPIC_EXCEPTION", f"{name!r} is not a legal topic name")
+            raise TopicError(
+                ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name!r} is not a legal topic name"
+            )
         if name in self.metadata.topics() or name in self._creating:
-            raise TopicError("TOPIC_ALREADY_EXISTS", f"topic {name!r} already exists")
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         if num_partitions == -1:
             num_partitions = self.config["num.partitions"]
         if replication_factor == -1:
             replication_factor = self.config["default.replication.factor"]
         if num_partitions <= 0:
-            raise TopicError("INVALID_PARTITIONS", "the number of partitions must be at least 1")
+            raise TopicError(
+                ErrorCode.INVALID_PARTITIONS, "the number of partitions must be at least 1"
+            )
         if num_partitions > MAX_PARTITIONS_PER_TOPIC:
             raise TopicError(
-                "INVALID_PARTITIONS", f"at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic"
+                ErrorCode.INVALID_PARTITIONS,
+                f"at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic",
             )
         if replication_factor <= 0:
             raise TopicError(
-                "INVALID_REPLICATION_FACTOR", "the replication factor must be at least 1"
+                ErrorCode.INVALID_REPLICATION_FACTOR, "the replication factor must be at least 1"
             )
         if replication_factor > 1:
             raise TopicError(
-                "INVALID_REPLICATION_FACTOR",
+                ErrorCode.INVALID_REPLICATION_FACTOR,
                 f"replication factor {replication_factor} is larger than the 1 available broker",
             )
         try:
             parsed = parse_topic_configs(configs)
         except ConfigError as exc:
-            raise TopicError("INVALID_CONFIG", str(exc)) from None
+            raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         return num_partitions, replication_factor, parsed
 
     def colliding_topic(self, name: str) -> str | None:
@@ -366,7 +348,7 @@ class Broker:
         have = len(self.partitions) + self._reserved_partitions
         if have + adding > limit:
             raise TopicError(
-                "POLICY_VIOLATION",
+                ErrorCode.POLICY_VIOLATION,
                 f"this broker serves {have} partitions; {adding} more would exceed "
                 f"max.broker.partitions={limit}",
             )
@@ -411,7 +393,7 @@ class Broker:
             self.logs.delete_all(tps)
             self.logs.errors.failed("creating partitions of", name, exc)
             raise TopicError(
-                "KAFKA_STORAGE_ERROR", f"cannot create the partitions of {name!r}: {exc}"
+                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create the partitions of {name!r}: {exc}"
             ) from None
         self.logs.errors.succeeded("creating partitions of", name)
         return logs
@@ -426,7 +408,7 @@ class Broker:
                 new.name, assignment, stored, internal=new.internal, topic_id=topic_id
             )
         except MetadataError as exc:
-            raise TopicError(exc.error, str(exc)) from None
+            raise TopicError(exc.code, str(exc)) from None
         self._topic_configs[new.name] = new.parsed
         self._collisions[collision_key(new.name)] = new.name
         for p, lg in enumerate(logs):
@@ -445,7 +427,7 @@ class Broker:
         for t in new:
             if t.name in self.metadata.topics() or t.name in self._creating:
                 results[t.name] = TopicError(
-                    "TOPIC_ALREADY_EXISTS", f"topic {t.name!r} already exists"
+                    ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists"
                 )
                 continue
             try:
@@ -497,7 +479,7 @@ class Broker:
                     self._unregister_topic(topic)
                     self.metadata.restore_topic(topic.name, None)
                     results[topic.name] = TopicError(
-                        "KAFKA_STORAGE_ERROR", f"cannot record topic {topic.name!r}: {exc}"
+                        ErrorCode.KAFKA_STORAGE_ERROR, f"cannot record topic {topic.name!r}: {exc}"
                     )
                 tps = [TopicPartition(t.name, p) for t in created for p in t.partitions]
                 await self._in_admin_thread(self.logs.delete_all, tps)
@@ -530,9 +512,9 @@ class Broker:
 
     def check_delete_topic(self, name: str) -> None:
         if name not in self.metadata.topics():
-            raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         if not self.config["delete.topic.enable"]:
-            raise TopicError("TOPIC_DELETION_DISABLED", "delete.topic.enable is false")
+            raise TopicError(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false")
 
     async def delete_topics(self, names: list[str]) -> dict[str, TopicError | None]:
         """Deletes topics: the deletion is on disk before any of their files go.
@@ -560,7 +542,8 @@ class Broker:
             for topic in gone:
                 self.metadata.restore_topic(topic.name, topic)
                 results[topic.name] = TopicError(
-                    "KAFKA_STORAGE_ERROR", f"cannot record the deletion of {topic.name!r}: {exc}"
+                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    f"cannot record the deletion of {topic.name!r}: {exc}",
                 )
             return results
         for topic in gone:
@@ -578,16 +561,17 @@ class Broker:
     def check_add_partitions(self, name: str, total: int) -> TopicMetadata:
         topic = self.metadata.topics().get(name)
         if topic is None:
-            raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         current = len(topic.partitions)
         if total <= current:
             raise TopicError(
-                "INVALID_PARTITIONS",
+                ErrorCode.INVALID_PARTITIONS,
                 f"topic {name!r} has {current} partitions; the new count must be larger, not {total}",
             )
         if total > MAX_PARTITIONS_PER_TOPIC:
             raise TopicError(
-                "INVALID_PARTITIONS", f"at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic"
+                ErrorCode.INVALID_PARTITIONS,
+                f"at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic",
             )
         self.check_partition_budget(total - current)
         return topic
@@ -606,7 +590,7 @@ class Broker:
         if self.metadata.topics().get(name) is not topic or len(topic.partitions) != current:
             await self._in_admin_thread(self.logs.delete_all, tps)
             raise TopicError(
-                "INVALID_PARTITIONS", f"topic {name!r} changed while partitions were added"
+                ErrorCode.INVALID_PARTITIONS, f"topic {name!r} changed while partitions were added"
             )
         previous = topic.copy()
         updated = self.metadata.add_partitions(
@@ -625,7 +609,8 @@ class Broker:
                     partition.close()
             await self._in_admin_thread(self.logs.delete_all, tps)
             raise TopicError(
-                "KAFKA_STORAGE_ERROR", f"cannot record the new partitions of {name!r}: {exc}"
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"cannot record the new partitions of {name!r}: {exc}",
             ) from None
         self.coordinator.on_partitions_added(name)
 
@@ -635,11 +620,11 @@ class Broker:
         The change is written in the background: the caller awaits `metadata.durable()`.
         """
         if name not in self.metadata.topics():
-            raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         try:
             parsed = parse_topic_configs(configs)
         except ConfigError as exc:
-            raise TopicError("INVALID_CONFIG", str(exc)) from None
+            raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         if validate_only:
             return
         self.metadata.set_topic_configs(name, configs)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kbroker.log.manager import StorageErrors
+from kbroker.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -109,12 +110,8 @@ class TopicMetadata:
         )
 
 
-class MetadataError(Exception):
-    """A metadata change that cannot be made (carries a Kafka error name)."""
-
-    def __init__(self, error: str, message: str) -> None:
-        super().__init__(message)
-        self.error = error
+class MetadataError(KafkaError):
+    """A metadata change that cannot be made."""
 
 
 class StateFileError(Exception):
@@ -587,9 +584,10 @@ class LocalMetadataStore:
             props = read_meta_properties(path)
             stored_broker = int(props.get("broker.id", self._broker_id))
             if stored_broker != self._broker_id:
-                raise MetadataError(
-                    "INCONSISTENT_BROKER_ID",
-                    f"{path} belongs to broker {stored_broker}, not {self._broker_id}",
+                raise StateFileError(
+                    path,
+                    f"the data directory belongs to broker {stored_broker}, not {self._broker_id}",
+                    "start with the broker id it belongs to, or use another data directory",
                 )
             return props["cluster.id"]
         cluster_id = new_cluster_id()
@@ -626,7 +624,7 @@ class LocalMetadataStore:
         topic_id: uuid.UUID | None = None,
     ) -> TopicMetadata:
         if name in self._topics:
-            raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic {name!r} already exists")
+            raise MetadataError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         topic = TopicMetadata(
             name=name,
             topic_id=topic_id or uuid.uuid4(),
@@ -645,7 +643,9 @@ class LocalMetadataStore:
     def delete_topic(self, name: str) -> TopicMetadata:
         topic = self._topics.pop(name, None)
         if topic is None:
-            raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
+            raise MetadataError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
+            )
         self._by_id.pop(topic.topic_id, None)
         self._deleted[topic.topic_id] = name
         self._record({"delete_topic": name, "topic_id": str(topic.topic_id)})

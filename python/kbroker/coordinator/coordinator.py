@@ -215,7 +215,7 @@ class GroupCoordinator:
             return True
         count = self.store.partition_count()
         if count is None:
-            from kbroker.broker import TopicError
+            from kbroker.errors import TopicError
 
             if time.monotonic() < self._create_retry_at:
                 return False
@@ -228,7 +228,7 @@ class GroupCoordinator:
                         max(2 * self._create_backoff_s, CREATE_BACKOFF_MIN_S), CREATE_BACKOFF_MAX_S
                     )
                     self._create_retry_at = time.monotonic() + self._create_backoff_s
-                    if exc.error != "KAFKA_STORAGE_ERROR":  # the broker logs those itself
+                    if exc.code != ErrorCode.KAFKA_STORAGE_ERROR:  # the broker logs those itself
                         self.broker.logs.errors.failed("creating", OFFSETS_TOPIC, exc)
                     return False
             self.broker.logs.errors.succeeded("creating", OFFSETS_TOPIC)

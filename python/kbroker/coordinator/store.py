@@ -24,8 +24,8 @@ from kbroker._kbroker import (
 )
 from kbroker.config import as_int
 from kbroker.coordinator.records import OFFSETS_TOPIC
+from kbroker.errors import PartitionError
 from kbroker.protocol.errors import ErrorCode
-from kbroker.replication.partition import PartitionError
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
@@ -92,7 +92,7 @@ class OffsetsStore:
             partition.append_as_leader(data, infos, -1, 1, False)
         except PartitionError as exc:
             log.warning("append to %s-%d failed: %s", OFFSETS_TOPIC, index, exc)
-            return ErrorCode[exc.error]
+            return exc.code
         except OSError as exc:
             self.broker.logs.errors.failed("append to", partition.tp, exc)
             return ErrorCode.KAFKA_STORAGE_ERROR

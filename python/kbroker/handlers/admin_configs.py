@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from kbroker.broker import TopicError
 from kbroker.config import (
     BROKER,
     BROKER_SETTINGS,
@@ -39,6 +38,7 @@ from kbroker.config import (
     Value,
     topic_setting,
 )
+from kbroker.errors import ResourceError, TopicError
 from kbroker.log.log import TOPIC_NAME
 from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
 from kbroker.protocol.messages.admin import (
@@ -74,15 +74,6 @@ class AlterOp(IntEnum):
     DELETE = 1
     APPEND = 2
     SUBTRACT = 3
-
-
-class ResourceError(Exception):
-    """One resource of a request fails with the Kafka error named ``error``."""
-
-    def __init__(self, error: str, message: str | None = None) -> None:
-        super().__init__(message or error)
-        self.error = error
-        self.message = message
 
 
 Synonym = tuple[str, str | None, ConfigSource]
@@ -228,9 +219,11 @@ def logger_entries() -> list[ConfigEntry]:
 
 def _check_topic(broker: Broker, name: str) -> None:
     if not TOPIC_NAME.match(name) or name in (".", ".."):
-        raise ResourceError("INVALID_TOPIC_EXCEPTION", f"{name!r} is not a legal topic name")
+        raise ResourceError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name!r} is not a legal topic name"
+        )
     if name not in broker.metadata.topics():
-        raise ResourceError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
+        raise ResourceError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
 
 
 def _check_broker_name(broker: Broker, name: str, allow_default: bool = True) -> bool:
@@ -238,16 +231,16 @@ def _check_broker_name(broker: Broker, name: str, allow_default: bool = True) ->
     if not name:
         if allow_default:
             return True
-        raise ResourceError("INVALID_REQUEST", "Broker id must not be empty")
+        raise ResourceError(ErrorCode.INVALID_REQUEST, "Broker id must not be empty")
     try:
         broker_id = int(name)
     except ValueError:
         raise ResourceError(
-            "INVALID_REQUEST", f"Broker id must be an integer, but it is: {name}"
+            ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}"
         ) from None
     if broker_id != broker.broker_id:
         raise ResourceError(
-            "INVALID_REQUEST",
+            ErrorCode.INVALID_REQUEST,
             f"Unexpected broker id, expected {broker.broker_id} or empty string, but received {name}",
         )
     return False
@@ -264,7 +257,7 @@ def _describe_resource(broker: Broker, rtype: int, name: str) -> list[ConfigEntr
     if rtype == ResourceType.BROKER_LOGGER:
         _check_broker_name(broker, name, allow_default=False)
         return logger_entries()
-    raise ResourceError("INVALID_REQUEST", f"Unsupported resource type: {rtype}")
+    raise ResourceError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {rtype}")
 
 
 def _config_result(entry: ConfigEntry, synonyms: bool, documentation: bool) -> Any:
@@ -289,7 +282,7 @@ def handle_describe_configs(broker: Broker, header: RequestHeader, request: Any)
             entries = _describe_resource(broker, res.resource_type, res.resource_name)
             error, message = ErrorCode.NONE, None
         except ResourceError as exc:
-            entries, error, message = [], _code(exc.error), exc.message
+            entries, error, message = [], exc.code, exc.message
         keys = res.configuration_keys
         if keys:
             wanted = set(keys)
@@ -334,13 +327,13 @@ def _set_topic(broker: Broker, name: str, configs: dict[str, str], validate_only
     try:
         broker.set_topic_configs(name, configs, validate_only)
     except TopicError as exc:
-        raise ResourceError(exc.error, str(exc)) from None
+        raise ResourceError(exc.code, str(exc)) from None
 
 
 def _broker_setting(name: str) -> Setting:
     setting = BROKER.get(name)
     if setting is None:
-        raise ResourceError("INVALID_CONFIG", f"Unknown broker config name: {name}")
+        raise ResourceError(ErrorCode.INVALID_CONFIG, f"Unknown broker config name: {name}")
     return setting
 
 
@@ -351,12 +344,15 @@ def _set_broker(broker: Broker, configs: Mapping[str, str], validate_only: bool)
         setting = _broker_setting(name)
         if setting.read_only:
             raise ResourceError(
-                "INVALID_CONFIG", f"Cannot update these configs dynamically: {name} is read-only"
+                ErrorCode.INVALID_CONFIG,
+                f"Cannot update these configs dynamically: {name} is read-only",
             )
         try:
             value = setting.parse(text)
         except ConfigError as exc:
-            raise ResourceError("INVALID_CONFIG", f"Invalid value for {name}: {exc}") from None
+            raise ResourceError(
+                ErrorCode.INVALID_CONFIG, f"Invalid value for {name}: {exc}"
+            ) from None
         rendered = setting.render(value)
         if rendered is not None:
             normalized[name] = rendered
@@ -380,7 +376,7 @@ def _check_duplicates(names: Iterable[str]) -> None:
     seen: set[str] = set()
     for name in names:
         if name in seen:
-            raise ResourceError("INVALID_REQUEST", f"Duplicate config key: {name}")
+            raise ResourceError(ErrorCode.INVALID_REQUEST, f"Duplicate config key: {name}")
         seen.add(name)
 
 
@@ -396,7 +392,7 @@ def _alter_resource(broker: Broker, res: Any, validate_only: bool) -> None:
         _set_broker(broker, configs, validate_only)
     else:
         raise ResourceError(
-            "INVALID_REQUEST",
+            ErrorCode.INVALID_REQUEST,
             f"AlterConfigs is only supported for topics and brokers, not resource type {res.resource_type}",
         )
 
@@ -416,21 +412,22 @@ def _edit(
             kind = AlterOp(op.config_operation)
         except ValueError:
             raise ResourceError(
-                "INVALID_REQUEST",
+                ErrorCode.INVALID_REQUEST,
                 f"Unknown alter configs operation {op.config_operation} for {name}",
             ) from None
         if kind is AlterOp.DELETE:
             out.pop(name, None)
             continue
         if value is None:
-            raise ResourceError("INVALID_REQUEST", f"Null value not supported for: {name}")
+            raise ResourceError(ErrorCode.INVALID_REQUEST, f"Null value not supported for: {name}")
         if kind is AlterOp.SET:
             out[name] = value
             continue
         verb = kind.name.lower()
         if setting.type is not ConfigType.LIST:
             raise ResourceError(
-                "INVALID_REQUEST", f"Config value {verb} is not allowed for config key: {name}"
+                ErrorCode.INVALID_REQUEST,
+                f"Config value {verb} is not allowed for config key: {name}",
             )
         base = out.get(name)
         if base is None:
@@ -447,7 +444,7 @@ def _edit(
 
 def _topic_setting_checked(name: str) -> Setting:
     if name not in TOPIC:
-        raise ResourceError("INVALID_CONFIG", f"Unknown topic config name: {name}")
+        raise ResourceError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
     return topic_setting(name)
 
 
@@ -457,13 +454,13 @@ def _set_logger_levels(ops: Sequence[Any], validate_only: bool) -> None:
     for op in ops:
         lg = loggers.get(op.name)
         if lg is None:
-            raise ResourceError("INVALID_CONFIG", f"Logger {op.name} does not exist!")
+            raise ResourceError(ErrorCode.INVALID_CONFIG, f"Logger {op.name} does not exist!")
         kind = op.config_operation
         if kind == AlterOp.SET:
             level = _LEVELS.get((op.value or "").strip().upper())
             if level is None:
                 raise ResourceError(
-                    "INVALID_CONFIG",
+                    ErrorCode.INVALID_CONFIG,
                     f"Cannot set the log level of {op.name} to {op.value}: valid levels are "
                     + ", ".join(sorted(set(_LEVELS) - {"WARNING", "CRITICAL"})),
                 )
@@ -471,12 +468,14 @@ def _set_logger_levels(ops: Sequence[Any], validate_only: bool) -> None:
         elif kind == AlterOp.DELETE:
             if op.name == ROOT_LOGGER:
                 raise ResourceError(
-                    "INVALID_REQUEST", "Removing the log level of the root logger is not allowed"
+                    ErrorCode.INVALID_REQUEST,
+                    "Removing the log level of the root logger is not allowed",
                 )
             changes.append((lg, logging.NOTSET))
         else:
             raise ResourceError(
-                "INVALID_REQUEST", f"Operation {kind} is not supported for BROKER_LOGGER resources"
+                ErrorCode.INVALID_REQUEST,
+                f"Operation {kind} is not supported for BROKER_LOGGER resources",
             )
     if not validate_only:
         for lg, level in changes:
@@ -506,7 +505,7 @@ def _incremental_alter_resource(broker: Broker, res: Any, validate_only: bool) -
         _check_broker_name(broker, name, allow_default=False)
         _set_logger_levels(res.configs, validate_only)
     else:
-        raise ResourceError("INVALID_REQUEST", f"Unsupported resource type: {rtype}")
+        raise ResourceError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {rtype}")
 
 
 def _alter_all(
@@ -522,10 +521,10 @@ def _alter_all(
         error, message = ErrorCode.NONE, None
         try:
             if keys.count((res.resource_type, res.resource_name)) > 1:
-                raise ResourceError("INVALID_REQUEST", "Duplicate resource.")
+                raise ResourceError(ErrorCode.INVALID_REQUEST, "Duplicate resource.")
             alter_one(broker, res, request.validate_only)
         except ResourceError as exc:
-            error, message = _code(exc.error), exc.message
+            error, message = exc.code, exc.message
         results.append(
             Result(
                 error_code=error,

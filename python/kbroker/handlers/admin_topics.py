@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kbroker.broker import INTERNAL_TOPICS, NewTopic, TopicError, collision_key
+from kbroker.errors import PartitionError, TopicError
 from kbroker.handlers.admin_configs import topic_config_entries
 from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode, RequestHeader
 from kbroker.protocol.messages.admin import (
@@ -24,7 +24,7 @@ from kbroker.protocol.messages.admin import (
     DeleteRecordsResponse,
     DeleteTopicsResponse,
 )
-from kbroker.replication.partition import PartitionError
+from kbroker.topics import INTERNAL_TOPICS, NewTopic, collision_key
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
@@ -53,20 +53,23 @@ def _duplicates(names: Sequence[Any]) -> list[Any]:
 def _check_assignment(broker: Broker, replicas: Sequence[int], expected_rf: int | None) -> int:
     """Checks one partition's manual replica list; returns its replication factor."""
     if not replicas:
-        raise TopicError("INVALID_REPLICA_ASSIGNMENT", "a partition must have at least one replica")
+        raise TopicError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT, "a partition must have at least one replica"
+        )
     if len(set(replicas)) != len(replicas):
         raise TopicError(
-            "INVALID_REPLICA_ASSIGNMENT", f"duplicate brokers in replica list {list(replicas)}"
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"duplicate brokers in replica list {list(replicas)}",
         )
     for b in replicas:
         if b != broker.broker_id:
             raise TopicError(
-                "INVALID_REPLICA_ASSIGNMENT",
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 f"the replica assignment includes broker {b}, but no such broker is registered",
             )
     if expected_rf is not None and len(replicas) != expected_rf:
         raise TopicError(
-            "INVALID_REPLICA_ASSIGNMENT",
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
             f"a partition has {len(replicas)} replica(s), but the others have {expected_rf}",
         )
     return len(replicas)
@@ -81,14 +84,14 @@ def _topic_shape(broker: Broker, t: Any) -> tuple[int, int]:
         return t.num_partitions, t.replication_factor
     if t.num_partitions != -1 or t.replication_factor != -1:
         raise TopicError(
-            "INVALID_REQUEST",
+            ErrorCode.INVALID_REQUEST,
             "Both numPartitions or replicationFactor and replicasAssignments were set. "
             "Both cannot be used at the same time.",
         )
     indexes = sorted(a.partition_index for a in t.assignments)
     if indexes != list(range(len(indexes))):
         raise TopicError(
-            "INVALID_REPLICA_ASSIGNMENT",
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
             "partitions in a replica assignment must be numbered consecutively from 0",
         )
     rf: int | None = None
@@ -104,17 +107,21 @@ def _check_one(broker: Broker, t: Any) -> NewTopic:
     nulls = [c.name for c in t.configs if c.value is None]
     if nulls:
         raise TopicError(
-            "INVALID_REQUEST", f"Null value not supported for topic configs: {','.join(nulls)}"
+            ErrorCode.INVALID_REQUEST,
+            f"Null value not supported for topic configs: {','.join(nulls)}",
         )
     if name == METADATA_TOPIC:
-        raise TopicError("INVALID_REQUEST", f"Creation of internal topic {name} is prohibited.")
+        raise TopicError(
+            ErrorCode.INVALID_REQUEST, f"Creation of internal topic {name} is prohibited."
+        )
     partitions, rf = _topic_shape(broker, t)
     configs = {c.name: c.value for c in t.configs}
     partitions, rf, parsed = broker.check_new_topic(name, partitions, rf, configs)
     other = broker.colliding_topic(name)
     if other is not None:
         raise TopicError(
-            "INVALID_TOPIC_EXCEPTION", f"Topic '{name}' collides with existing topic: {other}"
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"Topic '{name}' collides with existing topic: {other}",
         )
     return NewTopic(name, partitions, rf, configs, parsed, internal=name in INTERNAL_TOPICS)
 
@@ -145,9 +152,7 @@ def _result(broker: Broker, new: NewTopic, topic_id: uuid.UUID, version: int) ->
 
 
 def _refused(name: str, exc: TopicError) -> Any:
-    return CreateTopicsResponse.Topic(
-        name=name, error_code=_code(exc.error), error_message=str(exc)
-    )
+    return CreateTopicsResponse.Topic(name=name, error_code=exc.code, error_message=str(exc))
 
 
 async def handle_create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
@@ -167,7 +172,7 @@ async def handle_create_topics(broker: Broker, header: RequestHeader, request: A
             key = collision_key(new.name)
             if key in seen:
                 raise TopicError(
-                    "INVALID_TOPIC_EXCEPTION",
+                    ErrorCode.INVALID_TOPIC_EXCEPTION,
                     f"Topic '{new.name}' collides with another topic of this request",
                 )
             seen.add(key)
@@ -279,7 +284,7 @@ async def _delete(broker: Broker, targets: dict[uuid.UUID, str], results: list[A
                 Result(
                     name=name,
                     topic_id=topic_id,
-                    error_code=_code(error.error),
+                    error_code=error.code,
                     error_message=str(error),
                 )
             )
@@ -296,7 +301,7 @@ async def _add_partitions(broker: Broker, t: Any, validate_only: bool) -> None:
         rf = len(next(iter(topic.partitions.values())).replicas)
         if len(t.assignments) != t.count - current:
             raise TopicError(
-                "INVALID_REPLICA_ASSIGNMENT",
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 f"Attempted to add {t.count - current} additional partition(s), "
                 f"but only {len(t.assignments)} assignment(s) were specified.",
             )
@@ -316,7 +321,7 @@ async def handle_create_partitions(broker: Broker, header: RequestHeader, reques
         try:
             await _add_partitions(broker, t, request.validate_only)
         except TopicError as exc:
-            results.append(Result(name=t.name, error_code=_code(exc.error), error_message=str(exc)))
+            results.append(Result(name=t.name, error_code=exc.code, error_message=str(exc)))
         else:
             results.append(Result(name=t.name, error_code=ErrorCode.NONE, error_message=None))
     results += [
@@ -346,7 +351,7 @@ def _delete_records(broker: Broker, topic: str, index: int, offset: int) -> tupl
     try:
         partition.delete_records_before(offset)
     except PartitionError as exc:
-        return -1, _code(exc.error)
+        return -1, exc.code
     except OSError as exc:
         broker.logs.errors.failed("deleting records of", partition.tp, exc)
         return -1, ErrorCode.KAFKA_STORAGE_ERROR

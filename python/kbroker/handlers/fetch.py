@@ -17,9 +17,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kbroker._kbroker import OffsetOutOfRangeError
+from kbroker.errors import PartitionError
 from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode, RecordsPlaceholder, RequestHeader
 from kbroker.protocol.messages.core import FetchResponse
-from kbroker.replication.partition import PartitionError
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
@@ -62,7 +62,7 @@ class _Reader:
                 try:
                     partition.check_leader_epoch(p.current_leader_epoch)
                 except PartitionError as exc:
-                    entries.append((p, None, ErrorCode[exc.error]))
+                    entries.append((p, None, exc.code))
                     continue
                 entries.append((p, partition, ErrorCode.NONE))
             self.plan.append((topic, entries))
@@ -102,7 +102,7 @@ class _Reader:
                     code = ErrorCode.OFFSET_OUT_OF_RANGE
                     errors = True
                 except PartitionError as exc:
-                    code = ErrorCode[exc.error]
+                    code = exc.code
                     errors = True
                 except OSError as exc:
                     self.errors.failed("reading", partition.tp, exc)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kbroker.errors import PartitionError
 from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
 from kbroker.protocol.messages.core import ListOffsetsResponse
-from kbroker.replication.partition import PartitionError
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
@@ -39,7 +39,7 @@ def _lookup(partition: Partition, timestamp: int, committed: bool) -> tuple[int,
             return -1, -1
         return ts, offset
     if timestamp < 0:
-        raise PartitionError("INVALID_REQUEST", f"timestamp {timestamp} has no meaning")
+        raise PartitionError(ErrorCode.INVALID_REQUEST, f"timestamp {timestamp} has no meaning")
     found = partition.log.offset_for_timestamp(timestamp)
     if found is None or found[0] >= bound:
         return -1, -1
@@ -68,7 +68,7 @@ def handle_list_offsets(broker: Broker, header: RequestHeader, request: Any) -> 
                     ts, offset = _lookup(partition, p.timestamp, committed)
                     epoch = partition.leader_epoch
                 except PartitionError as exc:
-                    code = ErrorCode[exc.error]
+                    code = exc.code
                 except OSError as exc:
                     broker.logs.errors.failed("reading", partition.tp, exc)
                     code = ErrorCode.KAFKA_STORAGE_ERROR

@@ -10,12 +10,13 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from kbroker.broker import INTERNAL_TOPICS, TopicError
 from kbroker.coordinator.records import OFFSETS_TOPIC
+from kbroker.errors import TopicError
 from kbroker.metadata import TopicMetadata
 from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode, RequestHeader
 from kbroker.protocol.messages.admin import DescribeClusterResponse
 from kbroker.protocol.messages.core import MetadataResponse
+from kbroker.topics import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
@@ -81,10 +82,10 @@ def handle_metadata(broker: Broker, header: RequestHeader, request: Any) -> Any:
                 try:
                     topic = broker.create_topic(name)
                 except TopicError as exc:
-                    if exc.error == "TOPIC_ALREADY_EXISTS":
+                    if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
                         topic = broker.metadata.topics().get(name)
                     else:
-                        topics.append(_error_entry(name, ErrorCode[exc.error]))
+                        topics.append(_error_entry(name, exc.code))
                         continue
             if topic is None:
                 topics.append(_error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))

@@ -18,9 +18,9 @@ from kbroker._kbroker import (
     validate_batches,
 )
 from kbroker.config import as_int, as_list
+from kbroker.errors import PartitionError
 from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
 from kbroker.protocol.messages.core import ProduceResponse
-from kbroker.replication.partition import PartitionError
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
@@ -105,7 +105,7 @@ def _produce_partition(
             config["message.timestamp.type"] == "LogAppendTime",
         )
     except PartitionError as exc:
-        return _error(index, ErrorCode[exc.error], str(exc))
+        return _error(index, exc.code, str(exc))
     except RecordTooLargeError as exc:
         # Larger than the topic's segment.bytes (max.message.bytes was checked above).
         return _error(index, ErrorCode.RECORD_LIST_TOO_LARGE, str(exc))

@@ -183,18 +183,18 @@ _RETRIABLE = frozenset(
 
 
 class KafkaError(Exception):
-    """A Kafka error code raised as an exception.
+    """A Kafka error code raised as an exception: the root of the broker's error classes.
 
-    Handlers may raise it anywhere below the request boundary; the handler
-    turns it back into the per-partition or top-level `error_code` field.
+    Raised anywhere below the request boundary; the handler turns it back into
+    the per-partition or top-level ``error_code`` (and ``error_message``, which
+    is ``str(exc)``: the message, or the code's name when there is none).
+    Subclasses say which kind of thing failed (a topic, a partition, ...).
     """
 
     def __init__(self, code: int | ErrorCode, message: str | None = None) -> None:
         self.code = to_error_code(code)
         self.message = message
-        super().__init__(
-            f"{self.code.name}({int(self.code)})" + (f": {message}" if message else "")
-        )
+        super().__init__(message or self.code.name)
 
     @property
     def retriable(self) -> bool:
@@ -204,6 +204,9 @@ class KafkaError(Exception):
     def for_code(cls, code: int | ErrorCode, message: str | None = None) -> KafkaError:
         """The exception for a wire code (unknown codes map to UNKNOWN_SERVER_ERROR)."""
         return cls(code, message)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.code.name}, {self.message!r})"
 
 
 def to_error_code(code: int | ErrorCode) -> ErrorCode:

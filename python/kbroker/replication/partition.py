@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kbroker._kbroker import AppendInfo, BatchInfo, LogSlice
+from kbroker.errors import ErrorCode, PartitionError
 from kbroker.log import Log
 from kbroker.metadata import PartitionState
-from kbroker.replication.producer_state import ProducerStateError, ProducerStateManager
+from kbroker.replication.producer_state import ProducerStateManager
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +28,6 @@ log = logging.getLogger(__name__)
 _BATCH_HEADER = struct.Struct(">qiibIhiqqqhi")
 _LOG_OVERHEAD = 12
 _SCAN_CHUNK = 8 << 20
-
-
-class PartitionError(Exception):
-    """A request on this partition fails with the Kafka error named ``error``."""
-
-    def __init__(self, error: str, message: str = "") -> None:
-        super().__init__(message or error)
-        self.error = error
 
 
 @dataclass(slots=True)
@@ -73,8 +66,8 @@ class Partition:
         if current_leader_epoch < 0 or current_leader_epoch == self.state.leader_epoch:
             return
         if current_leader_epoch < self.state.leader_epoch:
-            raise PartitionError("FENCED_LEADER_EPOCH")
-        raise PartitionError("UNKNOWN_LEADER_EPOCH")
+            raise PartitionError(ErrorCode.FENCED_LEADER_EPOCH)
+        raise PartitionError(ErrorCode.UNKNOWN_LEADER_EPOCH)
 
     # -- writes ----------------------------------------------------------------
 
@@ -88,28 +81,26 @@ class Partition:
     ) -> ProduceResult:
         """Appends validated batches (all or none), handling idempotent retries."""
         if not self.is_leader:
-            raise PartitionError("NOT_LEADER_OR_FOLLOWER")
+            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if required_acks == -1 and len(self.state.isr) < min_insync_replicas:
             raise PartitionError(
-                "NOT_ENOUGH_REPLICAS",
+                ErrorCode.NOT_ENOUGH_REPLICAS,
                 f"ISR of {len(self.state.isr)} is below min.insync.replicas={min_insync_replicas}",
             )
         idempotent = [i for i in infos if i.producer_id >= 0]
         if idempotent:
             if len(infos) != 1:
                 raise PartitionError(
-                    "INVALID_RECORD", "an idempotent produce carries one batch per partition"
+                    ErrorCode.INVALID_RECORD,
+                    "an idempotent produce carries one batch per partition",
                 )
             info = infos[0]
-            try:
-                duplicate = self.producers.check(
-                    info.producer_id,
-                    info.producer_epoch,
-                    info.base_sequence,
-                    info.last_offset_delta,
-                )
-            except ProducerStateError as exc:
-                raise PartitionError(exc.error, str(exc)) from None
+            duplicate = self.producers.check(
+                info.producer_id,
+                info.producer_epoch,
+                info.base_sequence,
+                info.last_offset_delta,
+            )
             if duplicate is not None:
                 return ProduceResult(duplicate.first_offset, -1, self.log.log_start_offset)
         appended: AppendInfo = self.log.append(batches, self.state.leader_epoch, log_append_time)
@@ -175,7 +166,7 @@ class Partition:
         if offset == -1:
             offset = self.high_watermark
         if offset < 0 or offset > self.high_watermark:
-            raise PartitionError("OFFSET_OUT_OF_RANGE")
+            raise PartitionError(ErrorCode.OFFSET_OUT_OF_RANGE)
         return self.log.delete_records_before(offset)
 
     def close(self) -> None:

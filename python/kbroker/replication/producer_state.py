@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kbroker.errors import ErrorCode, PartitionError
+
 # How many recent batches per producer are remembered for duplicate checks
 # (a producer has at most 5 requests in flight per partition).
 RECENT_BATCHES = 5
@@ -25,12 +27,8 @@ log = logging.getLogger(__name__)
 SNAPSHOT_FILE = "producer-state.json"
 
 
-class ProducerStateError(Exception):
-    """A batch the producer state refuses; ``error`` is the Kafka error name."""
-
-    def __init__(self, error: str, message: str) -> None:
-        super().__init__(message)
-        self.error = error
+class ProducerStateError(PartitionError):
+    """A batch the producer state refuses."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,14 +85,14 @@ class ProducerStateManager:
             return None
         if epoch < entry.epoch:
             raise ProducerStateError(
-                "INVALID_PRODUCER_EPOCH",
+                ErrorCode.INVALID_PRODUCER_EPOCH,
                 f"producer {producer_id} epoch {epoch} is older than {entry.epoch}",
             )
         last_seq = last_sequence(first_seq, last_offset_delta)
         if epoch > entry.epoch:
             if first_seq != 0:
                 raise ProducerStateError(
-                    "OUT_OF_ORDER_SEQUENCE_NUMBER",
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                     f"producer {producer_id} new epoch {epoch} must start at sequence 0, not {first_seq}",
                 )
             return None
@@ -103,7 +101,7 @@ class ProducerStateManager:
                 return meta
         if entry.batches and not _in_sequence(entry.last_seq, first_seq):
             raise ProducerStateError(
-                "OUT_OF_ORDER_SEQUENCE_NUMBER",
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"producer {producer_id} sent sequence {first_seq}, expected {entry.last_seq + 1}",
             )
         return None
