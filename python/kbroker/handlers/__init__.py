@@ -1,7 +1,8 @@
 """Request handlers, one module per API, and the dispatcher that routes to them.
 
-A handler is ``handle(broker, header, request) -> response body`` (or an
-awaitable of one, for requests that wait: long-poll fetches). Each module in
+A handler is ``handle(broker, ctx, request) -> response body`` (or an
+awaitable of one, for requests that wait: long-poll fetches), ``ctx`` the
+`RequestContext` (header, connection, principal, timings). Each module in
 this package exports ``HANDLERS = {api_key: handler}``; the registry built
 from them *is* what ApiVersions advertises: an API is advertised exactly when it
 has a handler here (intersected with the declared versions in
@@ -15,9 +16,9 @@ import inspect
 import logging
 import pkgutil
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from kbroker.network.request import RequestContext
 from kbroker.network.server import CloseConnection, ConnectionContext, Response
 from kbroker.protocol import (
     ApiKey,
@@ -36,23 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[["Broker", RequestHeader, Any], Any]
-
-# The connection of the request being dispatched, for handlers that record who
-# sent it (the group coordinator's client host). Read it before any await.
-current_connection: ContextVar[ConnectionContext | None] = ContextVar(
-    "current_connection", default=None
-)
-
-
-def client_host() -> str:
-    """The sending host as Kafka shows it ("/127.0.0.1"), or "" outside a request."""
-    ctx = current_connection.get()
-    if ctx is None:
-        return ""
-    host = ctx.peer.rsplit(":", 1)[0] if ":" in ctx.peer else ctx.peer
-    return "/" + host.strip("[]")
-
+Handler = Callable[["Broker", RequestContext, Any], Any]
 
 # Responses that may carry records are encoded around them, so the record
 # bytes can go out zero-copy.
@@ -77,7 +62,9 @@ class Dispatcher:
         self.handlers = _registry()
         broker.handled_api_keys = frozenset(self.handlers)
 
-    def dispatch(self, frame: memoryview, ctx: ConnectionContext) -> Response | Awaitable[Response]:
+    def dispatch(
+        self, frame: memoryview, connection: ConnectionContext
+    ) -> Response | Awaitable[Response]:
         try:
             header, request = decode_request(frame)
         except UnsupportedVersionError as exc:
@@ -90,12 +77,11 @@ class Dispatcher:
             raise CloseConnection(str(exc)) from None
         except ProtocolDecodeError as exc:
             raise CloseConnection(f"malformed request: {exc}") from None
-        ctx.client_id = header.client_id
-        current_connection.set(ctx)
+        connection.client_id = header.client_id
         handler = self.handlers.get(header.api_key)
         if handler is None:
             raise CloseConnection(f"no handler for api key {header.api_key}")
-        body = handler(self.broker, header, request)
+        body = handler(self.broker, RequestContext(header, connection), request)
         if inspect.isawaitable(body):
             return self._finish(header, body)
         return self._encode(header, body)

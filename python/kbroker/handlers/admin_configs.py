@@ -40,7 +40,8 @@ from kbroker.config import (
 )
 from kbroker.errors import ResourceError, TopicError
 from kbroker.log.log import TOPIC_NAME
-from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import (
     AlterConfigsResponse,
     DescribeConfigsResponse,
@@ -274,7 +275,7 @@ def _config_result(entry: ConfigEntry, synonyms: bool, documentation: bool) -> A
     )
 
 
-def handle_describe_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def handle_describe_configs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     Result = DescribeConfigsResponse.Result
     results = []
     for res in request.resources:
@@ -552,11 +553,11 @@ async def _when_durable(broker: Broker, response: Any) -> Any:
     return response
 
 
-def handle_alter_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def handle_alter_configs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     return _alter_all(broker, request, _alter_resource, AlterConfigsResponse)
 
 
-def handle_incremental_alter_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def handle_incremental_alter_configs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     return _alter_all(broker, request, _incremental_alter_resource, IncrementalAlterConfigsResponse)
 
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from kbroker.errors import PartitionError, TopicError
 from kbroker.handlers.admin_configs import topic_config_entries
-from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import (
     CreatePartitionsResponse,
     CreateTopicsResponse,
@@ -155,7 +156,7 @@ def _refused(name: str, exc: TopicError) -> Any:
     return CreateTopicsResponse.Topic(name=name, error_code=exc.code, error_message=str(exc))
 
 
-async def handle_create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     """Validates every entry, then creates the valid ones together (see `Broker.create_topics`)."""
     Result = CreateTopicsResponse.Topic
     dupes = set(_duplicates([t.name for t in request.topics]))
@@ -181,7 +182,7 @@ async def handle_create_topics(broker: Broker, header: RequestHeader, request: A
             continue
         valid.append(new)
         if request.validate_only:
-            outcome[t.name] = _result(broker, new, ZERO_UUID, header.api_version)
+            outcome[t.name] = _result(broker, new, ZERO_UUID, ctx.api_version)
     if valid and not request.validate_only:
         created = await broker.create_topics(valid)
         for i, new in enumerate(valid):
@@ -191,7 +192,7 @@ async def handle_create_topics(broker: Broker, header: RequestHeader, request: A
             outcome[new.name] = (
                 _refused(new.name, done)
                 if isinstance(done, TopicError)
-                else _result(broker, new, done.topic_id, header.api_version)
+                else _result(broker, new, done.topic_id, ctx.api_version)
             )
     results = [outcome[t.name] for t in request.topics if t.name in outcome]
     results += [
@@ -204,7 +205,7 @@ async def handle_create_topics(broker: Broker, header: RequestHeader, request: A
 # -- DeleteTopics ----------------------------------------------------------------
 
 
-def handle_delete_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def handle_delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     Result = DeleteTopicsResponse.Result
     results: list[Any] = []
 
@@ -213,7 +214,7 @@ def handle_delete_topics(broker: Broker, header: RequestHeader, request: Any) ->
             Result(name=name, topic_id=topic_id, error_code=error, error_message=message)
         )
 
-    if header.api_version >= 6:
+    if ctx.api_version >= 6:
         entries = [(t.name, t.topic_id) for t in request.topics]
     else:
         entries = [(n, ZERO_UUID) for n in request.topic_names]
@@ -311,7 +312,7 @@ async def _add_partitions(broker: Broker, t: Any, validate_only: bool) -> None:
         await broker.add_partitions(t.name, t.count)
 
 
-async def handle_create_partitions(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def handle_create_partitions(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     Result = CreatePartitionsResponse.Result
     dupes = _duplicates([t.name for t in request.topics])
     results = []
@@ -359,7 +360,7 @@ def _delete_records(broker: Broker, topic: str, index: int, offset: int) -> tupl
     return partition.log.log_start_offset, ErrorCode.NONE
 
 
-def handle_delete_records(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def handle_delete_records(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     TopicResult = DeleteRecordsResponse.Topic
     PartitionResult = TopicResult.Partition
     topics = []

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kbroker.protocol import ApiKey, RequestHeader, api_versions_response
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey, api_versions_response
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
 
 
-def handle_api_versions(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def handle_api_versions(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     return api_versions_response(broker.handled_api_keys)
 
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kbroker.protocol import ApiKey, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey
 from kbroker.protocol.messages.group import DeleteGroupsResponse
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
 
 
-def handle_delete_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def handle_delete_groups(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     names = list(dict.fromkeys(request.groups_names))
     results = broker.coordinator.delete_groups(names)
     return DeleteGroupsResponse(

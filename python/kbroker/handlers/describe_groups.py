@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kbroker.protocol import ApiKey, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey
 from kbroker.protocol.messages.group import INT32_MIN, DescribeGroupsResponse
 
 if TYPE_CHECKING:
@@ -23,8 +24,8 @@ Member = DescribeGroupsResponse.Group.Member
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
-def handle_describe_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    include_ops = header.api_version >= 3 and request.include_authorized_operations
+def handle_describe_groups(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    include_ops = ctx.api_version >= 3 and request.include_authorized_operations
     groups = []
     for group_id in request.groups:
         d = broker.coordinator.describe_group(group_id)

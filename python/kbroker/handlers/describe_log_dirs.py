@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import DescribeLogDirsResponse
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ def _wanted(broker: Broker, request: Any) -> list[tuple[str, int]]:
     return list(dict.fromkeys((t.topic, p) for t in request.topics for p in t.partitions))
 
 
-def handle_describe_log_dirs(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def handle_describe_log_dirs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     log_dir = str(broker.data_dir.resolve())
     try:
         fs = os.statvfs(log_dir)

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from kbroker._kbroker import OffsetOutOfRangeError
 from kbroker.errors import PartitionError
-from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode, RecordsPlaceholder, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode, RecordsPlaceholder
 from kbroker.protocol.messages.core import FetchResponse
 
 if TYPE_CHECKING:
@@ -36,8 +37,8 @@ MAX_WAIT_MS = 30_000
 class _Reader:
     """One fetch request: resolves its partitions once, reads them as often as needed."""
 
-    def __init__(self, broker: Broker, header: RequestHeader, request: Any) -> None:
-        self.version = header.api_version
+    def __init__(self, broker: Broker, ctx: RequestContext, request: Any) -> None:
+        self.version = ctx.api_version
         self.request = request
         self.errors = broker.logs.errors
         self.max_bytes = request.max_bytes if self.version >= 3 else 0x7FFFFFFF
@@ -149,8 +150,8 @@ def _error(index: int, code: ErrorCode) -> Any:
     )
 
 
-def handle_fetch(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    if header.api_version >= 7 and request.session_epoch > 0:
+def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version >= 7 and request.session_epoch > 0:
         # An incremental fetch in a session this broker never created.
         return FetchResponse(
             throttle_time_ms=0,
@@ -158,7 +159,7 @@ def handle_fetch(broker: Broker, header: RequestHeader, request: Any) -> Any:
             session_id=0,
             responses=[],
         )
-    reader = _Reader(broker, header, request)
+    reader = _Reader(broker, ctx, request)
     body, total, errors = reader.read()
     wait_ms = min(max(request.max_wait_ms, 0), MAX_WAIT_MS)
     if total >= request.min_bytes or errors or wait_ms == 0 or not reader.partitions():

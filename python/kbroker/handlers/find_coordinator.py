@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import FindCoordinatorResponse
 
 if TYPE_CHECKING:
@@ -51,8 +52,8 @@ def _find(broker: Broker, key: str, key_type: int) -> Any:
     )
 
 
-def handle_find_coordinator(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    version = header.api_version
+def handle_find_coordinator(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
     key_type = request.key_type if version >= 1 else KEY_TYPE_GROUP
     if version >= 4:
         found = [_find(broker, key, key_type) for key in request.coordinator_keys]

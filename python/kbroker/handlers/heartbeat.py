@@ -8,18 +8,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kbroker.protocol import ApiKey, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey
 from kbroker.protocol.messages.group import HeartbeatResponse
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
 
 
-def handle_heartbeat(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def handle_heartbeat(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     error = broker.coordinator.heartbeat(
         request.group_id,
         request.member_id,
-        request.group_instance_id if header.api_version >= 3 else None,
+        request.group_instance_id if ctx.api_version >= 3 else None,
         request.generation_id,
     )
     return HeartbeatResponse(throttle_time_ms=0, error_code=error)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.core import InitProducerIdResponse
 
 if TYPE_CHECKING:
@@ -27,13 +28,13 @@ def _response(code: ErrorCode, producer_id: int = -1, epoch: int = -1) -> Any:
     )
 
 
-def handle_init_producer_id(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def handle_init_producer_id(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
         # No transaction coordinator yet: a clear, non-retriable refusal.
         return _response(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     # An idempotent producer recovering from an error (v3+) bumps its epoch.
     if (
-        header.api_version >= 3
+        ctx.api_version >= 3
         and request.producer_id >= 0
         and 0 <= request.producer_epoch < MAX_EPOCH - 1
     ):

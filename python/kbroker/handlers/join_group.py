@@ -12,8 +12,8 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from kbroker.coordinator import JoinRequest, JoinResult
-from kbroker.handlers import client_host
-from kbroker.protocol import ApiKey, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey
 from kbroker.protocol.messages.group import JoinGroupResponse
 
 if TYPE_CHECKING:
@@ -55,15 +55,15 @@ async def _wait(pending: asyncio.Future[JoinResult], version: int) -> Any:
     return _response(await asyncio.shield(pending), version)
 
 
-def handle_join_group(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    version = header.api_version
+def handle_join_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
     req = JoinRequest(
         group_id=request.group_id,
         member_id=request.member_id or "",
         group_instance_id=request.group_instance_id if version >= 5 else None,
         require_known_member_id=version >= 4,
-        client_id=header.client_id or "",
-        client_host=client_host(),
+        client_id=ctx.client_id,
+        client_host=ctx.client_host,
         rebalance_timeout_ms=request.rebalance_timeout_ms
         if version >= 1
         else request.session_timeout_ms,

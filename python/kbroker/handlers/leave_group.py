@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import LeaveGroupResponse
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
 
 
-def handle_leave_group(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    version = header.api_version
+def handle_leave_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
     if version < 3:
         leaving: list[tuple[str, str | None]] = [(request.member_id, None)]
     else:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kbroker.protocol import ApiKey, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey
 from kbroker.protocol.messages.group import ListGroupsResponse
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
 
 
-def handle_list_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    states = request.states_filter if header.api_version >= 4 else []
+def handle_list_groups(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    states = request.states_filter if ctx.api_version >= 4 else []
     error, groups = broker.coordinator.list_groups(states)
     return ListGroupsResponse(
         throttle_time_ms=0,

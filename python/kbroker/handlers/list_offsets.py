@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kbroker.errors import PartitionError
-from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.core import ListOffsetsResponse
 
 if TYPE_CHECKING:
@@ -47,8 +48,8 @@ def _lookup(partition: Partition, timestamp: int, committed: bool) -> tuple[int,
     return ts, offset
 
 
-def handle_list_offsets(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    version = header.api_version
+def handle_list_offsets(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
     committed = version >= 2 and request.isolation_level == READ_COMMITTED
     topics = []
     for topic in request.topics:

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from kbroker.coordinator.records import OFFSETS_TOPIC
 from kbroker.errors import TopicError
 from kbroker.metadata import TopicMetadata
-from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import DescribeClusterResponse
 from kbroker.protocol.messages.core import MetadataResponse
 from kbroker.topics import INTERNAL_TOPICS
@@ -52,8 +53,8 @@ def _error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID = ZERO_U
     return Topic(error_code=code, name=name, topic_id=topic_id, is_internal=False, partitions=[])
 
 
-def handle_metadata(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    version = header.api_version
+def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
     known = broker.metadata.topics()
     topics: list[Any] = []
     requested = request.topics
@@ -103,9 +104,9 @@ def handle_metadata(broker: Broker, header: RequestHeader, request: Any) -> Any:
     )
 
 
-def handle_describe_cluster(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def handle_describe_cluster(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     ep = broker.advertised
-    if header.api_version >= 1 and request.endpoint_type != 1:
+    if ctx.api_version >= 1 and request.endpoint_type != 1:
         # Only the brokers' endpoints (type 1) exist; there are no controller listeners.
         return DescribeClusterResponse(
             throttle_time_ms=0,

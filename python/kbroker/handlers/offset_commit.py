@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kbroker.protocol import ApiKey, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey
 from kbroker.protocol.messages.group import OffsetCommitResponse
 
 if TYPE_CHECKING:
@@ -21,8 +22,8 @@ Topic = OffsetCommitResponse.Topic
 Partition = OffsetCommitResponse.Topic.Partition
 
 
-def handle_offset_commit(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    version = header.api_version
+def handle_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     order: list[tuple[str, list[int]]] = []
     for topic in request.topics:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import OffsetDeleteResponse
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ Topic = OffsetDeleteResponse.Topic
 Partition = OffsetDeleteResponse.Topic.Partition
 
 
-def handle_offset_delete(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def handle_offset_delete(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     wanted = list(
         dict.fromkeys((t.name, p.partition_index) for t in request.topics for p in t.partitions)
     )

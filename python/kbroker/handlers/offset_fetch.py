@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kbroker.coordinator import FetchedOffset
-from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import OffsetFetchResponse
 
 if TYPE_CHECKING:
@@ -43,8 +44,8 @@ def _topics(fetched: list[FetchedOffset], error: ErrorCode = ErrorCode.NONE) -> 
     return [Topic(name=name, partitions=parts) for name, parts in by_topic.items()]
 
 
-def handle_offset_fetch(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    version = header.api_version
+def handle_offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
     coordinator = broker.coordinator
     require_stable = version >= 7 and request.require_stable
     if version >= 8:

@@ -19,7 +19,8 @@ from kbroker._kbroker import (
 )
 from kbroker.config import as_int, as_list
 from kbroker.errors import PartitionError
-from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.core import ProduceResponse
 
 if TYPE_CHECKING:
@@ -48,8 +49,8 @@ def _error(index: int, code: ErrorCode, message: str | None = None) -> Any:
     )
 
 
-def handle_produce(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    version = header.api_version
+def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
     acks = request.acks
     responses = []
     for topic in request.topic_data:

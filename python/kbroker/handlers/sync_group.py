@@ -10,7 +10,8 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from kbroker.coordinator import SyncResult
-from kbroker.protocol import ApiKey, RequestHeader
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey
 from kbroker.protocol.messages.group import SyncGroupResponse
 
 if TYPE_CHECKING:
@@ -31,8 +32,8 @@ async def _wait(pending: asyncio.Future[SyncResult]) -> Any:
     return _response(await asyncio.shield(pending))
 
 
-def handle_sync_group(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    version = header.api_version
+def handle_sync_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
     result = broker.coordinator.sync_group(
         request.group_id,
         request.generation_id,
