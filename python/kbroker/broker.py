@@ -1,8 +1,9 @@
 """The broker: wires config, metadata, logs, partitions and the network together.
 
-`Broker` owns the partitions this node serves and the topic-level operations
-(create, delete, add partitions, configs) that change them; request handlers
-(`kbroker.handlers`) call into it. `run_broker` is the daemon's main.
+`Broker` owns the topic-level operations (create, delete, add partitions,
+configs); the partitions it serves belong to its `ReplicaManager`, which
+every read and write goes through. Request handlers (`kbroker.handlers`)
+call into both. `run_broker` is the daemon's main.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from kbroker.metadata import (
 from kbroker.network.server import Server, ServerLimits
 from kbroker.producer_ids import ProducerIdAllocator
 from kbroker.replication.partition import Partition
+from kbroker.replication.replica_manager import ReplicaManager
 from kbroker.topics import (
     INTERNAL_TOPICS,
     MAX_PARTITIONS_PER_TOPIC,
@@ -77,7 +79,7 @@ class Broker:
         self.advertised = _listener(advertised) if advertised else self.listen
         self.metadata: MetadataStore
         self.logs: LogManager
-        self.partitions: dict[TopicPartition, Partition] = {}
+        self.replica_manager: ReplicaManager
         self.server: Server | None = None
         self.producer_ids: ProducerIdAllocator
         self.coordinator = GroupCoordinator(self)
@@ -87,7 +89,7 @@ class Broker:
         # topic -> (broker config generation, its overrides, effective config)
         self._effective: dict[str, tuple[int, dict[str, Value], TopicConfig]] = {}
         self._background: list[asyncio.Task[None]] = []
-        # Topics whose logs are being created, and their partitions (not yet in self.partitions).
+        # Topics whose logs are being created, and their partitions (not yet in the replica manager).
         self._creating: set[str] = set()
         self._reserved_partitions = 0
         self._admin_thread = ThreadPoolExecutor(1, thread_name_prefix="topic-admin")
@@ -113,6 +115,7 @@ class Broker:
             self.data_dir, self.log_config_for, max_open_files=self.config["log.max.open.files"]
         )
         self.logs.open()
+        self.replica_manager = ReplicaManager(self.broker_id, self.logs, self.topic_config)
         self._reconcile_logs(store.loaded_existing)
         for topic in store.topics().values():
             self._collisions[collision_key(topic.name)] = topic.name
@@ -207,9 +210,9 @@ class Broker:
     def _open_partitions(self, topic: TopicMetadata) -> None:
         for p, state in topic.partitions.items():
             tp = TopicPartition(topic.name, p)
-            if tp not in self.partitions and self.broker_id in state.replicas:
-                self.partitions[tp] = Partition(
-                    self._open_log(tp, topic.topic_id), state, self.broker_id
+            if tp not in self.replica_manager and self.broker_id in state.replicas:
+                self.replica_manager.add_partition(
+                    Partition(self._open_log(tp, topic.topic_id), state, self.broker_id)
                 )
 
     def _open_log(self, tp: TopicPartition, topic_id: uuid.UUID) -> Log:
@@ -250,19 +253,20 @@ class Broker:
             host,
             port,
             self.metadata.cluster_id,
-            len(self.partitions),
+            len(self.replica_manager),
         )
 
     async def stop(self) -> None:
         """Stops accepting, finishes in-flight requests, flushes and closes the logs."""
-        # First: members waiting in JoinGroup/SyncGroup are answered NOT_COORDINATOR.
+        # First: members waiting in JoinGroup/SyncGroup are answered NOT_COORDINATOR,
+        # waiting fetches and produces are answered now, not at their timeouts.
         await self.coordinator.stop()
         if self.server is not None:
-            await self.server.stop()
+            await self.server.stop(before_drain=self.replica_manager.shutdown)
+        else:
+            self.replica_manager.shutdown()
         for task in self._background:
             task.cancel()
-        for partition in self.partitions.values():
-            partition.close()
         await asyncio.to_thread(self._admin_thread.shutdown)
         await asyncio.to_thread(self.logs.close)
         await asyncio.to_thread(self.metadata.close)
@@ -272,7 +276,7 @@ class Broker:
 
     def _high_watermark(self, tp: TopicPartition) -> int | None:
         # The cleaner stays below it: records above may still be truncated.
-        partition = self.partitions.get(tp)
+        partition = self.replica_manager.get_partition(tp)
         return None if partition is None else partition.high_watermark
 
     def log_config_for(self, topic: str) -> LogConfig:
@@ -345,7 +349,7 @@ class Broker:
     def check_partition_budget(self, adding: int) -> None:
         """Refuses ``adding`` more partitions when this broker would then serve more than it may."""
         limit = self.config["max.broker.partitions"]
-        have = len(self.partitions) + self._reserved_partitions
+        have = len(self.replica_manager) + self._reserved_partitions
         if have + adding > limit:
             raise TopicError(
                 ErrorCode.POLICY_VIOLATION,
@@ -412,8 +416,8 @@ class Broker:
         self._topic_configs[new.name] = new.parsed
         self._collisions[collision_key(new.name)] = new.name
         for p, lg in enumerate(logs):
-            self.partitions[TopicPartition(new.name, p)] = Partition(
-                lg, topic.partitions[p], self.broker_id, new=lg.log_end_offset == 0
+            self.replica_manager.add_partition(
+                Partition(lg, topic.partitions[p], self.broker_id, new=lg.log_end_offset == 0)
             )
         return topic
 
@@ -490,10 +494,9 @@ class Broker:
         self._collisions.pop(collision_key(topic.name), None)
         self._topic_configs.pop(topic.name, None)
         self._effective.pop(topic.name, None)
-        for p in topic.partitions:
-            partition = self.partitions.pop(TopicPartition(topic.name, p), None)
-            if partition is not None:
-                partition.close()
+        self.replica_manager.remove_partitions(
+            TopicPartition(topic.name, p) for p in topic.partitions
+        )
 
     def _open_topic_logs(
         self, new: list[NewTopic]
@@ -597,16 +600,15 @@ class Broker:
             name, {p: [self.broker_id] * rf for p in range(current, total)}
         )
         for tp, lg in zip(tps, logs, strict=True):
-            self.partitions[tp] = Partition(lg, updated.partitions[tp.partition], self.broker_id)
+            self.replica_manager.add_partition(
+                Partition(lg, updated.partitions[tp.partition], self.broker_id)
+            )
         try:
             await self.metadata.durable()
         except OSError as exc:
             # Not recorded: the topic stays as it was.
             self.metadata.restore_topic(name, previous)
-            for tp in tps:
-                partition = self.partitions.pop(tp, None)
-                if partition is not None:
-                    partition.close()
+            self.replica_manager.remove_partitions(tps)
             await self._in_admin_thread(self.logs.delete_all, tps)
             raise TopicError(
                 ErrorCode.KAFKA_STORAGE_ERROR,
@@ -642,7 +644,7 @@ class Broker:
         return await loop.run_in_executor(self._admin_thread, functools.partial(fn, *args))
 
     def partition(self, topic: str, index: int) -> Partition | None:
-        return self.partitions.get(TopicPartition(topic, index))
+        return self.replica_manager.get_partition(TopicPartition(topic, index))
 
 
 def _names(topics: list[TopicMetadata], most: int = 5) -> str:

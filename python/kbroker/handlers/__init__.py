@@ -11,6 +11,8 @@ has a handler here (intersected with the declared versions in
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import importlib
 import inspect
 import logging
@@ -18,6 +20,7 @@ import pkgutil
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from kbroker.futures import then
 from kbroker.network.request import RequestContext
 from kbroker.network.server import CloseConnection, ConnectionContext, Response
 from kbroker.protocol import (
@@ -82,6 +85,9 @@ class Dispatcher:
         if handler is None:
             raise CloseConnection(f"no handler for api key {header.api_key}")
         body = handler(self.broker, RequestContext(header, connection), request)
+        if isinstance(body, asyncio.Future):
+            # Waiting in a purgatory: encoded when done, with no task per request.
+            return then(body, functools.partial(self._encode, header))
         if inspect.isawaitable(body):
             return self._finish(header, body)
         return self._encode(header, body)

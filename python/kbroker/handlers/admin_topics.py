@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from kbroker.errors import PartitionError, TopicError
 from kbroker.handlers.admin_configs import topic_config_entries
+from kbroker.log import TopicPartition
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import (
@@ -341,23 +342,16 @@ async def handle_create_partitions(broker: Broker, ctx: RequestContext, request:
 
 def _delete_records(broker: Broker, topic: str, index: int, offset: int) -> tuple[int, ErrorCode]:
     """(low watermark, error) for one partition."""
-    partition = broker.partition(topic, index)
-    if partition is None:
+    tp = TopicPartition(topic, index)
+    if tp not in broker.replica_manager:
         known = broker.metadata.topics().get(topic)
         if known is not None and index in known.partitions:
             return -1, ErrorCode.NOT_LEADER_OR_FOLLOWER
         return -1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    if not partition.is_leader:
-        return -1, ErrorCode.NOT_LEADER_OR_FOLLOWER
     try:
-        partition.delete_records_before(offset)
+        return broker.replica_manager.delete_records(tp, offset), ErrorCode.NONE
     except PartitionError as exc:
         return -1, exc.code
-    except OSError as exc:
-        broker.logs.errors.failed("deleting records of", partition.tp, exc)
-        return -1, ErrorCode.KAFKA_STORAGE_ERROR
-    broker.logs.errors.succeeded("deleting records of", partition.tp)
-    return partition.log.log_start_offset, ErrorCode.NONE
 
 
 def handle_delete_records(broker: Broker, ctx: RequestContext, request: Any) -> Any:

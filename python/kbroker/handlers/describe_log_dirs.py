@@ -26,7 +26,7 @@ Partition = DescribeLogDirsResponse.Result.Topic.Partition
 
 def _wanted(broker: Broker, request: Any) -> list[tuple[str, int]]:
     if request.topics is None:
-        return sorted((tp.topic, tp.partition) for tp in broker.partitions)
+        return sorted((tp.topic, tp.partition) for tp in broker.replica_manager.all_partitions())
     return list(dict.fromkeys((t.topic, p) for t in request.topics for p in t.partitions))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kbroker.errors import PartitionError
+from kbroker.log import TopicPartition
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.core import ListOffsetsResponse
@@ -55,24 +56,23 @@ def handle_list_offsets(broker: Broker, ctx: RequestContext, request: Any) -> An
     for topic in request.topics:
         results = []
         for p in topic.partitions:
-            partition = broker.partition(topic.name, p.partition_index)
+            tp = TopicPartition(topic.name, p.partition_index)
             code = ErrorCode.NONE
             ts = offset = -1
             epoch = -1
-            if partition is None:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif p.timestamp == MAX_TIMESTAMP and version < 7:
-                code = ErrorCode.UNSUPPORTED_VERSION
-            else:
-                try:
-                    partition.check_leader_epoch(p.current_leader_epoch if version >= 4 else -1)
-                    ts, offset = _lookup(partition, p.timestamp, committed)
-                    epoch = partition.leader_epoch
-                except PartitionError as exc:
-                    code = exc.code
-                except OSError as exc:
-                    broker.logs.errors.failed("reading", partition.tp, exc)
-                    code = ErrorCode.KAFKA_STORAGE_ERROR
+            try:
+                partition = broker.replica_manager.leader_partition(
+                    tp, p.current_leader_epoch if version >= 4 else -1
+                )
+                if p.timestamp == MAX_TIMESTAMP and version < 7:
+                    raise PartitionError(ErrorCode.UNSUPPORTED_VERSION)
+                ts, offset = _lookup(partition, p.timestamp, committed)
+                epoch = partition.leader_epoch
+            except PartitionError as exc:
+                code = exc.code
+            except OSError as exc:
+                broker.logs.errors.failed("reading", tp, exc)
+                code = ErrorCode.KAFKA_STORAGE_ERROR
             results.append(
                 PartitionResponse(
                     partition_index=p.partition_index,

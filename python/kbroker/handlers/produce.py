@@ -1,27 +1,23 @@
 """Produce (0): validate each partition's batches, append them, answer per partition.
 
-Validation (CRC, magic, sizes, record counts, max.message.bytes, keys on
-compacted topics) runs in Rust; a bad batch fails its partition with
-CORRUPT_MESSAGE, INVALID_RECORD or MESSAGE_TOO_LARGE and nothing of that
-partition's data is appended. acks=0 gets no response at all.
+The replica manager validates (in Rust: CRC, magic, sizes, record counts,
+max.message.bytes, keys on compacted topics) and appends; a bad batch fails
+its partition with CORRUPT_MESSAGE, INVALID_RECORD or MESSAGE_TOO_LARGE and
+nothing of that partition's data is appended. acks=all waits (at most the
+request's ``timeout_ms``) for the in-sync replicas. acks=0 gets no response
+at all.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kbroker._kbroker import (
-    CorruptRecordError,
-    InvalidRecordError,
-    OffsetOutOfRangeError,
-    RecordTooLargeError,
-    validate_batches,
-)
-from kbroker.config import as_int, as_list
-from kbroker.errors import PartitionError
+from kbroker.futures import then
+from kbroker.log import TopicPartition
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.core import ProduceResponse
+from kbroker.replication.replica_manager import AppendResult
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
@@ -33,8 +29,6 @@ PartitionResponse = ProduceResponse.Topic.Partition
 # they are advertised (librdkafka enables compression only when Produce v0 is
 # listed) and refused on the wire, as Kafka 4 does.
 MIN_SERVED_VERSION = 3
-# Decompressed size bound while validating one batch.
-MAX_DECOMPRESSED_BYTES = 256 << 20
 
 
 def _error(index: int, code: ErrorCode, message: str | None = None) -> Any:
@@ -52,81 +46,67 @@ def _error(index: int, code: ErrorCode, message: str | None = None) -> Any:
 def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
     acks = request.acks
-    responses = []
+    # (topic, [(partition index, error response or None)]) in request order
+    plan: list[tuple[str, list[tuple[int, Any]]]] = []
+    entries: dict[TopicPartition, memoryview] = {}
     for topic in request.topic_data:
-        results = [
-            _produce_partition(broker, topic.name, p.index, p.records, acks, version)
-            for p in topic.partition_data
-        ]
-        responses.append(TopicResponse(name=topic.name, partition_responses=results))
+        parts: list[tuple[int, Any]] = []
+        for p in topic.partition_data:
+            refused = _check(version, acks, p.records)
+            if refused is None:
+                tp = TopicPartition(topic.name, p.index)
+                if tp in entries:
+                    refused = _error(p.index, ErrorCode.INVALID_RECORD, "partition given twice")
+                else:
+                    entries[tp] = p.records  # a memoryview into the request frame: never copied
+            parts.append((p.index, refused))
+        plan.append((topic.name, parts))
+    done = broker.replica_manager.append_records(entries, acks, request.timeout_ms)
     if acks == 0:
         return None
-    return ProduceResponse(responses=responses, throttle_time_ms=0)
+    if done.done():
+        return _response(plan, done.result())
+    return then(done, lambda results: _response(plan, results))
 
 
-def _produce_partition(
-    broker: Broker, topic: str, index: int, records: Any, acks: int, version: int
-) -> Any:
+def _check(version: int, acks: int, records: Any) -> Any:
+    """The error response for a partition refused before the replica manager sees it."""
     if version < MIN_SERVED_VERSION:
         return _error(
-            index,
-            ErrorCode.UNSUPPORTED_VERSION,
-            "Produce v0-v2 (message format < 2) is not supported",
+            -1, ErrorCode.UNSUPPORTED_VERSION, "Produce v0-v2 (message format < 2) is not supported"
         )
     if acks not in (0, 1, -1):
-        return _error(index, ErrorCode.INVALID_REQUIRED_ACKS)
-    partition = broker.partition(topic, index)
-    if partition is None:
-        return _error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return _error(-1, ErrorCode.INVALID_REQUIRED_ACKS)
     if not records:
-        return _error(index, ErrorCode.INVALID_RECORD, "no record batch in the request")
-    config = broker.topic_config(topic)
-    max_bytes = as_int(config["max.message.bytes"])
-    compacted = "compact" in as_list(config["cleanup.policy"])
-    data = records  # a memoryview into the request frame: never copied
-    try:
-        infos = validate_batches(data, max_bytes, True, MAX_DECOMPRESSED_BYTES, compacted)
-    except RecordTooLargeError as exc:
-        return _error(index, ErrorCode.MESSAGE_TOO_LARGE, str(exc))
-    except CorruptRecordError as exc:
-        return _error(index, ErrorCode.CORRUPT_MESSAGE, str(exc))
-    except InvalidRecordError as exc:
-        return _error(index, ErrorCode.INVALID_RECORD, str(exc))
-    for info in infos:
-        if info.is_control:
-            return _error(index, ErrorCode.INVALID_RECORD, "clients may not write control batches")
-        if info.is_transactional:
-            return _error(index, ErrorCode.INVALID_TXN_STATE, "transactions are not supported yet")
-    try:
-        result = partition.append_as_leader(
-            data,
-            infos,
-            acks,
-            as_int(config["min.insync.replicas"]),
-            config["message.timestamp.type"] == "LogAppendTime",
-        )
-    except PartitionError as exc:
-        return _error(index, exc.code, str(exc))
-    except RecordTooLargeError as exc:
-        # Larger than the topic's segment.bytes (max.message.bytes was checked above).
-        return _error(index, ErrorCode.RECORD_LIST_TOO_LARGE, str(exc))
-    except (CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError) as exc:
-        return _error(index, ErrorCode.CORRUPT_MESSAGE, str(exc))
-    except OSError as exc:
-        broker.logs.errors.failed("append to", partition.tp, exc)
-        return _error(
-            index, ErrorCode.KAFKA_STORAGE_ERROR, f"the broker could not write to its disk: {exc}"
-        )
-    broker.logs.errors.succeeded("append to", partition.tp)
-    return PartitionResponse(
-        index=index,
-        error_code=ErrorCode.NONE,
-        base_offset=result.base_offset,
-        log_append_time_ms=result.log_append_time,
-        log_start_offset=result.log_start_offset,
-        record_errors=[],
-        error_message=None,
-    )
+        return _error(-1, ErrorCode.INVALID_RECORD, "no record batch in the request")
+    return None
+
+
+def _response(
+    plan: list[tuple[str, list[tuple[int, Any]]]], results: dict[TopicPartition, AppendResult]
+) -> Any:
+    responses = []
+    for name, parts in plan:
+        out = []
+        for index, refused in parts:
+            if refused is not None:
+                refused.index = index
+                out.append(refused)
+                continue
+            r = results[TopicPartition(name, index)]
+            out.append(
+                PartitionResponse(
+                    index=index,
+                    error_code=r.error,
+                    base_offset=r.base_offset,
+                    log_append_time_ms=r.log_append_time,
+                    log_start_offset=r.log_start_offset,
+                    record_errors=[],
+                    error_message=r.message,
+                )
+            )
+        responses.append(TopicResponse(name=name, partition_responses=out))
+    return ProduceResponse(responses=responses, throttle_time_ms=0)
 
 
 HANDLERS = {ApiKey.PRODUCE: handle_produce}

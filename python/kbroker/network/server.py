@@ -616,8 +616,14 @@ class Server:
                     log.info("closing idle connection %s", conn.ctx.peer)
                     conn.close()
 
-    async def stop(self, grace_s: float = 10.0) -> None:
-        """Stops accepting, lets in-flight requests finish, then closes everything."""
+    async def stop(
+        self, grace_s: float = 10.0, before_drain: Callable[[], None] | None = None
+    ) -> None:
+        """Stops accepting, lets in-flight requests finish, then closes everything.
+
+        ``before_drain`` runs once no new request can arrive: the broker
+        answers its waiting requests there, so none waits out its timeout.
+        """
         if self._server is not None:
             self._server.close()
         if self._idle_task is not None:
@@ -625,6 +631,8 @@ class Server:
         conns = list(self.connections)
         for conn in conns:
             conn.stop_reading()
+        if before_drain is not None:
+            before_drain()
         if conns:
             await asyncio.wait([asyncio.ensure_future(c.drain()) for c in conns], timeout=grace_s)
         for conn in conns:

@@ -2,22 +2,23 @@
 
 `Partition` owns the partition's state that changes with writes: the high
 watermark (the offset below which every in-sync replica has the data;
-consumers never see past it), the idempotent producer state, and the
-waiters of long-polling fetches that new data wakes up. Leadership (leader,
-epoch, ISR) comes from the metadata store.
+consumers never see past it) and the idempotent producer state. Leadership
+(leader, epoch, ISR) comes from the metadata; the replica manager changes it
+with `become_leader` / `become_follower`. Whenever the high watermark or the
+log end moves, ``on_progress(tp)`` tells the replica manager, which wakes
+the requests waiting on this partition.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from kbroker._kbroker import AppendInfo, BatchInfo, LogSlice
 from kbroker.errors import ErrorCode, PartitionError
-from kbroker.log import Log
+from kbroker.log import Log, TopicPartition
 from kbroker.metadata import PartitionState
 from kbroker.replication.producer_state import ProducerStateManager
 
@@ -35,6 +36,8 @@ class ProduceResult:
     base_offset: int
     log_append_time: int
     log_start_offset: int
+    # The offset after the last record appended (or found duplicate).
+    end_offset: int
 
 
 class Partition:
@@ -47,7 +50,7 @@ class Partition:
         # Alone in the ISR, everything in the log is committed.
         self.high_watermark = log_.log_end_offset
         self.producers = ProducerStateManager()
-        self._waiters: set[asyncio.Future[None]] = set()
+        self.on_progress: Callable[[TopicPartition], None] | None = None
         if not new:
             self._rebuild_producer_state()
 
@@ -60,6 +63,27 @@ class Partition:
     @property
     def is_leader(self) -> bool:
         return self.state.leader == self.broker_id
+
+    def become_leader(self, state: PartitionState) -> None:
+        """This broker leads from ``state.leader_epoch`` on."""
+        self.state = state
+        self._maybe_advance_high_watermark()
+
+    def become_follower(self, state: PartitionState) -> None:
+        """Another broker leads; this one stops answering reads and writes."""
+        self.state = state
+
+    def check_enough_replicas_reached(
+        self, required_offset: int, min_insync_replicas: int
+    ) -> tuple[bool, ErrorCode]:
+        """acks=all: (done, error) for records ending at ``required_offset``."""
+        if not self.is_leader:
+            return True, ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if self.high_watermark < required_offset:
+            return False, ErrorCode.NONE
+        if len(self.state.isr) < min_insync_replicas:
+            return True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return True, ErrorCode.NONE
 
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """Fences requests from clients with a different view of leadership (KIP-320)."""
@@ -102,7 +126,12 @@ class Partition:
                 info.last_offset_delta,
             )
             if duplicate is not None:
-                return ProduceResult(duplicate.first_offset, -1, self.log.log_start_offset)
+                return ProduceResult(
+                    duplicate.first_offset,
+                    -1,
+                    self.log.log_start_offset,
+                    duplicate.last_offset + 1,
+                )
         appended: AppendInfo = self.log.append(batches, self.state.leader_epoch, log_append_time)
         if idempotent:
             info = infos[0]
@@ -116,7 +145,10 @@ class Partition:
             )
         self._maybe_advance_high_watermark()
         return ProduceResult(
-            appended.first_offset, appended.log_append_time, self.log.log_start_offset
+            appended.first_offset,
+            appended.log_append_time,
+            self.log.log_start_offset,
+            appended.last_offset + 1,
         )
 
     def _maybe_advance_high_watermark(self) -> None:
@@ -126,7 +158,8 @@ class Partition:
             new_hw = self.log.log_end_offset
             if new_hw > self.high_watermark:
                 self.high_watermark = new_hw
-                self._wake_waiters()
+                if self.on_progress is not None:
+                    self.on_progress(self.tp)
 
     # -- reads ---------------------------------------------------------------
 
@@ -147,18 +180,6 @@ class Partition:
         # No transactions yet: everything committed is stable.
         return self.high_watermark
 
-    def wait_for_data(self) -> asyncio.Future[None]:
-        """A future that completes the next time the high watermark moves."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.add(fut)
-        fut.add_done_callback(self._waiters.discard)
-        return fut
-
-    def _wake_waiters(self) -> None:
-        for fut in list(self._waiters):
-            if not fut.done():
-                fut.set_result(None)
-
     # -- maintenance -------------------------------------------------------
 
     def delete_records_before(self, offset: int) -> int:
@@ -174,7 +195,6 @@ class Partition:
             self.producers.write_snapshot(self.log.dir, self.log.log_end_offset)
         except OSError as exc:
             log.warning("could not save producer state of %s: %s", self.tp, exc)
-        self._wake_waiters()
 
     def _rebuild_producer_state(self) -> None:
         start = self.producers.load_snapshot(self.log.dir, self.log.log_end_offset)

@@ -59,7 +59,7 @@ class DelayedOperation(ABC):
     def on_complete(self) -> None:
         """The operation's work, run exactly once."""
 
-    def on_expire(self) -> None:
+    def on_expire(self) -> None:  # noqa: B027 - an optional hook
         """Runs after `on_complete` when the timeout completed the operation."""
 
     def force_complete(self) -> bool:

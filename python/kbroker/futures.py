@@ -1,0 +1,33 @@
+"""`then`: a future's result passed through a function, without a task per request."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+def then(fut: asyncio.Future[T], fn: Callable[[T], U]) -> asyncio.Future[U]:
+    """A future of ``fn(fut.result())``; an exception or cancellation passes through."""
+    out: asyncio.Future[U] = fut.get_loop().create_future()
+
+    def done(f: asyncio.Future[T]) -> None:
+        if out.done():
+            return
+        if f.cancelled():
+            out.cancel()
+            return
+        exc = f.exception()
+        if exc is not None:
+            out.set_exception(exc)
+            return
+        try:
+            out.set_result(fn(f.result()))
+        except Exception as err:
+            out.set_exception(err)
+
+    fut.add_done_callback(done)
+    return out

@@ -1,0 +1,461 @@
+"""The replica manager: owns the partitions this broker holds, and every read and write of them.
+
+`ReplicaManager` is the one room through which records go in and out:
+
+- `append_records` appends validated batches to partitions this broker
+  leads (client produce requests and the group coordinator's offsets both
+  come here) and, with acks=all, waits in the produce purgatory until the
+  in-sync replicas have the records or the request's timeout passes
+  (`DelayedProduce`).
+- `fetch_records` reads from partitions this broker leads, never past the
+  high watermark (or the last stable offset), and waits in the fetch
+  purgatory for ``min_bytes`` (`DelayedFetch`).
+- `make_leader` / `make_follower` are the leadership transitions; listeners
+  (the group coordinator) hear of them.
+
+Both purgatories are keyed by partition; a partition calls back when its
+high watermark or log end moves, which wakes exactly the operations
+watching it. Results are asyncio futures, already done when nothing had to
+wait, so the common path costs no task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from kbroker._kbroker import (
+    CorruptRecordError,
+    InvalidRecordError,
+    LogSlice,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    validate_batches,
+)
+from kbroker.config import TopicConfig
+from kbroker.errors import ErrorCode, KafkaError, PartitionError
+from kbroker.log import LogManager, TopicPartition
+from kbroker.metadata import PartitionState
+from kbroker.replication.partition import Partition
+from kbroker.replication.purgatory import DelayedOperation, Purgatory, Scheduler
+
+log = logging.getLogger(__name__)
+
+# Decompressed size bound while validating one batch.
+MAX_DECOMPRESSED_BYTES = 256 << 20
+
+
+@dataclass(slots=True)
+class AppendResult:
+    """One partition's answer to an append."""
+
+    error: ErrorCode
+    message: str | None = None
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    # The offset after the last appended record: what acks=all waits for.
+    end_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchParams:
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    read_committed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartition:
+    tp: TopicPartition
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1
+
+
+@dataclass(slots=True)
+class ReadResult:
+    """One partition's answer to a fetch."""
+
+    error: ErrorCode
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: LogSlice | None = None
+
+
+LeadershipListener = Callable[[TopicPartition, bool, int], None]
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        broker_id: int,
+        logs: LogManager,
+        topic_config: Callable[[str], TopicConfig],
+        scheduler: Scheduler | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.logs = logs
+        self._topic_config = topic_config
+        self._partitions: dict[TopicPartition, Partition] = {}
+        self.fetch_purgatory: Purgatory[TopicPartition] = Purgatory("Fetch", scheduler)
+        self.produce_purgatory: Purgatory[TopicPartition] = Purgatory("Produce", scheduler)
+        # Told (partition, is_leader_now, leader_epoch) on every leadership transition.
+        self._listeners: list[LeadershipListener] = []
+        # Shutting down: no request waits any more.
+        self._closing = False
+
+    # -- partitions ----------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._partitions)
+
+    def __contains__(self, tp: TopicPartition) -> bool:
+        return tp in self._partitions
+
+    def all_partitions(self) -> Mapping[TopicPartition, Partition]:
+        return self._partitions
+
+    def get_partition(self, tp: TopicPartition) -> Partition | None:
+        return self._partitions.get(tp)
+
+    def leader_partition(self, tp: TopicPartition, current_leader_epoch: int = -1) -> Partition:
+        """The partition if this broker leads it (in the client's epoch); else PartitionError."""
+        partition = self._partitions.get(tp)
+        if partition is None:
+            raise PartitionError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        partition.check_leader_epoch(current_leader_epoch)
+        if not partition.is_leader:
+            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return partition
+
+    def add_listener(self, listener: LeadershipListener) -> None:
+        self._listeners.append(listener)
+
+    def add_partition(self, partition: Partition) -> None:
+        """Starts serving ``partition`` in the role its state gives it."""
+        self._partitions[partition.tp] = partition
+        partition.on_progress = self._on_progress
+        self._notify(partition)
+
+    def remove_partitions(self, tps: Iterable[TopicPartition]) -> None:
+        """Stops serving partitions (deleted or moved away); their logs stay until deleted."""
+        for tp in tps:
+            partition = self._partitions.pop(tp, None)
+            if partition is None:
+                continue
+            partition.close()
+            if partition.is_leader:
+                for listener in self._listeners:
+                    listener(tp, False, partition.leader_epoch)
+            self._on_progress(tp)  # waiting requests answer now, with an error
+
+    def make_leader(self, tp: TopicPartition, state: PartitionState) -> None:
+        """This broker leads ``tp`` from ``state.leader_epoch`` on."""
+        partition = self._partitions[tp]
+        partition.become_leader(state)
+        self._notify(partition)
+        self._on_progress(tp)
+
+    def make_follower(self, tp: TopicPartition, state: PartitionState) -> None:
+        """Another broker leads ``tp``: requests waiting on it are answered NOT_LEADER_OR_FOLLOWER."""
+        partition = self._partitions[tp]
+        was_leader = partition.is_leader
+        partition.become_follower(state)
+        if was_leader:
+            for listener in self._listeners:
+                listener(tp, False, state.leader_epoch)
+        self._on_progress(tp)
+
+    def _notify(self, partition: Partition) -> None:
+        if partition.is_leader:
+            for listener in self._listeners:
+                listener(partition.tp, True, partition.leader_epoch)
+
+    def _on_progress(self, tp: TopicPartition) -> None:
+        """The high watermark or log end of ``tp`` moved (or its leadership changed)."""
+        self.fetch_purgatory.check_and_complete(tp)
+        self.produce_purgatory.check_and_complete(tp)
+
+    def shutdown(self) -> None:
+        """Answers every waiting request now, then closes the partitions."""
+        self._closing = True
+        self.fetch_purgatory.complete_all()
+        self.produce_purgatory.complete_all()
+        for partition in self._partitions.values():
+            partition.close()
+
+    # -- writes ----------------------------------------------------------------
+
+    def append_records(
+        self,
+        entries: Mapping[TopicPartition, bytes | memoryview],
+        required_acks: int,
+        timeout_ms: int,
+    ) -> asyncio.Future[dict[TopicPartition, AppendResult]]:
+        """Appends each partition's batches (all or none per partition).
+
+        The future is done at once unless acks=all has to wait for replicas.
+        """
+        results = {
+            tp: self._append_to_leader(tp, data, required_acks) for tp, data in entries.items()
+        }
+        done: asyncio.Future[dict[TopicPartition, AppendResult]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        waiting = [
+            tp for tp, r in results.items() if r.error == ErrorCode.NONE and r.end_offset >= 0
+        ]
+        if required_acks != -1 or not waiting:
+            done.set_result(results)
+            return done
+        op = DelayedProduce(self, timeout_ms, results, waiting, done)
+        if self._closing:
+            op.try_complete() or op.force_complete()
+        else:
+            self.produce_purgatory.try_complete_else_watch(op, waiting)
+        return done
+
+    def _append_to_leader(
+        self, tp: TopicPartition, data: bytes | memoryview, required_acks: int
+    ) -> AppendResult:
+        partition = self._partitions.get(tp)
+        if partition is None:
+            return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        config = self._topic_config(tp.topic)
+        max_bytes = config.get_int("max.message.bytes")
+        try:
+            infos = validate_batches(
+                data, max_bytes, True, MAX_DECOMPRESSED_BYTES, config.compacted
+            )
+        except RecordTooLargeError as exc:
+            return AppendResult(ErrorCode.MESSAGE_TOO_LARGE, str(exc))
+        except CorruptRecordError as exc:
+            return AppendResult(ErrorCode.CORRUPT_MESSAGE, str(exc))
+        except InvalidRecordError as exc:
+            return AppendResult(ErrorCode.INVALID_RECORD, str(exc))
+        for info in infos:
+            if info.is_control:
+                return AppendResult(
+                    ErrorCode.INVALID_RECORD, "clients may not write control batches"
+                )
+            if info.is_transactional:
+                return AppendResult(
+                    ErrorCode.INVALID_TXN_STATE, "transactions are not supported yet"
+                )
+        try:
+            result = partition.append_as_leader(
+                data,
+                infos,
+                required_acks,
+                config.get_int("min.insync.replicas"),
+                config.get_str("message.timestamp.type") == "LogAppendTime",
+            )
+        except KafkaError as exc:
+            return AppendResult(exc.code, str(exc))
+        except RecordTooLargeError as exc:
+            # Larger than the topic's segment.bytes (max.message.bytes was checked above).
+            return AppendResult(ErrorCode.RECORD_LIST_TOO_LARGE, str(exc))
+        except (CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError) as exc:
+            return AppendResult(ErrorCode.CORRUPT_MESSAGE, str(exc))
+        except OSError as exc:
+            self.logs.errors.failed("append to", tp, exc)
+            return AppendResult(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"the broker could not write to its disk: {exc}"
+            )
+        self.logs.errors.succeeded("append to", tp)
+        return AppendResult(
+            ErrorCode.NONE,
+            None,
+            result.base_offset,
+            result.log_append_time,
+            result.log_start_offset,
+            result.end_offset,
+        )
+
+    # -- reads -----------------------------------------------------------------
+
+    def fetch_records(
+        self, params: FetchParams, fetches: list[FetchPartition]
+    ) -> asyncio.Future[list[ReadResult]]:
+        """Reads ``fetches``; waits (at most ``max_wait_ms``) until ``min_bytes`` are there.
+
+        The future is done at once when the data, an error, or a zero wait
+        allows an answer now.
+        """
+        results, total = self.read_from_local_log(params, fetches)
+        done: asyncio.Future[list[ReadResult]] = asyncio.get_running_loop().create_future()
+        if (
+            self._closing
+            or params.max_wait_ms <= 0
+            or total >= params.min_bytes
+            or not fetches
+            or any(r.error != ErrorCode.NONE for r in results)
+        ):
+            done.set_result(results)
+            return done
+        op = DelayedFetch(self, params, fetches, done)
+        self.fetch_purgatory.try_complete_else_watch(op, {f.tp for f in fetches})
+        return done
+
+    def read_from_local_log(
+        self, params: FetchParams, fetches: list[FetchPartition]
+    ) -> tuple[list[ReadResult], int]:
+        """Reads what is there now: (a result per partition, bytes read)."""
+        remaining = params.max_bytes
+        total = 0
+        results = []
+        for f in fetches:
+            try:
+                partition = self.leader_partition(f.tp, f.current_leader_epoch)
+            except PartitionError as exc:
+                results.append(ReadResult(exc.code))
+                continue
+            hw = partition.high_watermark
+            lso = partition.last_stable_offset
+            result = ReadResult(ErrorCode.NONE, hw, lso, partition.log.log_start_offset)
+            try:
+                limit = min(f.max_bytes, remaining)
+                if limit > 0 or total == 0:
+                    records = partition.read(
+                        f.fetch_offset,
+                        max(limit, 0),
+                        total == 0,
+                        lso if params.read_committed else hw,
+                    )
+                    if records is not None:
+                        n = len(records)
+                        result.records = records
+                        total += n
+                        remaining -= n
+            except OffsetOutOfRangeError:
+                result.error = ErrorCode.OFFSET_OUT_OF_RANGE
+            except KafkaError as exc:
+                result.error = exc.code
+            except OSError as exc:
+                self.logs.errors.failed("reading", f.tp, exc)
+                result.error = ErrorCode.KAFKA_STORAGE_ERROR
+            results.append(result)
+        return results, total
+
+    # -- maintenance -----------------------------------------------------------
+
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        """DeleteRecords on a partition this broker leads: the new log start offset."""
+        partition = self.leader_partition(tp)
+        try:
+            partition.delete_records_before(offset)
+        except OSError as exc:
+            self.logs.errors.failed("deleting records of", tp, exc)
+            raise PartitionError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from None
+        self.logs.errors.succeeded("deleting records of", tp)
+        return partition.log.log_start_offset
+
+
+class DelayedProduce(DelayedOperation):
+    """acks=all: waits until every appended partition is replicated, or the timeout.
+
+    A partition is done when its high watermark reaches the end of what was
+    appended (with enough in-sync replicas), or when this broker stops
+    leading it; partitions still waiting at the timeout get REQUEST_TIMED_OUT.
+    """
+
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        timeout_ms: int,
+        results: dict[TopicPartition, AppendResult],
+        waiting: list[TopicPartition],
+        done: asyncio.Future[dict[TopicPartition, AppendResult]],
+    ) -> None:
+        super().__init__(timeout_ms)
+        self._replicas = replicas
+        self._results = results
+        self._waiting = set(waiting)
+        self._done = done
+
+    def try_complete(self) -> bool:
+        for tp in list(self._waiting):
+            partition = self._replicas.get_partition(tp)
+            if partition is None or not partition.is_leader:
+                self._results[tp].error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                self._waiting.discard(tp)
+                continue
+            min_isr = self._replicas._topic_config(tp.topic).get_int("min.insync.replicas")
+            reached, error = partition.check_enough_replicas_reached(
+                self._results[tp].end_offset, min_isr
+            )
+            if reached:
+                self._results[tp].error = error
+                self._waiting.discard(tp)
+        if self._waiting:
+            return False
+        return self.force_complete()
+
+    def on_complete(self) -> None:
+        for tp in self._waiting:
+            result = self._results[tp]
+            result.error = ErrorCode.REQUEST_TIMED_OUT
+            result.message = "the in-sync replicas did not acknowledge the records in time"
+        if not self._done.done():
+            self._done.set_result(self._results)
+
+
+class DelayedFetch(DelayedOperation):
+    """A fetch waiting for ``min_bytes`` of new data, at most ``max_wait_ms``.
+
+    Completes early when enough bytes are readable, or when a partition it
+    reads has an error to report (leadership moved, the partition went).
+    """
+
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        params: FetchParams,
+        fetches: list[FetchPartition],
+        done: asyncio.Future[list[ReadResult]],
+    ) -> None:
+        super().__init__(params.max_wait_ms)
+        self._replicas = replicas
+        self._params = params
+        self._fetches = fetches
+        self._done = done
+
+    def try_complete(self) -> bool:
+        available = 0
+        for f in self._fetches:
+            partition = self._replicas.get_partition(f.tp)
+            if partition is None or not partition.is_leader:
+                return self.force_complete()
+            if 0 <= f.current_leader_epoch != partition.leader_epoch:
+                return self.force_complete()
+            bound = (
+                partition.last_stable_offset
+                if self._params.read_committed
+                else partition.high_watermark
+            )
+            if bound <= f.fetch_offset:
+                continue
+            try:
+                records = partition.read(f.fetch_offset, f.max_bytes, available == 0, bound)
+            except (KafkaError, OffsetOutOfRangeError, OSError):
+                return self.force_complete()  # the read answers with the error
+            if records is not None:
+                available += len(records)
+                if available >= self._params.min_bytes:
+                    return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        if self._done.done():
+            return
+        try:
+            results, _ = self._replicas.read_from_local_log(self._params, self._fetches)
+        except Exception as exc:  # answered as the connection's failure, never lost
+            self._done.set_exception(exc)
+            return
+        self._done.set_result(results)
