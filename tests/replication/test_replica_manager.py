@@ -1,0 +1,242 @@
+"""ReplicaManager in-process: appends, reads, the fetch and produce purgatories, leadership.
+
+Real logs in a temporary directory; time in the purgatories moves by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from kbroker._kbroker import build_batch
+from kbroker.config import BrokerConfig, TopicConfig
+from kbroker.errors import ErrorCode
+from kbroker.log import LogManager, TopicPartition, log_config_from_topic
+from kbroker.metadata import PartitionState
+from kbroker.replication.partition import Partition
+from kbroker.replication.replica_manager import (
+    FetchParams,
+    FetchPartition,
+    ReadResult,
+    ReplicaManager,
+)
+from tests.replication.test_purgatory import ManualScheduler
+
+TP = TopicPartition("t", 0)
+BROKER = 1
+
+
+def batch(value: bytes = b"v" * 100) -> bytes:
+    return build_batch([(b"k", value, [])], timestamp=1)
+
+
+class Fixture:
+    def __init__(self, path: Path, overrides: dict[str, str] | None = None) -> None:
+        self.config = BrokerConfig.from_strings((overrides or {}).items())
+        self.clock = ManualScheduler()
+        self.logs = LogManager(path, lambda _t: log_config_from_topic(self.topic_config("t")))
+        self.logs.open()
+        self.replicas = ReplicaManager(BROKER, self.logs, self.topic_config, self.clock)
+        self.events: list[tuple[TopicPartition, bool, int]] = []
+        self.replicas.add_listener(lambda tp, leads, epoch: self.events.append((tp, leads, epoch)))
+
+    def topic_config(self, _topic: str) -> TopicConfig:
+        return self.config.effective_topic_config({})
+
+    def add(self, tp: TopicPartition = TP, isr: list[int] | None = None) -> Partition:
+        state = PartitionState(
+            replicas=[BROKER], leader=BROKER, leader_epoch=0, isr=isr or [BROKER]
+        )
+        partition = Partition(self.logs.get_or_create(tp), state, BROKER, new=True)
+        self.replicas.add_partition(partition)
+        return partition
+
+    def fetch(
+        self, offset: int, min_bytes: int = 1, wait_ms: int = 500, tp: TopicPartition = TP
+    ) -> asyncio.Future[list[ReadResult]]:
+        params = FetchParams(
+            max_wait_ms=wait_ms, min_bytes=min_bytes, max_bytes=1 << 20, read_committed=False
+        )
+        return self.replicas.fetch_records(params, [FetchPartition(tp, offset, 1 << 20)])
+
+
+def run(path: Path, body: Callable[[Fixture], Awaitable[None]], **overrides: str) -> None:
+    async def main() -> None:
+        fixture = Fixture(path, overrides)
+        try:
+            await body(fixture)
+        finally:
+            fixture.replicas.shutdown()
+            fixture.logs.close()
+
+    asyncio.run(main())
+
+
+def test_append_answers_at_once_with_offsets(tmp_path: Path) -> None:
+    run(tmp_path, _append_answers_at_once_with_offsets)
+
+
+async def _append_answers_at_once_with_offsets(fx: Fixture) -> None:
+    fx.add()
+    done = fx.replicas.append_records({TP: batch(), TopicPartition("t", 9): batch()}, 1, 1000)
+    assert done.done()
+    results = done.result()
+    assert results[TP].error == ErrorCode.NONE and results[TP].base_offset == 0
+    assert results[TopicPartition("t", 9)].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    second = fx.replicas.append_records({TP: batch()}, -1, 1000)
+    assert second.done() and second.result()[TP].base_offset == 1
+
+
+def test_bad_batch_is_refused_whole(tmp_path: Path) -> None:
+    run(tmp_path, _bad_batch_is_refused_whole)
+
+
+async def _bad_batch_is_refused_whole(fx: Fixture) -> None:
+    fx.add()
+    data = bytearray(batch())
+    data[-1] ^= 0xFF  # breaks the CRC
+    result = fx.replicas.append_records({TP: bytes(data)}, 1, 1000).result()[TP]
+    assert result.error == ErrorCode.CORRUPT_MESSAGE
+    assert fx.replicas.get_partition(TP).log.log_end_offset == 0  # type: ignore[union-attr]
+
+
+def test_fetch_waits_until_data_arrives(tmp_path: Path) -> None:
+    run(tmp_path, _fetch_waits_until_data_arrives)
+
+
+async def _fetch_waits_until_data_arrives(fx: Fixture) -> None:
+    fx.add()
+    waiting = fx.fetch(0)
+    assert not waiting.done() and fx.replicas.fetch_purgatory.watched(TP) == 1
+    fx.replicas.append_records({TP: batch()}, 1, 1000)
+    assert waiting.done()
+    [result] = waiting.result()
+    assert result.error == ErrorCode.NONE and result.high_watermark == 1
+    assert result.records is not None and len(result.records) == len(batch())
+    assert len(fx.replicas.fetch_purgatory) == 0
+
+
+def test_fetch_waits_for_min_bytes(tmp_path: Path) -> None:
+    run(tmp_path, _fetch_waits_for_min_bytes)
+
+
+async def _fetch_waits_for_min_bytes(fx: Fixture) -> None:
+    fx.add()
+    waiting = fx.fetch(0, min_bytes=3 * len(batch()))
+    fx.replicas.append_records({TP: batch()}, 1, 1000)
+    fx.replicas.append_records({TP: batch()}, 1, 1000)
+    assert not waiting.done()
+    fx.replicas.append_records({TP: batch()}, 1, 1000)
+    assert waiting.done() and len(waiting.result()[0].records or b"") == 3 * len(batch())
+
+
+def test_fetch_expires_empty_at_max_wait(tmp_path: Path) -> None:
+    run(tmp_path, _fetch_expires_empty_at_max_wait)
+
+
+async def _fetch_expires_empty_at_max_wait(fx: Fixture) -> None:
+    fx.add()
+    waiting = fx.fetch(0, wait_ms=500)
+    fx.clock.advance(0.499)
+    assert not waiting.done()
+    fx.clock.advance(0.001)
+    assert waiting.done()
+    [result] = waiting.result()
+    assert result.error == ErrorCode.NONE and result.records is None
+
+
+def test_errors_answer_at_once(tmp_path: Path) -> None:
+    run(tmp_path, _errors_answer_at_once)
+
+
+async def _errors_answer_at_once(fx: Fixture) -> None:
+    fx.add()
+    done = fx.fetch(0, tp=TopicPartition("nope", 0))
+    assert done.done() and done.result()[0].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    out_of_range = fx.fetch(5)
+    assert out_of_range.done() and out_of_range.result()[0].error == ErrorCode.OFFSET_OUT_OF_RANGE
+    params = FetchParams(500, 1, 1 << 20, False)
+    fenced = fx.replicas.fetch_records(
+        params, [FetchPartition(TP, 0, 1 << 20, current_leader_epoch=7)]
+    )
+    assert fenced.done() and fenced.result()[0].error == ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+def test_losing_leadership_answers_waiting_requests(tmp_path: Path) -> None:
+    run(tmp_path, _losing_leadership_answers_waiting_requests)
+
+
+async def _losing_leadership_answers_waiting_requests(fx: Fixture) -> None:
+    fx.add()
+    assert fx.events == [(TP, True, 0)]
+    waiting = fx.fetch(0)
+    fx.replicas.make_follower(
+        TP, PartitionState(replicas=[BROKER, 2], leader=2, leader_epoch=1, isr=[2])
+    )
+    assert waiting.done() and waiting.result()[0].error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert fx.events[-1] == (TP, False, 1)
+    refused = fx.replicas.append_records({TP: batch()}, 1, 1000).result()[TP]
+    assert refused.error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    fx.replicas.make_leader(
+        TP, PartitionState(replicas=[BROKER, 2], leader=BROKER, leader_epoch=2, isr=[BROKER])
+    )
+    assert fx.events[-1] == (TP, True, 2)
+    assert fx.replicas.append_records({TP: batch()}, 1, 1000).result()[TP].error == ErrorCode.NONE
+
+
+def test_acks_all_waits_for_the_isr_and_times_out(tmp_path: Path) -> None:
+    run(tmp_path, _acks_all_waits_for_the_isr_and_times_out)
+
+
+async def _acks_all_waits_for_the_isr_and_times_out(fx: Fixture) -> None:
+    # A second replica in the ISR holds the high watermark back: nothing replicates it here.
+    fx.add(isr=[BROKER, 2])
+    done = fx.replicas.append_records({TP: batch()}, -1, 1500)
+    assert not done.done() and fx.replicas.produce_purgatory.watched(TP) == 1
+    fx.clock.advance(1.5)
+    assert done.done()
+    result = done.result()[TP]
+    assert result.error == ErrorCode.REQUEST_TIMED_OUT and result.base_offset == 0
+    # acks=1 does not wait.
+    assert fx.replicas.append_records({TP: batch()}, 1, 1500).done()
+
+
+def test_acks_all_completes_when_the_high_watermark_reaches_it(tmp_path: Path) -> None:
+    run(tmp_path, _acks_all_completes_when_the_high_watermark_reaches_it)
+
+
+async def _acks_all_completes_when_the_high_watermark_reaches_it(fx: Fixture) -> None:
+    partition = fx.add(isr=[BROKER, 2])
+    done = fx.replicas.append_records({TP: batch()}, -1, 30_000)
+    assert not done.done()
+    partition.become_leader(
+        PartitionState(replicas=[BROKER], leader=BROKER, leader_epoch=0, isr=[BROKER])
+    )
+    fx.replicas.make_leader(TP, partition.state)
+    assert done.done() and done.result()[TP].error == ErrorCode.NONE
+
+
+def test_min_insync_replicas_refuses_acks_all(tmp_path: Path) -> None:
+    run(tmp_path, _min_insync_replicas_refuses_acks_all, **{"min.insync.replicas": "2"})
+
+
+async def _min_insync_replicas_refuses_acks_all(fx: Fixture) -> None:
+    fx.add()
+    result = fx.replicas.append_records({TP: batch()}, -1, 1000).result()[TP]
+    assert result.error == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert fx.replicas.append_records({TP: batch()}, 1, 1000).result()[TP].error == ErrorCode.NONE
+
+
+def test_shutdown_answers_waiting_requests(tmp_path: Path) -> None:
+    run(tmp_path, _shutdown_answers_waiting_requests)
+
+
+async def _shutdown_answers_waiting_requests(fx: Fixture) -> None:
+    fx.add(isr=[BROKER, 2])
+    fetch = fx.fetch(0)
+    produce = fx.replicas.append_records({TP: batch()}, -1, 30_000)
+    fx.replicas.shutdown()
+    assert fetch.done() and produce.done()
+    assert produce.result()[TP].error == ErrorCode.REQUEST_TIMED_OUT
+    assert fx.fetch(5).done()  # nothing waits after shutdown
