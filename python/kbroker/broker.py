@@ -38,8 +38,9 @@ from kbroker.metadata import (
     MetadataError,
     MetadataStore,
     StateFileError,
-    TopicMetadata,
 )
+from kbroker.metadata_cache import BrokerInfo, MetadataCache
+from kbroker.metadata_types import TopicMetadata
 from kbroker.network.server import Server, ServerLimits
 from kbroker.producer_ids import ProducerIdAllocator
 from kbroker.replication.partition import Partition
@@ -77,6 +78,8 @@ class Broker:
         self.listen = _listener(config["listeners"])
         advertised = config["advertised.listeners"]
         self.advertised = _listener(advertised) if advertised else self.listen
+        # What handlers read; the metadata store (the backend) feeds it.
+        self.metadata_cache = MetadataCache()
         self.metadata: MetadataStore
         self.logs: LogManager
         self.replica_manager: ReplicaManager
@@ -100,7 +103,7 @@ class Broker:
 
     def open_storage(self) -> None:
         """Loads metadata and opens (recovering) every partition log."""
-        store = LocalMetadataStore(self.data_dir, self.broker_id)
+        store = LocalMetadataStore(self.data_dir, self.broker_id, self.metadata_cache)
         store.load()
         self.metadata = store
         self.producer_ids = ProducerIdAllocator(store)
@@ -237,6 +240,10 @@ class Broker:
         host, port = await self.server.start(self.listen.host, self.listen.port)
         if self.advertised.port == 0:
             self.advertised = Endpoint(self.advertised.host, port)
+        self.metadata_cache.put_broker(
+            BrokerInfo(self.broker_id, self.advertised.host, self.advertised.port)
+        )
+        self.metadata_cache.controller_id = self.broker_id  # a single node controls itself
         cleaner = LogCleaner(
             self.logs, lambda: CleanerSettings.from_broker(self.config), self._high_watermark
         )

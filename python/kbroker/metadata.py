@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kbroker.log.manager import StorageErrors
+from kbroker.metadata_cache import MetadataCache
+from kbroker.metadata_types import PartitionState, TopicMetadata
 from kbroker.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -46,68 +48,6 @@ CLUSTER_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")
 def new_cluster_id() -> str:
     """22 characters of URL-safe base64 (a random UUID), as Kafka makes them."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-@dataclass
-class PartitionState:
-    """Leadership of one partition: who leads, in which epoch, who is in sync."""
-
-    replicas: list[int]
-    leader: int
-    leader_epoch: int = 0
-    isr: list[int] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "replicas": list(self.replicas),
-            "leader": self.leader,
-            "leader_epoch": self.leader_epoch,
-            "isr": list(self.isr),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> PartitionState:
-        return cls(
-            replicas=[int(r) for r in data["replicas"]],
-            leader=int(data["leader"]),
-            leader_epoch=int(data.get("leader_epoch", 0)),
-            isr=[int(r) for r in data.get("isr", data["replicas"])],
-        )
-
-
-@dataclass
-class TopicMetadata:
-    name: str
-    topic_id: uuid.UUID
-    partitions: dict[int, PartitionState]
-    configs: dict[str, str] = field(default_factory=dict)
-    internal: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "topic_id": str(self.topic_id),
-            "partitions": {str(p): s.to_json() for p, s in sorted(self.partitions.items())},
-            "configs": dict(self.configs),
-            "internal": self.internal,
-        }
-
-    def copy(self) -> TopicMetadata:
-        return TopicMetadata.from_json(self.name, self.to_json())
-
-    @classmethod
-    def from_json(cls, name: str, data: Mapping[str, Any]) -> TopicMetadata:
-        configs = data.get("configs", {})
-        if not isinstance(configs, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in configs.items()
-        ):
-            raise ValueError(f"configs of topic {name!r} are not a map of strings")
-        return cls(
-            name=name,
-            topic_id=uuid.UUID(data["topic_id"]),
-            partitions={int(p): PartitionState.from_json(s) for p, s in data["partitions"].items()},
-            configs=dict(configs),
-            internal=bool(data.get("internal", False)),
-        )
 
 
 class MetadataError(KafkaError):
@@ -545,11 +485,11 @@ class LocalMetadataStore:
     last line is dropped at the next start, with a warning.
     """
 
-    def __init__(self, data_dir: Path, broker_id: int) -> None:
+    def __init__(self, data_dir: Path, broker_id: int, cache: MetadataCache | None = None) -> None:
         self._dir = data_dir
         self._broker_id = broker_id
-        self._topics: dict[str, TopicMetadata] = {}
-        self._by_id: dict[uuid.UUID, TopicMetadata] = {}
+        # The store's topics live in the cache it feeds: one copy of each fact.
+        self.cache = cache if cache is not None else MetadataCache()
         self._deleted: dict[uuid.UUID, str] = {}
         self._broker_configs: dict[str, str] = {}
         self._cluster_id = ""
@@ -565,8 +505,9 @@ class LocalMetadataStore:
         self.loaded_existing = (self._dir / METADATA_FILE).exists() or (
             self._dir / METADATA_LOG
         ).exists()
-        self._topics = {name: TopicMetadata.from_json(name, t) for name, t in state.topics.items()}
-        self._by_id = {t.topic_id: t for t in self._topics.values()}
+        for name, t in state.topics.items():
+            self.cache.put_topic(TopicMetadata.from_json(name, t))
+        self.cache.cluster_id = self._cluster_id
         self._deleted = {uuid.UUID(i): name for i, name in state.deleted_topics.items()}
         self._broker_configs = dict(state.broker_configs)
         self._next_producer_id = state.next_producer_id
@@ -610,10 +551,10 @@ class LocalMetadataStore:
         return self._cluster_id
 
     def topics(self) -> Mapping[str, TopicMetadata]:
-        return self._topics
+        return self.cache.topics()
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
-        return self._by_id.get(topic_id)
+        return self.cache.topic_by_id(topic_id)
 
     def create_topic(
         self,
@@ -623,7 +564,7 @@ class LocalMetadataStore:
         internal: bool = False,
         topic_id: uuid.UUID | None = None,
     ) -> TopicMetadata:
-        if name in self._topics:
+        if self.cache.topic(name) is not None:
             raise MetadataError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         topic = TopicMetadata(
             name=name,
@@ -635,18 +576,16 @@ class LocalMetadataStore:
             configs=dict(configs),
             internal=internal,
         )
-        self._topics[name] = topic
-        self._by_id[topic.topic_id] = topic
+        self.cache.put_topic(topic)
         self._put(topic)
         return topic
 
     def delete_topic(self, name: str) -> TopicMetadata:
-        topic = self._topics.pop(name, None)
+        topic = self.cache.remove_topic(name)
         if topic is None:
             raise MetadataError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
             )
-        self._by_id.pop(topic.topic_id, None)
         self._deleted[topic.topic_id] = name
         self._record({"delete_topic": name, "topic_id": str(topic.topic_id)})
         return topic
@@ -659,29 +598,34 @@ class LocalMetadataStore:
             self._record({"forget_deleted": str(topic_id)})
 
     def add_partitions(self, name: str, assignment: Mapping[int, list[int]]) -> TopicMetadata:
-        topic = self._topics[name]
+        topic = self._topic(name)
         for p, r in assignment.items():
             topic.partitions[p] = PartitionState(replicas=list(r), leader=r[0], isr=list(r))
         self._put(topic)
         return topic
 
     def restore_topic(self, name: str, previous: TopicMetadata | None) -> None:
-        current = self._topics.pop(name, None)
-        if current is not None:
-            self._by_id.pop(current.topic_id, None)
+        self.cache.remove_topic(name)
         if previous is None:
             self._record({"drop_topic": name})
             return
         topic = previous.copy()
-        self._topics[name] = topic
-        self._by_id[topic.topic_id] = topic
+        self.cache.put_topic(topic)
         self._put(topic)
         self.forget_deleted(topic.topic_id)
 
     def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
-        topic = self._topics[name]
+        topic = self._topic(name)
         topic.configs = dict(configs)
         self._put(topic)
+
+    def _topic(self, name: str) -> TopicMetadata:
+        topic = self.cache.topic(name)
+        if topic is None:
+            raise MetadataError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
+            )
+        return topic
 
     def broker_configs(self) -> Mapping[str, str]:
         return self._broker_configs
@@ -691,7 +635,7 @@ class LocalMetadataStore:
         self._record({"broker_configs": dict(configs)})
 
     def set_partition_state(self, name: str, partition: int, state: PartitionState) -> None:
-        topic = self._topics[name]
+        topic = self._topic(name)
         topic.partitions[partition] = state
         self._put(topic)
 

@@ -13,7 +13,7 @@ from kbroker._kbroker import build_batch
 from kbroker.config import BrokerConfig, TopicConfig
 from kbroker.errors import ErrorCode
 from kbroker.log import LogManager, TopicPartition, log_config_from_topic
-from kbroker.metadata import PartitionState
+from kbroker.metadata_types import PartitionState
 from kbroker.replication.partition import Partition
 from kbroker.replication.replica_manager import (
     FetchParams,

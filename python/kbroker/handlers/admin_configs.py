@@ -223,7 +223,7 @@ def _check_topic(broker: Broker, name: str) -> None:
         raise ResourceError(
             ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name!r} is not a legal topic name"
         )
-    if name not in broker.metadata.topics():
+    if name not in broker.metadata_cache.topics():
         raise ResourceError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
 
 
@@ -368,7 +368,7 @@ def _set_broker(broker: Broker, configs: Mapping[str, str], validate_only: bool)
         config.set(name, text)
     changed = {n for n in before.keys() | normalized.keys() if before.get(n) != normalized.get(n)}
     if changed & {ts.broker_setting for ts in TOPIC_SETTINGS}:
-        for topic in list(broker.metadata.topics()):
+        for topic in list(broker.metadata_cache.topics()):
             broker.logs.update_config(topic)
     log.info("dynamic broker settings are now %s", normalized)
 

@@ -246,7 +246,7 @@ def handle_delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> A
     for i in dup_ids:
         fail(None, i, ErrorCode.INVALID_REQUEST, "Duplicate topic id.")
 
-    topics = broker.metadata.topics()
+    topics = broker.metadata_cache.topics()
     by_id = {t.topic_id: t.name for t in topics.values()}
     targets: dict[uuid.UUID, str] = {}
     for i in ids:
@@ -344,7 +344,7 @@ def _delete_records(broker: Broker, topic: str, index: int, offset: int) -> tupl
     """(low watermark, error) for one partition."""
     tp = TopicPartition(topic, index)
     if tp not in broker.replica_manager:
-        known = broker.metadata.topics().get(topic)
+        known = broker.metadata_cache.topics().get(topic)
         if known is not None and index in known.partitions:
             return -1, ErrorCode.NOT_LEADER_OR_FOLLOWER
         return -1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

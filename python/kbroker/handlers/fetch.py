@@ -57,7 +57,7 @@ def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     fetches: list[FetchPartition] = []
     for topic in request.topics:
         if version >= 13:
-            known = broker.metadata.topic_by_id(topic.topic_id)
+            known = broker.metadata_cache.topic_by_id(topic.topic_id)
             name = None if known is None else known.name
         else:
             name = topic.topic

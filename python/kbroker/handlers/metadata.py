@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from kbroker.coordinator.records import OFFSETS_TOPIC
 from kbroker.errors import TopicError
-from kbroker.metadata import TopicMetadata
+from kbroker.metadata_types import TopicMetadata
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import DescribeClusterResponse
@@ -55,7 +55,7 @@ def _error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID = ZERO_U
 
 def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
-    known = broker.metadata.topics()
+    known = broker.metadata_cache.topics()
     topics: list[Any] = []
     requested = request.topics
     if requested is None or (version == 0 and not requested):
@@ -67,7 +67,7 @@ def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         for wanted in requested:
             name = wanted.name
             if name is None:
-                found = broker.metadata.topic_by_id(wanted.topic_id)
+                found = broker.metadata_cache.topic_by_id(wanted.topic_id)
                 topics.append(
                     _topic_entry(found)
                     if found
@@ -78,13 +78,13 @@ def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             if topic is None and name == OFFSETS_TOPIC:
                 # Internal topics are made by their owner, with their own settings.
                 if broker.coordinator.ensure_offsets_topic():
-                    topic = broker.metadata.topics().get(name)
+                    topic = broker.metadata_cache.topics().get(name)
             elif topic is None and auto_create and name not in INTERNAL_TOPICS:
                 try:
                     topic = broker.create_topic(name)
                 except TopicError as exc:
                     if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
-                        topic = broker.metadata.topics().get(name)
+                        topic = broker.metadata_cache.topics().get(name)
                     else:
                         topics.append(_error_entry(name, exc.code))
                         continue
@@ -92,20 +92,21 @@ def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 topics.append(_error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             else:
                 topics.append(_topic_entry(topic))
-    ep = broker.advertised
+    cache = broker.metadata_cache
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[
-            MetadataResponse.Broker(node_id=broker.broker_id, host=ep.host, port=ep.port, rack=None)
+            MetadataResponse.Broker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+            for b in cache.alive_brokers()
         ],
-        cluster_id=broker.metadata.cluster_id,
-        controller_id=broker.broker_id,
+        cluster_id=cache.cluster_id,
+        controller_id=cache.controller_id,
         topics=topics,
     )
 
 
 def handle_describe_cluster(broker: Broker, ctx: RequestContext, request: Any) -> Any:
-    ep = broker.advertised
+    cache = broker.metadata_cache
     if ctx.api_version >= 1 and request.endpoint_type != 1:
         # Only the brokers' endpoints (type 1) exist; there are no controller listeners.
         return DescribeClusterResponse(
@@ -113,7 +114,7 @@ def handle_describe_cluster(broker: Broker, ctx: RequestContext, request: Any) -
             error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
             error_message="only broker endpoints (type 1) are served",
             endpoint_type=request.endpoint_type,
-            cluster_id=broker.metadata.cluster_id,
+            cluster_id=broker.metadata_cache.cluster_id,
             controller_id=-1,
             brokers=[],
         )
@@ -122,12 +123,13 @@ def handle_describe_cluster(broker: Broker, ctx: RequestContext, request: Any) -
         error_code=ErrorCode.NONE,
         error_message=None,
         endpoint_type=1,
-        cluster_id=broker.metadata.cluster_id,
-        controller_id=broker.broker_id,
+        cluster_id=broker.metadata_cache.cluster_id,
+        controller_id=cache.controller_id,
         brokers=[
             DescribeClusterResponse.Broker(
-                broker_id=broker.broker_id, host=ep.host, port=ep.port, rack=None
+                broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack
             )
+            for b in cache.alive_brokers()
         ],
     )
 

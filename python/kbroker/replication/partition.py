@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from kbroker._kbroker import AppendInfo, BatchInfo, LogSlice
 from kbroker.errors import ErrorCode, PartitionError
 from kbroker.log import Log, TopicPartition
-from kbroker.metadata import PartitionState
+from kbroker.metadata_types import PartitionState
 from kbroker.replication.producer_state import ProducerStateManager
 
 log = logging.getLogger(__name__)

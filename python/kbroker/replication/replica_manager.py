@@ -37,7 +37,7 @@ from kbroker._kbroker import (
 from kbroker.config import TopicConfig
 from kbroker.errors import ErrorCode, KafkaError, PartitionError
 from kbroker.log import LogManager, TopicPartition
-from kbroker.metadata import PartitionState
+from kbroker.metadata_types import PartitionState
 from kbroker.replication.partition import Partition
 from kbroker.replication.purgatory import DelayedOperation, Purgatory, Scheduler
 
