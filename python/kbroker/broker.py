@@ -73,10 +73,10 @@ def _listener(url: str) -> Endpoint:
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.broker_id: int = config["broker.id"]
-        self.data_dir = Path(config["log.dirs"])
-        self.listen = _listener(config["listeners"])
-        advertised = config["advertised.listeners"]
+        self.broker_id: int = config.get_int("broker.id")
+        self.data_dir = Path(config.get_str("log.dirs"))
+        self.listen = _listener(config.get_str("listeners"))
+        advertised = config.get_optional_str("advertised.listeners")
         self.advertised = _listener(advertised) if advertised else self.listen
         # What handlers read; the metadata store (the backend) feeds it.
         self.metadata_cache = MetadataCache()
@@ -115,7 +115,9 @@ class Broker:
         for topic in store.topics().values():
             self._topic_configs[topic.name] = parse_topic_configs(topic.configs)
         self.logs = LogManager(
-            self.data_dir, self.log_config_for, max_open_files=self.config["log.max.open.files"]
+            self.data_dir,
+            self.log_config_for,
+            max_open_files=self.config.get_int("log.max.open.files"),
         )
         self.logs.open()
         self.replica_manager = ReplicaManager(self.broker_id, self.logs, self.topic_config)
@@ -232,9 +234,9 @@ class Broker:
         from kbroker.handlers import Dispatcher
 
         limits = ServerLimits(
-            max_request_bytes=self.config["socket.request.max.bytes"],
-            max_queued_request_bytes=self.config["queued.max.request.bytes"],
-            idle_timeout_ms=self.config["connections.max.idle.ms"],
+            max_request_bytes=self.config.get_int("socket.request.max.bytes"),
+            max_queued_request_bytes=self.config.get_int("queued.max.request.bytes"),
+            idle_timeout_ms=self.config.get_int("connections.max.idle.ms"),
         )
         self.server = Server(Dispatcher(self).dispatch, limits)
         host, port = await self.server.start(self.listen.host, self.listen.port)
@@ -250,7 +252,7 @@ class Broker:
         self._background.append(
             asyncio.ensure_future(
                 self.logs.run_background(
-                    lambda: self.config["log.retention.check.interval.ms"], cleaner=cleaner
+                    lambda: self.config.get_int("log.retention.check.interval.ms"), cleaner=cleaner
                 )
             )
         )
@@ -321,9 +323,9 @@ class Broker:
         if name in self.metadata.topics() or name in self._creating:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         if num_partitions == -1:
-            num_partitions = self.config["num.partitions"]
+            num_partitions = self.config.get_int("num.partitions")
         if replication_factor == -1:
-            replication_factor = self.config["default.replication.factor"]
+            replication_factor = self.config.get_int("default.replication.factor")
         if num_partitions <= 0:
             raise TopicError(
                 ErrorCode.INVALID_PARTITIONS, "the number of partitions must be at least 1"
@@ -355,7 +357,7 @@ class Broker:
 
     def check_partition_budget(self, adding: int) -> None:
         """Refuses ``adding`` more partitions when this broker would then serve more than it may."""
-        limit = self.config["max.broker.partitions"]
+        limit = self.config.get_int("max.broker.partitions")
         have = len(self.replica_manager) + self._reserved_partitions
         if have + adding > limit:
             raise TopicError(
@@ -523,7 +525,7 @@ class Broker:
     def check_delete_topic(self, name: str) -> None:
         if name not in self.metadata.topics():
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        if not self.config["delete.topic.enable"]:
+        if not self.config.get_bool("delete.topic.enable"):
             raise TopicError(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false")
 
     async def delete_topics(self, names: list[str]) -> dict[str, TopicError | None]:

@@ -61,8 +61,8 @@ def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     if requested is None or (version == 0 and not requested):
         topics = [_topic_entry(t) for _, t in sorted(known.items())]
     else:
-        auto_create = (
-            request.allow_auto_topic_creation and broker.config["auto.create.topics.enable"]
+        auto_create = request.allow_auto_topic_creation and broker.config.get_bool(
+            "auto.create.topics.enable"
         )
         for wanted in requested:
             name = wanted.name
