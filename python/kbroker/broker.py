@@ -117,7 +117,7 @@ class Broker:
         self.logs = LogManager(
             self.data_dir,
             self.log_config_for,
-            max_open_files=self.config.get_int("log.max.open.files"),
+            max_open_files=self.config.get_optional_int("log.max.open.files"),
         )
         self.logs.open()
         self.replica_manager = ReplicaManager(self.broker_id, self.logs, self.topic_config)

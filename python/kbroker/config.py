@@ -682,6 +682,10 @@ class BrokerConfig:
     def get_int(self, name: str) -> int:
         return _typed(name, self.value(name), int)
 
+    def get_optional_int(self, name: str) -> int | None:
+        value = self.value(name)
+        return None if value is None else _typed(name, value, int)
+
     def get_float(self, name: str) -> float:
         value = self.value(name)
         if isinstance(value, int) and not isinstance(value, bool):
