@@ -19,7 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kbroker.config import BrokerConfig, ConfigError, TopicConfig, Value, parse_topic_configs
+from kbroker.config import (
+    BrokerConfig,
+    ConfigError,
+    TopicConfig,
+    Value,
+    parse_stored_topic_configs,
+    parse_topic_configs,
+)
 from kbroker.coordinator import GroupCoordinator
 from kbroker.log import LogConfig, LogManager, TopicPartition, log_config_from_topic
 from kbroker.log.cleaner import CleanerSettings, LogCleaner
@@ -131,7 +138,7 @@ class Broker:
             except ConfigError as exc:
                 log.warning("ignoring stored broker setting %s: %s", name, exc)
         for topic in store.topics().values():
-            self._topic_configs[topic.name] = parse_topic_configs(topic.configs)
+            self._topic_configs[topic.name] = parse_stored_topic_configs(topic.name, topic.configs)
         self.logs = LogManager(
             self.data_dir, self.log_config_for, max_open_files=self.config["log.max.open.files"]
         )
