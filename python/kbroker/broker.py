@@ -48,6 +48,7 @@ from kbroker.metadata import (
 from kbroker.network.server import Server, ServerLimits
 from kbroker.producer_ids import ProducerIdAllocator
 from kbroker.replication.partition import Partition
+from kbroker.replication.producer_state import expire_producers_periodically
 
 log = logging.getLogger("kbroker")
 
@@ -271,6 +272,13 @@ class Broker:
             asyncio.ensure_future(
                 self.logs.run_background(
                     lambda: self.config["log.retention.check.interval.ms"], cleaner=cleaner
+                )
+            )
+        )
+        self._background.append(
+            asyncio.ensure_future(
+                expire_producers_periodically(
+                    lambda: (p.producers for p in self.partitions.values()), self.config
                 )
             )
         )
