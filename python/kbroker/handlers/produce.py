@@ -18,6 +18,7 @@ from kbroker._kbroker import (
     validate_batches,
 )
 from kbroker.config import as_int, as_list
+from kbroker.log.compression import recompress_for_topic
 from kbroker.protocol import ApiKey, ErrorCode, RequestHeader
 from kbroker.protocol.messages.core import ProduceResponse
 from kbroker.replication.partition import PartitionError
@@ -85,6 +86,7 @@ def _produce_partition(
     data = records  # a memoryview into the request frame: never copied
     try:
         infos = validate_batches(data, max_bytes, True, MAX_DECOMPRESSED_BYTES, compacted)
+        data = recompress_for_topic(data, infos, config.get_str("compression.type"), max_bytes)
     except RecordTooLargeError as exc:
         return _error(index, ErrorCode.MESSAGE_TOO_LARGE, str(exc))
     except CorruptRecordError as exc:
