@@ -25,6 +25,7 @@ __all__ = [
     "decode_records",
     "max_open_files",
     "open_segment_files",
+    "recompress_batches",
     "sendfile",
     "set_max_open_files",
     "validate_batches",
@@ -77,6 +78,12 @@ def validate_batches(
     max_decompressed_bytes: int = ...,
     require_keys: bool = False,
 ) -> list[BatchInfo]: ...
+def recompress_batches(
+    data: bytes | bytearray | memoryview,
+    codec: int,
+    max_decompressed_bytes: int,
+    max_batch_bytes: int,
+) -> bytes: ...
 
 _Header = tuple[str, bytes | None]
 _DecodedRecord = tuple[int, int, bytes | None, bytes | None, list[_Header]]

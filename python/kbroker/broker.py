@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kbroker.config import BrokerConfig, ConfigError, TopicConfig, Value, parse_topic_configs
+from kbroker.config import (
+    BrokerConfig,
+    ConfigError,
+    TopicConfig,
+    Value,
+    parse_stored_topic_configs,
+    parse_topic_configs,
+)
 from kbroker.coordinator import GroupCoordinator
 from kbroker.errors import ErrorCode, TopicError
 from kbroker.log import LogConfig, LogManager, TopicPartition, log_config_from_topic
@@ -44,6 +51,7 @@ from kbroker.metadata_types import TopicMetadata
 from kbroker.network.server import Server, ServerLimits
 from kbroker.producer_ids import ProducerIdAllocator
 from kbroker.replication.partition import Partition
+from kbroker.replication.producer_state import expire_producers_periodically
 from kbroker.replication.replica_manager import ReplicaManager
 from kbroker.topics import (
     INTERNAL_TOPICS,
@@ -113,7 +121,7 @@ class Broker:
             except ConfigError as exc:
                 log.warning("ignoring stored broker setting %s: %s", name, exc)
         for topic in store.topics().values():
-            self._topic_configs[topic.name] = parse_topic_configs(topic.configs)
+            self._topic_configs[topic.name] = parse_stored_topic_configs(topic.name, topic.configs)
         self.logs = LogManager(
             self.data_dir,
             self.log_config_for,
@@ -253,6 +261,14 @@ class Broker:
             asyncio.ensure_future(
                 self.logs.run_background(
                     lambda: self.config.get_int("log.retention.check.interval.ms"), cleaner=cleaner
+                )
+            )
+        )
+        self._background.append(
+            asyncio.ensure_future(
+                expire_producers_periodically(
+                    lambda: (p.producers for p in self.replica_manager.all_partitions().values()),
+                    self.config,
                 )
             )
         )

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kbroker import __version__
-from kbroker.config import BROKER, BrokerConfig, ConfigError, load_properties
+from kbroker.config import BROKER, BrokerConfig, ConfigError, UnsupportedSetting, load_properties
 
 if TYPE_CHECKING:
     from kbroker.tools.cluster import Cluster
@@ -91,6 +91,8 @@ def serve(
         if zookeeper is not None:
             pairs.append(("zookeeper.connect", zookeeper))
         config = BrokerConfig.from_strings(pairs)
+    except UnsupportedSetting as exc:
+        raise click.ClickException(str(exc)) from None
     except ConfigError as exc:
         raise click.ClickException(f"bad setting: {exc}") from None
 
@@ -192,16 +194,28 @@ def log_verify(directory: Path) -> None:
 @main.command("settings")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def list_settings(as_json: bool) -> None:
-    """List every broker setting with its default."""
+    """List every broker setting with its default; one not supported yet says so (a value
+    given for it is refused at start)."""
     rows = [
-        {"name": s.name, "type": s.type.name, "default": s.render(s.default), "doc": s.doc}
+        {
+            "name": s.name,
+            "type": s.type.name,
+            "default": s.render(s.default),
+            "doc": s.doc,
+            "supported": s.supported,
+            "unsupported_reason": s.unsupported,
+            "honoured_values": [s.render(v) for v in s.honoured],
+        }
         for s in BROKER.values()
     ]
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
     for row in rows:
-        click.echo(f"{row['name']:<40} {row['type']:<8} {row['default']!s:<28} {row['doc']}")
+        doc = row["doc"]
+        if not row["supported"]:
+            doc = f"{doc} [a value is refused: {row['unsupported_reason']}]"
+        click.echo(f"{row['name']:<40} {row['type']:<8} {row['default']!s:<28} {doc}")
 
 
 # -- cluster admin: topic, config, offsets, delete-records, cluster -----------------

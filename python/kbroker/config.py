@@ -9,12 +9,15 @@ the CLI and the log layer all read this table.
 from __future__ import annotations
 
 import enum
+import logging
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
 
 LONG_MAX = 2**63 - 1
 DOUBLE_MAX = sys.float_info.max
@@ -39,6 +42,10 @@ class ConfigError(ValueError):
     """A setting with an unknown name or a value it cannot take."""
 
 
+class UnsupportedSetting(ConfigError):
+    """A value for a setting kbroker does not support yet (`Setting.unsupported`)."""
+
+
 Value = int | float | bool | str | list[str] | None
 
 
@@ -58,9 +65,24 @@ class Setting:
     # Broker settings whose value, when given, is used for this one, with a
     # factor (log.retention.hours * 3600000 -> log.retention.ms).
     fallbacks: tuple[tuple[str, int], ...] = ()
+    # Not supported yet: why. A value given for it (settings file, --set,
+    # AlterConfigs, a topic override) is refused with this reason instead of
+    # being accepted and ignored; the default stands meanwhile.
+    unsupported: str | None = None
+    # Values of an unsupported setting that today's code does honour (e.g.
+    # preallocate=false: nothing is preallocated), so they are accepted.
+    honoured: tuple[Value, ...] = ()
+
+    @property
+    def supported(self) -> bool:
+        return self.unsupported is None
 
     def parse(self, raw: Any) -> Value:
-        """Turns a string (from a properties file or the wire) into a checked value."""
+        """Turns a string (from a properties file or the wire) into a checked value.
+
+        The one place where a value for a setting that is not supported yet is
+        refused (`UnsupportedSetting`).
+        """
         if raw is None:
             if self.nullable:
                 return None
@@ -72,6 +94,8 @@ class Setting:
                 f"{self.name}: {raw!r} is not a valid {self.type.name.lower()}"
             ) from exc
         self.check(value)
+        if self.unsupported is not None and value not in self.honoured:
+            raise UnsupportedSetting(f"{self.name}: {self.unsupported}")
         return value
 
     def _convert(self, raw: Any) -> Value:
@@ -149,6 +173,9 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         "Cluster id (made at first start when absent).",
         nullable=True,
         read_only=True,
+        unsupported="not supported yet: a node makes its cluster id at its first start and "
+        "keeps it in meta.properties in its data directory (`kbroker cluster brokers` shows it); "
+        "remove the setting",
     ),
     Setting("log.dirs", _S.STRING, "./data", "The data directory.", read_only=True),
     Setting(
@@ -173,6 +200,8 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         "ZooKeeper ensemble; none runs a single node with embedded metadata.",
         nullable=True,
         read_only=True,
+        unsupported="cluster mode is not supported yet; remove it (and --zookeeper) to run "
+        "a single node, which keeps its metadata in its data directory",
     ),
     Setting("num.partitions", _S.INT, 1, "Partitions of an auto-created topic.", min=1),
     Setting("default.replication.factor", _S.INT, 1, "Replicas of an auto-created topic.", min=1),
@@ -355,7 +384,18 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         min=16,
         read_only=True,
     ),
-    Setting("log.preallocate", _S.BOOLEAN, False, "Preallocate segment files."),
+    Setting(
+        "log.preallocate",
+        _S.BOOLEAN,
+        False,
+        "Preallocate segment files.",
+        # Preallocating needs every reader of segment files (recovery, the
+        # file cache, `log verify`, dump-log, sizes) to tell a zero-filled
+        # tail from data; until then only false, what the log does, is taken.
+        unsupported="preallocation is not supported yet (segment files grow as they are "
+        "written); remove it or set it to false",
+        honoured=(False,),
+    ),
     Setting(
         "compression.type",
         _S.STRING,
@@ -371,6 +411,9 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         _S.BOOLEAN,
         False,
         "Allow a replica outside the ISR to become leader.",
+        # Supported, both ways: a partition has one replica (a replication
+        # factor above 1 is refused), always the leader and alone in the ISR,
+        # so no replica outside the ISR exists to be elected or kept out.
     ),
     Setting(
         "socket.request.max.bytes",
@@ -401,6 +444,8 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         30_000,
         "A follower this far behind leaves the ISR.",
         min=1,
+        unsupported="not supported yet: a node has no followers until cluster mode lands; "
+        "remove the setting",
     ),
     Setting(
         "offsets.topic.num.partitions",
@@ -487,14 +532,24 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         "transactional.id.expiration.ms",
         _S.INT,
         604800000,
-        "Idle producer ids expire after this.",
+        "Idle transactional ids expire after this.",
         min=1,
+        unsupported="not supported yet: transactions are not (transactional producers are "
+        "refused), so there is no transactional id to expire; remove the setting",
     ),
     Setting(
         "producer.id.expiration.ms",
         _S.INT,
         86400000,
-        "Idle idempotent producer state expires after this.",
+        "A partition forgets an idempotent producer whose last write (its batch's max "
+        "timestamp) is this old; its next write is then taken at any sequence.",
+        min=1,
+    ),
+    Setting(
+        "producer.id.expiration.check.interval.ms",
+        _S.INT,
+        600000,
+        "How often idle producers are looked for (producer.id.expiration.ms).",
         min=1,
     ),
 )
@@ -610,6 +665,8 @@ def topic_setting(name: str) -> Setting:
         base.max,
         base.choices,
         nullable=False,
+        unsupported=base.unsupported,
+        honoured=base.honoured,
     )
 
 
@@ -625,6 +682,27 @@ def parse_topic_configs(raw: Mapping[str, str | None]) -> dict[str, Value]:
             raise ConfigError(f"{name}: {problem}")
         out[name] = value
     return out
+
+
+def parse_stored_topic_configs(topic: str, raw: Mapping[str, str | None]) -> dict[str, Value]:
+    """`parse_topic_configs` for a topic's overrides as the metadata kept them.
+
+    An override an earlier release accepted but this one does not support
+    yet (`Setting.unsupported`) is left out with a warning, so the topic gets
+    the default, rather than stopping the start; CreateTopics and
+    AlterConfigs refuse such values.
+    """
+    kept: dict[str, str | None] = {}
+    for name, text in raw.items():
+        try:
+            topic_setting(name).parse(text)
+        except UnsupportedSetting as exc:
+            log.warning("topic %s: ignoring its stored override %s=%s: %s", topic, name, text, exc)
+            continue
+        except ConfigError:
+            pass  # refused below, as before
+        kept[name] = text
+    return parse_topic_configs(kept)
 
 
 def load_properties(path: Path) -> dict[str, str]:

@@ -22,7 +22,7 @@ use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::crc32c::crc32c_delta;
@@ -201,6 +201,14 @@ pub struct Log {
     dir: PathBuf,
     segments: RwLock<Arc<Vec<Arc<Segment>>>>,
     writer: Mutex<Writer>,
+    /// Held while segments are fdatasync'ed and the recovery point moves, and
+    /// by whatever deletes segment files or truncates (always taken after
+    /// the writer lock when both are held). A flush takes the writer lock
+    /// only to note the log end, so appends go on during its fdatasyncs.
+    flushing: Mutex<()>,
+    /// Bumped by every truncation: a flush that noted the log end before
+    /// one must not move the recovery point.
+    truncations: AtomicU64,
     log_start: AtomicI64,
     log_end: AtomicI64,
     recovery_point: AtomicI64,
@@ -531,6 +539,8 @@ impl Log {
                 last_flush_ms: now_ms,
                 scratch: Vec::new(),
             }),
+            flushing: Mutex::new(()),
+            truncations: AtomicU64::new(0),
             log_start: AtomicI64::new(log_start),
             log_end: AtomicI64::new(log_end),
             recovery_point: AtomicI64::new(checkpoint_rp.unwrap_or(if empty && !rp_file_present {
@@ -568,6 +578,10 @@ impl Log {
 
     fn lock_writer(&self) -> MutexGuard<'_, Writer> {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_flushing(&self) -> MutexGuard<'_, ()> {
+        self.flushing.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn snapshot(&self) -> Arc<Vec<Arc<Segment>>> {
@@ -616,6 +630,8 @@ impl Log {
             if active.base_offset() == base {
                 return Ok(active.clone());
             }
+            // Not while a flush syncs it: its index sync would make the files anew.
+            let _f = self.lock_flushing();
             list.pop();
             active.delete_files()?;
         } else {
@@ -636,13 +652,47 @@ impl Log {
     }
 
     /// fdatasyncs every dirty segment, then moves the recovery point to the
-    /// log end and checkpoints it.
+    /// log end and checkpoints it, with the writer lock held (appends wait):
+    /// for truncation, close and flush.messages. A flush on its own is
+    /// [`Log::flush`].
     fn flush_locked(&self, _w: &mut Writer) -> Result<()> {
+        let _f = self.lock_flushing();
+        self.sync_and_checkpoint()
+    }
+
+    /// [`Log::flush_locked`]'s work; the caller holds both locks.
+    fn sync_and_checkpoint(&self) -> Result<()> {
         let end = self.log_end_offset();
         for seg in self.snapshot().iter() {
             seg.flush()?;
         }
         if self.recovery_point.load(Ordering::Acquire) != end {
+            write_checkpoint(&self.dir, RECOVERY_POINT_FILE, end)?;
+            self.recovery_point.store(end, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// A flush that lets appends go on during its fdatasyncs: the log end
+    /// (`end`, and `truncations` then) was noted under the writer lock, and
+    /// the recovery point moves to it only, once everything written before
+    /// is synced. Segments are listed after the flushing lock is taken (what
+    /// was deleted meanwhile needs no sync, and nothing is deleted while it
+    /// is held). A truncation meanwhile leaves the recovery point to the
+    /// truncation's own flush.
+    fn sync_up_to(&self, end: i64, truncations: u64) -> Result<()> {
+        let _f = self.lock_flushing();
+        if self.is_closed() {
+            return Ok(()); // close flushed, or delete removed the files
+        }
+        #[cfg(test)]
+        tests::in_flush();
+        for seg in self.snapshot().iter() {
+            seg.flush()?;
+        }
+        if self.truncations.load(Ordering::Acquire) == truncations
+            && self.recovery_point.load(Ordering::Acquire) < end
+        {
             write_checkpoint(&self.dir, RECOVERY_POINT_FILE, end)?;
             self.recovery_point.store(end, Ordering::Release);
         }
@@ -655,6 +705,7 @@ impl Log {
         if count == 0 {
             return Ok(());
         }
+        let _f = self.lock_flushing();
         let segs = self.snapshot();
         let new_first = segs[count].base_offset();
         if new_first > self.log_start_offset() {
@@ -985,7 +1036,7 @@ impl Log {
     /// Drops every offset >= `offset` (a batch holding `offset` goes whole),
     /// indexes included. Below the log start, the log restarts empty there.
     pub fn truncate_to(&self, offset: i64) -> Result<()> {
-        let mut w = self.lock_writer();
+        let w = self.lock_writer();
         self.check_open()?;
         if offset < 0 {
             return Err(Error::InvalidArgument(format!(
@@ -995,6 +1046,8 @@ impl Log {
         if offset >= self.log_end_offset() {
             return Ok(());
         }
+        let _f = self.lock_flushing();
+        self.truncations.fetch_add(1, Ordering::AcqRel);
         // Data the cleaner called clean may be replaced by new appends.
         if self.cleaner_first_dirty.load(Ordering::Acquire) > offset {
             self.cleaner_first_dirty.store(offset, Ordering::Release);
@@ -1036,7 +1089,7 @@ impl Log {
             self.log_end.store(new_end, Ordering::Release);
         }
         // Make the cut durable and move the recovery point back to the end.
-        self.flush_locked(&mut w)
+        self.sync_and_checkpoint()
     }
 
     /// DeleteRecords: raises the log start to `offset` (<= log end; the
@@ -1125,26 +1178,39 @@ impl Log {
     /// Flushes when flush.ms has passed since the last flush and there is
     /// something to flush. Returns whether it flushed.
     pub fn maybe_flush(&self, now_ms: i64) -> Result<bool> {
-        let mut w = self.lock_writer();
-        self.check_open()?;
-        if w.config.flush_ms == i64::MAX
-            || now_ms.saturating_sub(w.last_flush_ms) < w.config.flush_ms
-        {
-            return Ok(false);
-        }
-        w.last_flush_ms = now_ms;
-        if self.recovery_point() == self.log_end_offset() {
-            return Ok(false);
-        }
-        self.flush_locked(&mut w)?;
+        let (end, truncations) = {
+            let mut w = self.lock_writer();
+            self.check_open()?;
+            if w.config.flush_ms == i64::MAX
+                || now_ms.saturating_sub(w.last_flush_ms) < w.config.flush_ms
+            {
+                return Ok(false);
+            }
+            w.last_flush_ms = now_ms;
+            if self.recovery_point() == self.log_end_offset() {
+                return Ok(false);
+            }
+            (
+                self.log_end_offset(),
+                self.truncations.load(Ordering::Acquire),
+            )
+        };
+        self.sync_up_to(end, truncations)?;
         Ok(true)
     }
 
-    /// fdatasync of everything written; advances the recovery point.
+    /// fdatasync of everything written; advances the recovery point. Appends
+    /// are not held up by its fdatasyncs.
     pub fn flush(&self) -> Result<()> {
-        let mut w = self.lock_writer();
-        self.check_open()?;
-        self.flush_locked(&mut w)
+        let (end, truncations) = {
+            let _w = self.lock_writer();
+            self.check_open()?;
+            (
+                self.log_end_offset(),
+                self.truncations.load(Ordering::Acquire),
+            )
+        };
+        self.sync_up_to(end, truncations)
     }
 
     /// Flushes, seals the active segment's indexes and leaves the
@@ -1169,6 +1235,7 @@ impl Log {
     /// Removes the whole partition directory.
     pub fn delete(&self) -> Result<()> {
         let _w = self.lock_writer();
+        let _f = self.lock_flushing();
         self.closed.store(true, Ordering::Release);
         for seg in self.snapshot().iter() {
             seg.close_index_files();
@@ -1212,6 +1279,7 @@ impl Log {
         finish: impl FnOnce() -> Result<()>,
     ) -> Result<bool> {
         let _w = self.lock_writer();
+        let _f = self.lock_flushing();
         if self.is_closed() || old.is_empty() {
             return Ok(false);
         }
@@ -1285,5 +1353,172 @@ impl Log {
     /// What recovery did when the log was opened.
     pub fn recovery_notes(&self) -> &[RecoveryNote] {
         &self.recovery
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compression::Codec;
+    use crate::records::{BatchBuilder, NO_HEADERS};
+    use std::sync::mpsc;
+    use std::thread;
+    use std::time::Duration;
+
+    type Hook = Arc<dyn Fn() + Send + Sync>;
+
+    /// Runs in [`Log::sync_up_to`] before its fdatasyncs, for the log whose
+    /// directory a test registered (tests run in parallel).
+    static HOOKS: Mutex<Vec<(PathBuf, Hook)>> = Mutex::new(Vec::new());
+
+    thread_local! {
+        static FLUSHING_DIR: std::cell::RefCell<Option<PathBuf>> = const { std::cell::RefCell::new(None) };
+    }
+
+    pub(super) fn in_flush() {
+        let dir = FLUSHING_DIR.with(|d| d.borrow().clone());
+        let hook = HOOKS
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(d, _)| Some(d) == dir.as_ref())
+            .map(|(_, h)| h.clone());
+        if let Some(h) = hook {
+            h();
+        }
+    }
+
+    fn batch(n: usize) -> Vec<u8> {
+        let mut b = BatchBuilder::new(Codec::None, 0, 1_700_000_000_000);
+        for i in 0..n {
+            let value = format!("v{i}");
+            b.push(
+                1_700_000_000_000,
+                Some(&b"k"[..]),
+                Some(value.as_bytes()),
+                NO_HEADERS,
+            );
+        }
+        b.build().unwrap()
+    }
+
+    /// A flush in a thread that marks which log it flushes (for `in_flush`).
+    fn flush_in_thread(log: &Arc<Log>) -> thread::JoinHandle<Result<()>> {
+        let log = log.clone();
+        thread::spawn(move || {
+            FLUSHING_DIR.with(|d| *d.borrow_mut() = Some(log.dir()));
+            log.flush()
+        })
+    }
+
+    #[test]
+    fn appends_go_on_while_a_flush_syncs() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(Log::open(dir.path(), LogConfig::default(), 0).unwrap());
+        log.append(&batch(3), 0, None, 0).unwrap();
+        let (entered_tx, entered) = mpsc::channel::<()>();
+        let (release, release_rx) = mpsc::channel::<()>();
+        let release_rx = Mutex::new(release_rx);
+        let entered_tx = Mutex::new(entered_tx);
+        HOOKS.lock().unwrap().push((
+            log.dir(),
+            Arc::new(move || {
+                entered_tx.lock().unwrap().send(()).unwrap();
+                let _ = release_rx
+                    .lock()
+                    .unwrap()
+                    .recv_timeout(Duration::from_secs(30));
+            }),
+        ));
+        let flush = flush_in_thread(&log);
+        entered.recv_timeout(Duration::from_secs(10)).unwrap();
+
+        // The flush is under way (parked before its fdatasyncs): an append
+        // must not wait for it.
+        let appender = {
+            let log = log.clone();
+            let (done_tx, done) = mpsc::channel();
+            thread::spawn(move || {
+                done_tx
+                    .send(log.append(&batch(2), 0, None, 0).map(|i| i.last_offset))
+                    .unwrap()
+            });
+            done
+        };
+        let appended = appender.recv_timeout(Duration::from_secs(10));
+        release.send(()).unwrap();
+        assert_eq!(appended.expect("an append waited for a flush").unwrap(), 4);
+        flush.join().unwrap().unwrap();
+        // The recovery point moved only to what was written before the flush began.
+        assert_eq!(log.recovery_point(), 3);
+        assert_eq!(log.log_end_offset(), 5);
+        HOOKS.lock().unwrap().retain(|(d, _)| *d != log.dir());
+        log.flush().unwrap();
+        assert_eq!(log.recovery_point(), 5);
+        log.close().unwrap();
+    }
+
+    #[test]
+    fn flushes_beside_appends_truncations_and_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LogConfig {
+            segment_bytes: 4096,
+            ..LogConfig::default()
+        };
+        let log = Arc::new(Log::open(dir.path(), cfg, 0).unwrap());
+        let stop = Arc::new(AtomicBool::new(false));
+        let flusher = {
+            let (log, stop) = (log.clone(), stop.clone());
+            thread::spawn(move || {
+                let mut flushes = 0;
+                while !stop.load(Ordering::Acquire) {
+                    log.flush().unwrap();
+                    assert!(log.recovery_point() <= log.log_end_offset());
+                    flushes += 1;
+                }
+                flushes
+            })
+        };
+        let one = batch(4);
+        for i in 0..1500 {
+            log.append(&one, 0, None, 0).unwrap();
+            if i % 300 == 299 {
+                log.truncate_to(log.log_end_offset() - 6).unwrap();
+                assert_eq!(log.recovery_point(), log.log_end_offset());
+            }
+            if i % 500 == 499 {
+                log.delete_records_before(log.log_end_offset() - 100)
+                    .unwrap();
+            }
+        }
+        stop.store(true, Ordering::Release);
+        assert!(flusher.join().unwrap() > 0);
+        log.flush().unwrap();
+        let end = log.log_end_offset();
+        assert_eq!(log.recovery_point(), end);
+        log.close().unwrap();
+        drop(log);
+        // Everything is there after a reopen, and no deleted segment left files behind.
+        let again = Log::open(
+            dir.path(),
+            LogConfig {
+                segment_bytes: 4096,
+                ..LogConfig::default()
+            },
+            0,
+        )
+        .unwrap();
+        assert_eq!(again.log_end_offset(), end);
+        let bases: Vec<i64> = again.segment_base_offsets();
+        let mut files = 0;
+        for e in fs::read_dir(dir.path()).unwrap() {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            if name.ends_with(".index") || name.ends_with(".log") {
+                let base: i64 = name.split('.').next().unwrap().parse().unwrap();
+                assert!(bases.contains(&base), "{name} outlived its segment");
+                files += 1;
+            }
+        }
+        assert!(files >= bases.len());
     }
 }

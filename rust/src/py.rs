@@ -198,6 +198,27 @@ fn validate_batches(
     })
 }
 
+/// Rewrites validated batches so their records are compressed with `codec`
+/// (a codec id, 0 = none), for a topic's compression.type: a batch already
+/// in it is copied unchanged, any other is recompressed with a new CRC.
+/// Releases the GIL.
+#[pyfunction]
+#[pyo3(signature = (data, codec, max_decompressed_bytes, max_batch_bytes))]
+fn recompress_batches<'py>(
+    py: Python<'py>,
+    data: ByteView,
+    codec: u8,
+    max_decompressed_bytes: usize,
+    max_batch_bytes: usize,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let target = Codec::from_id(codec).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let data = data.as_slice();
+    let out = py.detach(|| {
+        records::recompress_batches(data, target, max_decompressed_bytes, max_batch_bytes)
+    })?;
+    Ok(PyBytes::new(py, &out))
+}
+
 type PyRecord<'py> = (
     i64,
     i64,
@@ -905,6 +926,7 @@ fn _kbroker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add_function(wrap_pyfunction!(crc32c, m)?)?;
     m.add_function(wrap_pyfunction!(validate_batches, m)?)?;
+    m.add_function(wrap_pyfunction!(recompress_batches, m)?)?;
     m.add_function(wrap_pyfunction!(decode_records, m)?)?;
     m.add_function(wrap_pyfunction!(build_batch, m)?)?;
     m.add_function(wrap_pyfunction!(py_sendfile, m)?)?;

@@ -951,6 +951,63 @@ pub fn set_max_timestamp_log_append(batch: &mut [u8], ts: i64) -> Result<()> {
     Ok(())
 }
 
+// -- recompression (compression.type) ---------------------------------------
+
+/// Rewrites validated batches (concatenated, as in a Produce request) so
+/// their records are stored with `target`, as Kafka does for a topic's
+/// `compression.type`: a batch already in `target` is copied unchanged; any
+/// other has its records region decompressed (within `max_decompressed`)
+/// and compressed with `target` (kept as is for `Codec::None`), its
+/// attributes' codec bits and batchLength set and its CRC computed over the
+/// new bytes. Record bytes, timestamps, producer fields and every other
+/// attribute bit stay. Fails with `RecordTooLarge` when a rewritten batch
+/// passes `max_batch_bytes` (as Kafka checks the size after conversion).
+pub fn recompress_batches(
+    batches: &[u8],
+    target: Codec,
+    max_decompressed: usize,
+    max_batch_bytes: usize,
+) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(batches.len());
+    for (pos, size) in split_batches(batches)? {
+        let batch = &batches[pos..pos + size];
+        let h = BatchHeader::parse(batch)?;
+        let codec = Codec::from_attributes(h.attributes)?;
+        if codec == target {
+            out.extend_from_slice(batch);
+            continue;
+        }
+        let region = records_region(batch, max_decompressed)?;
+        let payload = match target {
+            Codec::None => region,
+            _ => Cow::Owned(compression::compress(target, &region)?),
+        };
+        let total = HEADER_SIZE + payload.len();
+        if total > max_batch_bytes {
+            return Err(Error::RecordTooLarge {
+                size: total,
+                max: max_batch_bytes,
+            });
+        }
+        let Ok(batch_length) = i32::try_from(total - LOG_OVERHEAD) else {
+            return Err(Error::RecordTooLarge {
+                size: total,
+                max: i32::MAX as usize,
+            });
+        };
+        let start = out.len();
+        out.extend_from_slice(&batch[..HEADER_SIZE]);
+        out.extend_from_slice(&payload);
+        let new = &mut out[start..];
+        new[BATCH_LENGTH..BATCH_LENGTH + 4].copy_from_slice(&batch_length.to_be_bytes());
+        let attributes = (h.attributes & !COMPRESSION_MASK) | target as i16;
+        new[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+        let crc = crc32c(&new[ATTRIBUTES..]);
+        new[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    }
+    Ok(out)
+}
+
 // -- building ------------------------------------------------------------
 
 /// An empty header list for [`BatchBuilder::push`] (a bare `&[]` leaves the
@@ -1229,6 +1286,82 @@ impl BatchBuilder {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn recompress_to_every_codec_keeps_the_records() {
+        let recs: Vec<Rec> = (0..50)
+            .map(|i| {
+                let h = vec![(b"h".to_vec(), Some(vec![i as u8; 2]))];
+                let key = (i % 3 != 0).then(|| format!("key-{i}").into_bytes());
+                (T0 + i, key, Some(vec![b'v'; 100 + i as usize]), h)
+            })
+            .collect();
+        for from in Codec::ALL {
+            let mut b = BatchBuilder::new(from, 0, T0)
+                .producer(42, 3, 17)
+                .log_append_time(from == Codec::Lz4);
+            for (ts, k, v, h) in &recs {
+                b.push(*ts, k.as_deref(), v.as_deref(), h);
+            }
+            let one = b.build().unwrap();
+            let two = [one.clone(), simple(from, 3)].concat();
+            let expected: Vec<_> = [&one[..], &simple(from, 3)[..]]
+                .iter()
+                .map(|b| decode_batch_records(b, 1 << 24).unwrap())
+                .collect();
+            for to in Codec::ALL {
+                let out = recompress_batches(&two, to, 1 << 24, 1 << 24).unwrap();
+                if to == from {
+                    assert_eq!(out, two, "{from:?} is kept as it came");
+                }
+                let spans = split_batches(&out).unwrap();
+                assert_eq!(spans.len(), 2);
+                for ((pos, size), want) in spans.into_iter().zip(&expected) {
+                    let batch = &out[pos..pos + size];
+                    let info = validate_batch(batch, &opts()).unwrap();
+                    assert_eq!(info.codec, to, "{from:?} -> {to:?}");
+                    let old = BatchHeader::parse(if pos == 0 { &one } else { &two[one.len()..] })
+                        .unwrap();
+                    let h = BatchHeader::parse(batch).unwrap();
+                    assert_eq!(
+                        h.attributes & !COMPRESSION_MASK,
+                        old.attributes & !COMPRESSION_MASK
+                    );
+                    assert_eq!(
+                        (h.producer_id, h.producer_epoch, h.base_sequence),
+                        (old.producer_id, old.producer_epoch, old.base_sequence)
+                    );
+                    assert_eq!(
+                        (h.first_timestamp, h.max_timestamp, h.last_offset_delta),
+                        (
+                            old.first_timestamp,
+                            old.max_timestamp,
+                            old.last_offset_delta
+                        )
+                    );
+                    assert_eq!(&decode_batch_records(batch, 1 << 24).unwrap(), want);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn recompress_checks_the_size_and_the_bound() {
+        let big = build(
+            Codec::Zstd,
+            &[(T0, None, Some(vec![0u8; 100_000]), Vec::new())],
+        );
+        assert!(big.len() < 1000);
+        match recompress_batches(&big, Codec::None, 1 << 24, 10_000) {
+            Err(Error::RecordTooLarge { max: 10_000, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            recompress_batches(&big, Codec::Gzip, 50_000, 1 << 24),
+            Err(Error::CorruptRecord(_))
+        ));
+        assert!(recompress_batches(&big, Codec::Zstd, 10, 10).is_ok());
+    }
 
     type Headers = Vec<(Vec<u8>, Option<Vec<u8>>)>;
     type Rec = (i64, Option<Vec<u8>>, Option<Vec<u8>>, Headers);

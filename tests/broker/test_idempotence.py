@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -33,7 +34,9 @@ def idem_batch(pid: int, epoch: int, seq: int, n: int = 3, tag: bytes = b"") -> 
         producer_id=pid,
         producer_epoch=epoch,
         base_sequence=seq,
-        timestamp=1,
+        # Now: a producer whose last write is older than producer.id.expiration.ms
+        # (a day) is forgotten, as in Kafka.
+        timestamp=time.time_ns() // 1_000_000,
     )
 
 

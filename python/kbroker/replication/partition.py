@@ -141,7 +141,7 @@ class Partition:
                 info.base_sequence,
                 info.last_offset_delta,
                 appended.first_offset,
-                info.max_timestamp,
+                appended.max_timestamp,  # the append time on LogAppendTime topics
             )
         self._maybe_advance_high_watermark()
         return ProduceResult(

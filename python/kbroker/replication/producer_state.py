@@ -4,17 +4,32 @@ For each producer id the partition remembers its epoch and the last few
 batches it appended (first/last sequence and offsets), as Kafka does, so a
 retried batch is recognised and answered with its original offsets instead
 of being appended twice, and a gap in sequences is refused.
+
+A producer whose last write is ``producer.id.expiration.ms`` old is
+forgotten (its next write is taken at any sequence), as Kafka does: its last
+write's time is the largest batch max timestamp seen from it (the append
+time on LogAppendTime topics). `expire_producers_periodically` does it for
+every partition every ``producer.id.expiration.check.interval.ms``; a
+snapshot leaves expired producers out, and loading drops them too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import logging
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kbroker.metadata import write_atomically
+
+if TYPE_CHECKING:
+    from kbroker.config import BrokerConfig
 
 from kbroker.errors import ErrorCode, PartitionError
 
@@ -25,6 +40,15 @@ INT32_MAX = 2**31 - 1
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FILE = "producer-state.json"
+# Kafka's defaults of producer.id.expiration.ms and its check interval.
+DEFAULT_EXPIRATION_MS = 86_400_000
+DEFAULT_CHECK_INTERVAL_MS = 600_000
+# Partitions handled between yields to the event loop while expiring.
+_EXPIRE_CHUNK = 1000
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 class ProducerStateError(PartitionError):
@@ -63,8 +87,16 @@ def _in_sequence(last_seq: int, next_first_seq: int) -> bool:
 
 
 class ProducerStateManager:
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        expiration_ms: int = DEFAULT_EXPIRATION_MS,
+        clock: Callable[[], int] = wall_ms,
+    ) -> None:
+        """``expiration_ms`` is producer.id.expiration.ms (the periodic check keeps it
+        current); ``clock`` gives the time in ms (tests inject one)."""
         self._producers: dict[int, ProducerEntry] = {}
+        self.expiration_ms = expiration_ms
+        self.clock = clock
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -141,11 +173,17 @@ class ProducerStateManager:
             else:
                 entry.batches = collections.deque(kept, maxlen=RECENT_BATCHES)
 
-    def expire(self, now_ms: int, max_idle_ms: int) -> int:
-        """Drops producers idle longer than ``max_idle_ms``; returns how many."""
-        stale = [
-            pid for pid, e in self._producers.items() if now_ms - e.last_timestamp > max_idle_ms
-        ]
+    def producer_ids(self) -> list[int]:
+        return list(self._producers)
+
+    def _is_expired(self, entry: ProducerEntry, now_ms: int) -> bool:
+        # Kafka's test: currentTimeMs - lastTimestamp >= producer.id.expiration.ms.
+        return now_ms - entry.last_timestamp >= self.expiration_ms
+
+    def remove_expired(self, now_ms: int | None = None) -> int:
+        """Drops producers whose last write is ``expiration_ms`` old; returns how many."""
+        now = self.clock() if now_ms is None else now_ms
+        stale = [pid for pid, e in self._producers.items() if self._is_expired(e, now)]
         for pid in stale:
             del self._producers[pid]
         return len(stale)
@@ -153,7 +191,15 @@ class ProducerStateManager:
     # -- snapshots ----------------------------------------------------------
 
     def write_snapshot(self, directory: Path, offset: int) -> None:
-        """Saves the state as of log offset ``offset`` (atomically)."""
+        """Saves the state as of log offset ``offset``, expired producers left out.
+
+        Atomic and durable: a temp file, fsync'ed, renamed over the old one,
+        and the directory fsync'ed. A snapshot that records no producer only
+        spares the next start a scan of the log, so it skips both fsyncs
+        (a shutdown with many idle partitions stays quick): lost or torn, it
+        is rebuilt from the log.
+        """
+        self.remove_expired()
         data = {
             "offset": offset,
             "producers": {
@@ -168,7 +214,10 @@ class ProducerStateManager:
             },
         }
         path = directory / SNAPSHOT_FILE
-        tmp = path.with_suffix(".tmp")
+        if self._producers:
+            write_atomically(path, json.dumps(data))
+            return
+        tmp = path.with_name(path.name + ".tmp")
         try:
             tmp.write_text(json.dumps(data), encoding="utf-8")
             os.replace(tmp, path)
@@ -199,10 +248,51 @@ class ProducerStateManager:
             log.warning("%s: unreadable (%s); producer state is rebuilt from the log", path, exc)
             return 0
         self._producers = producers
+        self.remove_expired()
         return offset
 
     def rebuild(self, batches: Iterable[tuple[int, int, int, int, int, int]]) -> None:
-        """Replays (producer_id, epoch, base_seq, last_offset_delta, base_offset, max_ts) of logged batches."""
+        """Replays (producer_id, epoch, base_seq, last_offset_delta, base_offset, max_ts) of
+        logged batches (after `load_snapshot`); producers that have expired are dropped."""
         for pid, epoch, base_seq, delta, base_offset, ts in batches:
             if pid >= 0:
                 self.update(pid, epoch, base_seq, delta, base_offset, ts)
+        self.remove_expired()
+
+
+def expire_idle_producers(managers: Iterable[ProducerStateManager], expiration_ms: int) -> int:
+    """One pass of producer expiry over ``managers``; returns the producers dropped."""
+    dropped = 0
+    for manager in managers:
+        manager.expiration_ms = expiration_ms
+        dropped += manager.remove_expired()
+    return dropped
+
+
+async def expire_producers_periodically(
+    managers: Callable[[], Iterable[ProducerStateManager]], config: BrokerConfig
+) -> None:
+    """Runs `expire_idle_producers` over ``managers()`` (every partition's producer state)
+    every producer.id.expiration.check.interval.ms, until cancelled.
+
+    It runs on the event loop, which owns the producer state, yielding now
+    and then so that many partitions never stall it.
+    """
+    while True:
+        await asyncio.sleep(config.get_int("producer.id.expiration.check.interval.ms") / 1000)
+        try:
+            expiration_ms = config.get_int("producer.id.expiration.ms")
+            dropped = 0
+            batch: list[ProducerStateManager] = []
+            for manager in list(managers()):
+                batch.append(manager)
+                if len(batch) == _EXPIRE_CHUNK:
+                    dropped += expire_idle_producers(batch, expiration_ms)
+                    batch.clear()
+                    await asyncio.sleep(0)
+            dropped += expire_idle_producers(batch, expiration_ms)
+            if dropped:
+                log.info("expired %d idle producer(s) (producer.id.expiration.ms)", dropped)
+        except Exception:
+            # A bug must not end producer expiry for good.
+            log.exception("producer expiry pass failed")

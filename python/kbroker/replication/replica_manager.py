@@ -37,6 +37,7 @@ from kbroker._kbroker import (
 from kbroker.config import TopicConfig
 from kbroker.errors import ErrorCode, KafkaError, PartitionError
 from kbroker.log import LogManager, TopicPartition
+from kbroker.log.compression import recompress_for_topic
 from kbroker.metadata_types import PartitionState
 from kbroker.replication.partition import Partition
 from kbroker.replication.purgatory import DelayedOperation, Purgatory, Scheduler
@@ -232,6 +233,7 @@ class ReplicaManager:
             infos = validate_batches(
                 data, max_bytes, True, MAX_DECOMPRESSED_BYTES, config.compacted
             )
+            data = recompress_for_topic(data, infos, config.get_str("compression.type"), max_bytes)
         except RecordTooLargeError as exc:
             return AppendResult(ErrorCode.MESSAGE_TOO_LARGE, str(exc))
         except CorruptRecordError as exc:
