@@ -48,8 +48,7 @@ async def running(
         yield broker
     finally:
         await broker.coordinator.stop()
-        for partition in broker.partitions.values():
-            partition.close()
+        broker.replica_manager.shutdown()
         broker.logs.close()
 
 

@@ -52,11 +52,11 @@ def test_duplicates_gaps_and_epochs() -> None:
     assert dup is not None and (dup.first_offset, dup.last_offset) == (100, 102)
     with pytest.raises(ProducerStateError) as gap:
         m.check(7, 0, 9, 0)
-    assert gap.value.error == "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    assert gap.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     m.update(7, 1, 0, 0, 105, 12)  # a new epoch starts over at 0
     with pytest.raises(ProducerStateError) as old:
         m.check(7, 0, 5, 0)
-    assert old.value.error == "INVALID_PRODUCER_EPOCH"
+    assert old.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
 
 
 def test_expiry_by_the_last_write_and_the_clock() -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as pads
+import pytest
 
 from kbroker.spark import archive
 from kbroker.spark.archive import committed_files
@@ -114,6 +115,8 @@ def uncommitted_part_files(output: Path) -> list[Path]:
     ]
 
 
+# Three Spark runs and a kill on 2 cores: ~350 s when the machine is busy.
+@pytest.mark.timeout(900)
 def test_archive_exactly_once_across_reruns_and_sigkill(
     spark: Any, spark_broker: BrokerProcess, tmp_path: Path
 ) -> None:
