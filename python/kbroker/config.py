@@ -609,7 +609,45 @@ def _typed(name: str, value: Value, kind: type[_T]) -> _T:
     return value
 
 
-class TopicConfig(Mapping[str, Value]):
+class TypedReads:
+    """Typed reads of settings: the table fixes each setting's type, these check it once.
+
+    A class using it supplies ``value(name)``, the untyped effective value.
+    """
+
+    __slots__ = ()
+
+    def value(self, name: str) -> Value:
+        raise NotImplementedError
+
+    def get_int(self, name: str) -> int:
+        return _typed(name, self.value(name), int)
+
+    def get_optional_int(self, name: str) -> int | None:
+        value = self.value(name)
+        return None if value is None else _typed(name, value, int)
+
+    def get_float(self, name: str) -> float:
+        value = self.value(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return _typed(name, value, float)
+
+    def get_bool(self, name: str) -> bool:
+        return _typed(name, self.value(name), bool)
+
+    def get_str(self, name: str) -> str:
+        return _typed(name, self.value(name), str)
+
+    def get_optional_str(self, name: str) -> str | None:
+        value = self.value(name)
+        return None if value is None else _typed(name, value, str)
+
+    def get_list(self, name: str) -> list[str]:
+        return _typed(name, self.value(name), list)
+
+
+class TopicConfig(TypedReads, Mapping[str, Value]):
     """Every topic-level setting of one topic (overrides over broker defaults), typed reads."""
 
     __slots__ = ("_values",)
@@ -626,23 +664,8 @@ class TopicConfig(Mapping[str, Value]):
     def __len__(self) -> int:
         return len(self._values)
 
-    def get_int(self, name: str) -> int:
-        return _typed(name, self._values[name], int)
-
-    def get_float(self, name: str) -> float:
-        value = self._values[name]
-        if isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        return _typed(name, value, float)
-
-    def get_bool(self, name: str) -> bool:
-        return _typed(name, self._values[name], bool)
-
-    def get_str(self, name: str) -> str:
-        return _typed(name, self._values[name], str)
-
-    def get_list(self, name: str) -> list[str]:
-        return _typed(name, self._values[name], list)
+    def value(self, name: str) -> Value:
+        return self._values[name]
 
     @property
     def compacted(self) -> bool:
@@ -724,7 +747,7 @@ def load_properties(path: Path) -> dict[str, str]:
 
 
 @dataclass
-class BrokerConfig:
+class BrokerConfig(TypedReads):
     """The broker's effective settings: defaults, overlaid with the static
     settings given at start (``given``), overlaid with dynamic ones (``dynamic``)."""
 
@@ -754,34 +777,6 @@ class BrokerConfig:
                 f"queued.max.request.bytes ({pool}) must be at least "
                 f"socket.request.max.bytes ({largest}), or -1 for no bound"
             )
-
-    # -- typed reads: the table fixes each setting's type; these check it once --
-
-    def get_int(self, name: str) -> int:
-        return _typed(name, self.value(name), int)
-
-    def get_optional_int(self, name: str) -> int | None:
-        value = self.value(name)
-        return None if value is None else _typed(name, value, int)
-
-    def get_float(self, name: str) -> float:
-        value = self.value(name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        return _typed(name, value, float)
-
-    def get_bool(self, name: str) -> bool:
-        return _typed(name, self.value(name), bool)
-
-    def get_str(self, name: str) -> str:
-        return _typed(name, self.value(name), str)
-
-    def get_optional_str(self, name: str) -> str | None:
-        value = self.value(name)
-        return None if value is None else _typed(name, value, str)
-
-    def get_list(self, name: str) -> list[str]:
-        return _typed(name, self.value(name), list)
 
     def value(self, name: str) -> Value:
         """The effective value of ``name``, untyped (for rendering and comparison)."""

@@ -101,7 +101,7 @@ class ReplicaManager:
     ) -> None:
         self.broker_id = broker_id
         self.logs = logs
-        self._topic_config = topic_config
+        self.topic_config = topic_config
         self._partitions: dict[TopicPartition, Partition] = {}
         self.fetch_purgatory: Purgatory[TopicPartition] = Purgatory("Fetch", scheduler)
         self.produce_purgatory: Purgatory[TopicPartition] = Purgatory("Produce", scheduler)
@@ -141,7 +141,8 @@ class ReplicaManager:
         """Starts serving ``partition`` in the role its state gives it."""
         self._partitions[partition.tp] = partition
         partition.on_progress = self._on_progress
-        self._notify(partition)
+        if partition.is_leader:
+            self._notify(partition.tp, True, partition.leader_epoch)
 
     def remove_partitions(self, tps: Iterable[TopicPartition]) -> None:
         """Stops serving partitions (deleted or moved away); their logs stay until deleted."""
@@ -151,15 +152,14 @@ class ReplicaManager:
                 continue
             partition.close()
             if partition.is_leader:
-                for listener in self._listeners:
-                    listener(tp, False, partition.leader_epoch)
+                self._notify(tp, False, partition.leader_epoch)
             self._on_progress(tp)  # waiting requests answer now, with an error
 
     def make_leader(self, tp: TopicPartition, state: PartitionState) -> None:
         """This broker leads ``tp`` from ``state.leader_epoch`` on."""
         partition = self._partitions[tp]
         partition.become_leader(state)
-        self._notify(partition)
+        self._notify(tp, True, state.leader_epoch)
         self._on_progress(tp)
 
     def make_follower(self, tp: TopicPartition, state: PartitionState) -> None:
@@ -168,14 +168,12 @@ class ReplicaManager:
         was_leader = partition.is_leader
         partition.become_follower(state)
         if was_leader:
-            for listener in self._listeners:
-                listener(tp, False, state.leader_epoch)
+            self._notify(tp, False, state.leader_epoch)
         self._on_progress(tp)
 
-    def _notify(self, partition: Partition) -> None:
-        if partition.is_leader:
-            for listener in self._listeners:
-                listener(partition.tp, True, partition.leader_epoch)
+    def _notify(self, tp: TopicPartition, leads: bool, leader_epoch: int) -> None:
+        for listener in self._listeners:
+            listener(tp, leads, leader_epoch)
 
     def _on_progress(self, tp: TopicPartition) -> None:
         """The high watermark or log end of ``tp`` moved (or its leadership changed)."""
@@ -227,7 +225,7 @@ class ReplicaManager:
         partition = self._partitions.get(tp)
         if partition is None:
             return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        config = self._topic_config(tp.topic)
+        config = self.topic_config(tp.topic)
         max_bytes = config.get_int("max.message.bytes")
         try:
             infos = validate_batches(
@@ -289,17 +287,13 @@ class ReplicaManager:
         The future is done at once when the data, an error, or a zero wait
         allows an answer now.
         """
-        results, total = self.read_from_local_log(params, fetches)
         done: asyncio.Future[list[ReadResult]] = asyncio.get_running_loop().create_future()
-        if (
-            self._closing
-            or params.max_wait_ms <= 0
-            or total >= params.min_bytes
-            or not fetches
-            or any(r.error != ErrorCode.NONE for r in results)
-        ):
-            done.set_result(results)
-            return done
+        op = DelayedFetch(self, params, fetches, done)
+        if self._closing or params.max_wait_ms <= 0 or not fetches:
+            op.force_complete()
+        else:
+            self.fetch_purgatory.try_complete_else_watch(op, {f.tp for f in fetches})
+        return done
         op = DelayedFetch(self, params, fetches, done)
         self.fetch_purgatory.try_complete_else_watch(op, {f.tp for f in fetches})
         return done
@@ -387,7 +381,7 @@ class DelayedProduce(DelayedOperation):
                 self._results[tp].error = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 self._waiting.discard(tp)
                 continue
-            min_isr = self._replicas._topic_config(tp.topic).get_int("min.insync.replicas")
+            min_isr = self._replicas.topic_config(tp.topic).get_int("min.insync.replicas")
             reached, error = partition.check_enough_replicas_reached(
                 self._results[tp].end_offset, min_isr
             )
@@ -410,8 +404,11 @@ class DelayedProduce(DelayedOperation):
 class DelayedFetch(DelayedOperation):
     """A fetch waiting for ``min_bytes`` of new data, at most ``max_wait_ms``.
 
-    Completes early when enough bytes are readable, or when a partition it
-    reads has an error to report (leadership moved, the partition went).
+    Each check reads the partitions as `read_from_local_log` does (slices,
+    no copies) and completes with what it read when there are enough bytes
+    or a partition has an error to report (leadership moved, the partition
+    went, the client's epoch is stale); the timeout answers with what is
+    there then.
     """
 
     def __init__(
@@ -426,37 +423,22 @@ class DelayedFetch(DelayedOperation):
         self._params = params
         self._fetches = fetches
         self._done = done
+        self._results: list[ReadResult] | None = None
 
     def try_complete(self) -> bool:
-        available = 0
-        for f in self._fetches:
-            partition = self._replicas.get_partition(f.tp)
-            if partition is None or not partition.is_leader:
-                return self.force_complete()
-            if 0 <= f.current_leader_epoch != partition.leader_epoch:
-                return self.force_complete()
-            bound = (
-                partition.last_stable_offset
-                if self._params.read_committed
-                else partition.high_watermark
-            )
-            if bound <= f.fetch_offset:
-                continue
-            try:
-                records = partition.read(f.fetch_offset, f.max_bytes, available == 0, bound)
-            except (KafkaError, OffsetOutOfRangeError, OSError):
-                return self.force_complete()  # the read answers with the error
-            if records is not None:
-                available += len(records)
-                if available >= self._params.min_bytes:
-                    return self.force_complete()
+        results, total = self._replicas.read_from_local_log(self._params, self._fetches)
+        if total >= self._params.min_bytes or any(r.error != ErrorCode.NONE for r in results):
+            self._results = results
+            return self.force_complete()
         return False
 
     def on_complete(self) -> None:
         if self._done.done():
             return
         try:
-            results, _ = self._replicas.read_from_local_log(self._params, self._fetches)
+            results = self._results
+            if results is None:  # the timeout, or shutdown: what is there now
+                results, _ = self._replicas.read_from_local_log(self._params, self._fetches)
         except Exception as exc:  # answered as the connection's failure, never lost
             self._done.set_exception(exc)
             return
