@@ -11,7 +11,7 @@ ApiVersions before anything is sent).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,15 +78,23 @@ def elect_leaders(
     resp = client.request(ApiKey.ELECT_LEADERS, version, req)
     if resp.error_code != ErrorCode.NONE:
         raise ClientError(broker_error("ElectLeaders", resp.error_code))
-    rows = [
-        {
-            "topic": r.topic,
-            "partition": p.partition_id,
-            "error": None if p.error_code == ErrorCode.NONE else error_name(p.error_code),
-            "message": p.error_message,
-        }
+    return _result_rows(
+        (r.topic, p.partition_id, p.error_code, p.error_message)
         for r in resp.replica_election_results
         for p in r.partition_result
+    )
+
+
+def _result_rows(results: Iterable[tuple[str, int, int, str | None]]) -> list[dict[str, Any]]:
+    """Per-partition results (topic, partition, error code, message) as sorted table rows."""
+    rows = [
+        {
+            "topic": topic,
+            "partition": partition,
+            "error": None if code == ErrorCode.NONE else error_name(code),
+            "message": message,
+        }
+        for topic, partition, code, message in results
     ]
     return sorted(rows, key=lambda r: (r["topic"], r["partition"]))
 
@@ -173,17 +181,11 @@ def _alter(cluster: Cluster, targets: Mapping[TP, list[int] | None]) -> list[dic
         raise ClientError(
             broker_error("AlterPartitionReassignments", resp.error_code, resp.error_message)
         )
-    rows = [
-        {
-            "topic": t.name,
-            "partition": p.partition_index,
-            "error": None if p.error_code == ErrorCode.NONE else error_name(p.error_code),
-            "message": p.error_message,
-        }
+    return _result_rows(
+        (t.name, p.partition_index, p.error_code, p.error_message)
         for t in resp.responses
         for p in t.partitions
-    ]
-    return sorted(rows, key=lambda r: (r["topic"], r["partition"]))
+    )
 
 
 def execute(cluster: Cluster, plan: Mapping[TP, list[int]]) -> list[dict[str, Any]]:
