@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from tests.cli.conftest import Cluster
-from tests.cli.test_admin import single_error_line, until
+from tests.helpers import single_error_line, wait_for
 
 
 def test_elect_leaders_and_reassign(cluster: Cluster, tmp_path: Path) -> None:
@@ -73,7 +73,7 @@ def test_elect_leaders_and_reassign(cluster: Cluster, tmp_path: Path) -> None:
     def verified() -> bool:
         return cluster.run("partition", "reassign", "verify", str(plan), ok=False).exit_code == 0
 
-    until(verified)
+    wait_for(verified)
     rows = cluster.json("partition", "reassign", "verify", str(plan))
     assert [(r["partition"], r["replicas"], r["status"]) for r in rows] == [
         (0, [me], "complete"),
