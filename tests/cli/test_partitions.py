@@ -101,10 +101,11 @@ def test_partition_refusals(cluster: Cluster, tmp_path: Path) -> None:
                           "--brokers", "1", ok=False)  # fmt: skip
     assert unknown.exit_code == 1
     plan = tmp_path / "plan.json"
+    bad_plan = "not a reassignment plan"
     for text, expected in [
         ("{", "is not JSON"),
-        ('{"partitions": [{"topic": "x", "partition": -1, "replicas": [1]}]}', "not a reassignment plan"),
-        ('{"partitions": [{"topic": "x", "partition": 0, "replicas": [1, 1]}]}', "not a reassignment plan"),
+        ('{"partitions": [{"topic": "x", "partition": -1, "replicas": [1]}]}', bad_plan),
+        ('{"partitions": [{"topic": "x", "partition": 0, "replicas": [1, 1]}]}', bad_plan),
         ('{"version": 1, "partitions": []}', "names no partition"),
     ]:  # fmt: skip
         plan.write_text(text)
