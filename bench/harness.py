@@ -142,7 +142,8 @@ class Runner:
                 )
 
     def warm_up(self, b: systems.Broker) -> None:
-        """Untimed traffic first (as OMB's warm-up phase): JIT compilation, page faults, connections."""
+        """Untimed traffic first (as OMB's warm-up phase): JIT compilation, page faults,
+        connections."""
         n = self.opts.sizes.warmup_records
         for size in (100, 1024):
             topic = f"warmup-{size}-{uuid.uuid4().hex[:6]}"

@@ -14,8 +14,8 @@
   latency (send to receipt by the consumer).
 
 Every process here runs on the client CPUs (inherited from the harness,
-which pins itself there), producers at nice 5 below the probe; client CPU seconds are returned with each result
-so a report can show whether the client was the bottleneck.
+which pins itself there), producers at nice 5 below the probe; client CPU seconds are
+returned with each result so a report can show whether the client was the bottleneck.
 """
 
 from __future__ import annotations

@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     for path in args.files:
         print(
-            f"== {path}\n-- by shared object\n{top(path, 'dso', 10)}\n-- by symbol\n{top(path, 'dso,sym', args.n)}\n"
+            f"== {path}\n-- by shared object\n{top(path, 'dso', 10)}\n"
+            f"-- by symbol\n{top(path, 'dso,sym', args.n)}\n"
         )
     return 0
 

@@ -61,11 +61,11 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
     lines += [
         f"Run {machine.get('time', '?')}; {machine.get('cpus', '?')} CPUs, load average at start "
         f"{machine.get('loadavg', '?')}; pinning: broker on CPUs {machine.get('broker_cpus')}, "
-        f"clients on {machine.get('client_cpus')}; {reps} repetition(s), systems alternating, medians shown. "
-        + ", ".join(f"{s} {versions[s]}" for s in systems)
-        + ".",
+        f"clients on {machine.get('client_cpus')}; {reps} repetition(s), systems alternating, "
+        "medians shown. " + ", ".join(f"{s} {versions[s]}" for s in systems) + ".",
         "",
-        f"Disk ({disk.get('dir', '?')}): buffered sequential write {disk.get('buffered_write_mb_s')} MiB/s, "
+        f"Disk ({disk.get('dir', '?')}): buffered sequential write "
+        f"{disk.get('buffered_write_mb_s')} MiB/s, "
         f"O_DIRECT {disk.get('direct_write_mb_s')} MiB/s, 4 KiB append + fdatasync p50 "
         f"{disk.get('fsync_4k_p50_ms')} ms / p99 {disk.get('fsync_4k_p99_ms')} ms.",
         "",
@@ -92,8 +92,8 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
     lines += [
         "",
         "MB/s = 10^6 bytes of record values per second; `of disk` = produce MB/s as a fraction of "
-        "the disk's buffered sequential write; catch-up `c3` counts the bytes delivered to all three "
-        "consumers.",
+        "the disk's buffered sequential write; catch-up `c3` counts the bytes delivered to all "
+        "three consumers.",
         "",
     ]
 
@@ -120,8 +120,8 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
             "",
             f"omb.rate50 ran at {rate_rows[0]['target_rate']:,} records/s "
             "(50% of the lower median omb.max). Latency comes from a probe sending 1000 "
-            "timestamped records/s (linger 1 ms) to a one-partition topic on the same broker while the "
-            "load runs.",
+            "timestamped records/s (linger 1 ms) to a one-partition topic on the same broker while "
+            "the load runs.",
         ]
     lines += [
         "",
@@ -147,8 +147,8 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
     lines += [
         "",
         "CPU util = broker CPU seconds / wall seconds of the run (1.0 = one core); CPU s/GB = "
-        "broker CPU seconds per GB of record values moved (lower is better; comparable even when the "
-        "client sets the pace); peak RSS = "
+        "broker CPU seconds per GB of record values moved (lower is better; comparable even when "
+        "the client sets the pace); peak RSS = "
         "the largest VmHWM over the repetitions (reset before each run); client CPU util = the "
         "load generator's CPU seconds / (wall seconds x client CPUs), the largest seen: near 1.0 "
         "the client, not the broker, may set the pace.",

@@ -155,7 +155,8 @@ def _fresh_dir(root: Path, system: str) -> Path:
 
 
 def kbroker_python() -> str:
-    """The Python that runs the broker (KBROKER_BENCH_PYTHON: e.g. a venv built from a fixed commit)."""
+    """The Python that runs the broker (KBROKER_BENCH_PYTHON: e.g. a venv built from a fixed
+    commit)."""
     return os.environ.get("KBROKER_BENCH_PYTHON") or sys.executable
 
 

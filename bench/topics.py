@@ -158,12 +158,14 @@ def main() -> None:
         for r in rows:
             out.write(json.dumps({"at": time.strftime("%Y-%m-%dT%H:%M:%S"), **r}) + "\n")
     print(
-        f"{'system':8} {'phase':22} {'seconds':>8} {'failed':>6} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7}"
+        f"{'system':8} {'phase':22} {'seconds':>8} {'failed':>6} "
+        f"{'p50 ms':>7} {'p99 ms':>7} {'max ms':>7}"
     )
     for r in rows:
         print(
             f"{r['system']:8} {r['phase']:22} {r['seconds']:8.2f} {r['failed']:6d} "
-            f"{r.get('probe_p50_ms', 0):7.2f} {r.get('probe_p99_ms', 0):7.2f} {r.get('probe_max_ms', 0):7.2f}"
+            f"{r.get('probe_p50_ms', 0):7.2f} {r.get('probe_p99_ms', 0):7.2f} "
+            f"{r.get('probe_max_ms', 0):7.2f}"
         )
 
 

@@ -1,4 +1,6 @@
-"""Shared fixtures for every test folder: a real broker process (tests/broker/conftest.py) and a real ZooKeeper (tests/zookeeper.py)."""
+"""Shared fixtures for every test folder: a real broker process (tests/broker/conftest.py)
+and a real ZooKeeper (tests/zookeeper.py); what tests share that is not a fixture is in
+tests/helpers.py."""
 
 from __future__ import annotations
 

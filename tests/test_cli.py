@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kbroker._kbroker import Log, LogConfig, build_batch
-from tests.broker.conftest import BrokerProcess, free_port
+from tests.helpers import BrokerProcess, free_port
 
 KBROKER = [sys.executable, "-m", "kbroker.cli"]
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import free_port
+
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 ZOOKEEPER_CONF = Path("/etc/zookeeper/conf_example")
 
@@ -42,19 +44,13 @@ def _four_letter(port: int, word: bytes) -> bytes:
         return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
     java = shutil.which("java")
     if not ZOOKEEPER_JAR.exists() or java is None:
         pytest.skip("ZooKeeper is not installed; deploy/setup.sh test (tests/run.sh) installs it")
     data = tmp_path_factory.mktemp("zookeeper")
-    port = _free_port()
+    port = free_port()
     config = data / "zoo.cfg"
     config.write_text(
         "tickTime=500\n"

@@ -150,7 +150,8 @@ def log_verify(directory: Path) -> None:
         )
         if not partitions:
             click.echo(
-                f"kbroker log verify: {directory} holds no segment files and no partition directories",
+                f"kbroker log verify: {directory} holds no segment files "
+                "and no partition directories",
                 err=True,
             )
             sys.exit(2)
@@ -173,18 +174,21 @@ def log_verify(directory: Path) -> None:
                 else ""
             )
             click.echo(
-                f"BAD {part.name} {Path(b.segment_file).name} offset {b.offset} position {b.position}: {b.reason}{rest}"
+                f"BAD {part.name} {Path(b.segment_file).name} offset {b.offset} "
+                f"position {b.position}: {b.reason}{rest}"
             )
         if report.bad:
             bad += len(report.bad)
             failed.append(part.name)
             if not report.clean_shutdown:
                 click.echo(
-                    f"note: {part.name} has no clean-shutdown marker (a broker is running on it or crashed): "
+                    f"note: {part.name} has no clean-shutdown marker "
+                    "(a broker is running on it or crashed): "
                     "a bad tail of its last segment is cut off by recovery at the next start"
                 )
     click.echo(
-        f"checked {len(partitions)} partitions, {segments} segments, {batches} good batches, {size} bytes: "
+        f"checked {len(partitions)} partitions, {segments} segments, "
+        f"{batches} good batches, {size} bytes: "
         f"{bad} bad batches, {len(failed)} partitions with problems"
     )
     if failed:
@@ -1100,7 +1104,8 @@ def group_describe(
         if i:
             click.echo()
         click.echo(
-            f"Group {d['group']}: {d['state']} ({d['protocol_type'] or '-'}/{d['protocol'] or '-'}), "
+            f"Group {d['group']}: {d['state']} "
+            f"({d['protocol_type'] or '-'}/{d['protocol'] or '-'}), "
             f"{len(d['members'])} members"
         )
         if d["members"]:

@@ -31,7 +31,7 @@
 //! - publish the new segment list, delete the old segments' files, rename the
 //!   `.swap` files to their final names (log last), fsync the directory.
 //!
-//! On open ([`recover_swaps`]): `.cleaned` files are dropped (the old
+//! On open ([`recover_swaps`](crate::cleaner_state::recover_swaps)): `.cleaned` files are dropped (the old
 //! segments are intact); a `B.log.swap` is finished: every old segment with
 //! a base offset in [B, the swap's next offset) goes and the swap files take
 //! their final names; an index `.swap` without its log `.swap` is dropped.
@@ -44,33 +44,25 @@ use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::hash::BuildHasher;
-use std::io::{self, BufWriter, Write};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::io::{BufWriter, Write};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, TryLockError};
 use std::time::{Duration, Instant};
 
+use crate::cleaner_state::{remove_group_files, suffixed, CLEANED_SUFFIX, NO_HORIZON, SWAP_SUFFIX};
 use crate::compression::Codec;
 use crate::error::{Error, Result};
-use crate::log::{sync_dir, Log, LogConfig};
+use crate::log::{Log, LogConfig};
 use crate::records::{
     check_crc, iter_records, records_region, BatchBuilder, BatchHeader, Record,
     DELETE_HORIZON_MASK, HEADER_SIZE,
 };
 use crate::segment::{
-    file_name, parse_file_name, BatchInfo, SealedSegmentBuilder, Segment, INDEX_SUFFIX, LOG_SUFFIX,
-    MAX_SEGMENT_SIZE, TIME_INDEX_SUFFIX,
+    BatchInfo, SealedSegmentBuilder, Segment, INDEX_SUFFIX, LOG_SUFFIX, MAX_SEGMENT_SIZE,
+    TIME_INDEX_SUFFIX,
 };
-
-/// Files of a cleaned group still being written (dropped on open).
-pub const CLEANED_SUFFIX: &str = ".cleaned";
-/// Files of a committed cleaned group not yet renamed into place.
-pub const SWAP_SUFFIX: &str = ".swap";
-/// "<first dirty offset> <earliest delete horizon>": the cleaner's progress.
-pub const CLEANER_CHECKPOINT_FILE: &str = "cleaner-checkpoint";
-/// No kept tombstone waits for a delete horizon.
-pub const NO_HORIZON: i64 = i64::MAX;
+use crate::statefile::sync_dir;
 
 /// Bytes one offset map slot takes: two 64-bit key hashes and the offset.
 pub const MAP_SLOT_BYTES: usize = 24;
@@ -547,10 +539,6 @@ enum GroupOutcome {
     Aborted,
 }
 
-fn suffixed(dir: &Path, base: i64, suffix: &str, extra: &str) -> PathBuf {
-    dir.join(format!("{}{extra}", file_name(base, suffix)))
-}
-
 fn rename_group(dir: &Path, base: i64, from: &str, to: &str) -> Result<()> {
     // The log file last: its new name is what recovery goes by.
     for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
@@ -560,13 +548,6 @@ fn rename_group(dir: &Path, base: i64, from: &str, to: &str) -> Result<()> {
         )?;
     }
     sync_dir(dir)
-}
-
-fn remove_group_files(dir: &Path, base: i64, extra: &str) {
-    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
-        // Best effort: a leftover is dropped on the next open anyway.
-        let _ = fs::remove_file(suffixed(dir, base, suffix, extra));
-    }
 }
 
 impl Log {
@@ -995,136 +976,6 @@ fn group_segments(segs: &[Arc<Segment>], max_bytes: u64) -> Vec<&[Arc<Segment>]>
         groups.push(&segs[start..i]);
     }
     groups
-}
-
-// -- checkpoint and recovery ---------------------------------------------------
-
-/// The cleaner checkpoint: (first dirty offset, earliest delete horizon);
-/// (0, NO_HORIZON) when absent (everything is dirty then), and
-/// `Err(what is wrong)` when unreadable (the caller falls back to the same).
-pub fn read_cleaner_checkpoint(dir: &Path) -> Result<std::result::Result<(i64, i64), String>> {
-    let path = dir.join(CLEANER_CHECKPOINT_FILE);
-    let text = match crate::log::read_state_file(&path)? {
-        None => return Ok(Ok((0, NO_HORIZON))),
-        Some(Ok(text)) => text,
-        Some(Err(problem)) => return Ok(Err(format!("{}: {problem}", path.display()))),
-    };
-    let mut parts = text.split_whitespace().map(|p| p.parse::<i64>());
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(Ok(offset)), Some(Ok(horizon)), None) if offset >= 0 => Ok(Ok((offset, horizon))),
-        _ => Ok(Err(format!(
-            "{}: not \"<first dirty offset> <delete horizon>\": {:?}",
-            path.display(),
-            text.trim()
-        ))),
-    }
-}
-
-/// Writes the checkpoint durably (temporary file, fsync, rename, fsync).
-pub fn write_cleaner_checkpoint(dir: &Path, first_dirty: i64, horizon: i64) -> Result<()> {
-    let tmp = dir.join(format!("{CLEANER_CHECKPOINT_FILE}.tmp"));
-    {
-        let mut f = File::create(&tmp)?;
-        f.write_all(format!("{first_dirty} {horizon}\n").as_bytes())?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, dir.join(CLEANER_CHECKPOINT_FILE))?;
-    sync_dir(dir)
-}
-
-/// The next offset after the last whole batch of a file (headers only).
-fn next_offset_of_file(path: &Path) -> Result<Option<i64>> {
-    let file = File::open(path).map_err(Error::at(path))?;
-    let len = file.metadata().map_err(Error::at(path))?.len();
-    let mut pos = 0u64;
-    let mut next = None;
-    let mut h = [0u8; HEADER_SIZE];
-    while pos + HEADER_SIZE as u64 <= len {
-        file.read_exact_at(&mut h, pos).map_err(Error::at(path))?;
-        let Ok(hdr) = BatchHeader::parse(&h) else {
-            break;
-        };
-        if pos + hdr.total_size() as u64 > len {
-            break;
-        }
-        next = Some(hdr.last_offset() + 1);
-        pos += hdr.total_size() as u64;
-    }
-    Ok(next)
-}
-
-fn remove_if_present(path: &Path) -> Result<()> {
-    match fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Finishes or undoes compaction swaps a crash interrupted (see the module
-/// documentation). Runs at open, before the segments are listed.
-pub fn recover_swaps(dir: &Path) -> Result<()> {
-    let mut log_swaps = Vec::new();
-    let mut index_swaps = Vec::new();
-    let mut logs = Vec::new();
-    let mut changed = false;
-    for entry in fs::read_dir(dir).map_err(Error::at(dir))? {
-        let entry = entry.map_err(Error::at(dir))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if name.ends_with(CLEANED_SUFFIX) {
-            remove_if_present(&entry.path())?;
-            changed = true;
-            continue;
-        }
-        match parse_file_name(name) {
-            Some((base, s)) if s == format!("{LOG_SUFFIX}{SWAP_SUFFIX}") => log_swaps.push(base),
-            Some((base, s))
-                if s == format!("{INDEX_SUFFIX}{SWAP_SUFFIX}")
-                    || s == format!("{TIME_INDEX_SUFFIX}{SWAP_SUFFIX}") =>
-            {
-                index_swaps.push((base, entry.path()))
-            }
-            Some((base, LOG_SUFFIX)) => logs.push(base),
-            _ => {}
-        }
-    }
-    // An index swap without its log swap never committed.
-    for (base, path) in index_swaps {
-        if !log_swaps.contains(&base) {
-            remove_if_present(&path)?;
-            changed = true;
-        }
-    }
-    log_swaps.sort_unstable();
-    for base in log_swaps {
-        changed = true;
-        let swap = suffixed(dir, base, LOG_SUFFIX, SWAP_SUFFIX);
-        let Some(next) = next_offset_of_file(&swap)? else {
-            // Nothing usable was committed: keep the old segments.
-            remove_group_files(dir, base, SWAP_SUFFIX);
-            continue;
-        };
-        // The old group: every segment from `base` below the swap's end.
-        for &old in logs.iter().filter(|&&b| b > base && b < next) {
-            for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
-                remove_if_present(&dir.join(file_name(old, suffix)))?;
-            }
-        }
-        remove_if_present(&dir.join(file_name(base, LOG_SUFFIX)))?;
-        // An index whose swap is gone was renamed already: it is the new one.
-        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-            let from = suffixed(dir, base, suffix, SWAP_SUFFIX);
-            if from.exists() {
-                fs::rename(&from, dir.join(file_name(base, suffix)))?;
-            }
-        }
-        fs::rename(&swap, dir.join(file_name(base, LOG_SUFFIX)))?;
-    }
-    if changed {
-        sync_dir(dir)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! thin pyo3 layer, compiled only with the `python` feature (maturin).
 
 pub mod cleaner;
+pub mod cleaner_state;
 pub mod compression;
 pub mod crc32c;
 pub mod error;
@@ -13,6 +14,7 @@ pub mod log;
 pub mod records;
 pub mod segment;
 pub mod sendfile;
+pub mod statefile;
 pub mod varint;
 pub mod verify;
 

@@ -18,13 +18,14 @@
 //! directory fsync'ed.
 
 use std::fs::{self, File};
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
+use crate::cleaner_state;
 use crate::crc32c::crc32c_delta;
 use crate::error::{Error, Result};
 use crate::records::{
@@ -35,6 +36,7 @@ use crate::segment::{
     parse_file_name, BatchInfo, LoadMode, Segment, SegmentConfig, INDEX_SUFFIX, LOG_SUFFIX,
     MAX_SEGMENT_SIZE, TIME_INDEX_SUFFIX,
 };
+use crate::statefile::{read_state_file, remove_if_present, sync_dir};
 
 pub const RECOVERY_POINT_FILE: &str = "recovery-point";
 pub const LOG_START_OFFSET_FILE: &str = "log-start-offset";
@@ -223,11 +225,6 @@ pub struct Log {
     recovery: Vec<RecoveryNote>,
 }
 
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)?.sync_all()?;
-    Ok(())
-}
-
 fn write_checkpoint(dir: &Path, name: &str, value: i64) -> Result<()> {
     let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
     let path = dir.join(name);
@@ -282,43 +279,6 @@ pub struct RecoveryNote {
     pub detail: String,
 }
 
-/// Longest checkpoint file read (a decimal i64 and a newline, with room).
-const MAX_CHECKPOINT_BYTES: u64 = 128;
-
-/// The text of a small state file; None when it is missing. A file that
-/// cannot be read as short UTF-8 text yields `Err(what is wrong)`.
-pub(crate) fn read_state_file(path: &Path) -> Result<Option<std::result::Result<String, String>>> {
-    let f = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::File(path.to_path_buf(), e)),
-    };
-    let mut bytes = Vec::new();
-    match f.take(MAX_CHECKPOINT_BYTES + 1).read_to_end(&mut bytes) {
-        Ok(_) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
-            return Ok(Some(Err("is a directory".into())))
-        }
-        Err(e) => return Err(Error::File(path.to_path_buf(), e)),
-    }
-    if bytes.is_empty() {
-        return Ok(Some(Err("empty".into())));
-    }
-    if bytes.len() as u64 > MAX_CHECKPOINT_BYTES {
-        return Ok(Some(Err(format!(
-            "longer than {MAX_CHECKPOINT_BYTES} bytes"
-        ))));
-    }
-    match String::from_utf8(bytes) {
-        Ok(text) => Ok(Some(Ok(text))),
-        Err(e) => Ok(Some(Err(format!(
-            "not text (byte {:#04x} at {})",
-            e.as_bytes()[e.utf8_error().valid_up_to()],
-            e.utf8_error().valid_up_to()
-        )))),
-    }
-}
-
 /// A checkpoint's value; None when missing, or when unreadable as one (a
 /// note says so: every caller can fall back safely).
 fn read_checkpoint(dir: &Path, name: &str, notes: &mut Vec<RecoveryNote>) -> Result<Option<i64>> {
@@ -342,14 +302,6 @@ fn read_checkpoint(dir: &Path, name: &str, notes: &mut Vec<RecoveryNote>) -> Res
     Ok(None)
 }
 
-fn remove_if_present(path: &Path) -> Result<()> {
-    match fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
 fn remove_segment_files(dir: &Path, base: i64) -> Result<()> {
     for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
         remove_if_present(&dir.join(crate::segment::file_name(base, suffix)))?;
@@ -371,10 +323,10 @@ impl Log {
         let clean = dir.join(CLEAN_SHUTDOWN_FILE).exists();
         // An interrupted compaction swap is finished or undone first, so
         // what follows sees one consistent set of segments.
-        crate::cleaner::recover_swaps(dir)?;
+        cleaner_state::recover_swaps(dir)?;
         let mut notes = Vec::new();
         let (cleaner_first_dirty, cleaner_horizon) =
-            match crate::cleaner::read_cleaner_checkpoint(dir)? {
+            match cleaner_state::read_cleaner_checkpoint(dir)? {
                 Ok(checkpoint) => checkpoint,
                 Err(problem) => {
                     notes.push(RecoveryNote {
@@ -385,7 +337,7 @@ impl Log {
                         bytes: 0,
                         detail: problem,
                     });
-                    (0, crate::cleaner::NO_HORIZON)
+                    (0, cleaner_state::NO_HORIZON)
                 }
             };
 
@@ -1051,7 +1003,7 @@ impl Log {
         // Data the cleaner called clean may be replaced by new appends.
         if self.cleaner_first_dirty.load(Ordering::Acquire) > offset {
             self.cleaner_first_dirty.store(offset, Ordering::Release);
-            crate::cleaner::write_cleaner_checkpoint(
+            cleaner_state::write_cleaner_checkpoint(
                 &self.dir,
                 offset,
                 self.cleaner_horizon.load(Ordering::Acquire),
@@ -1317,7 +1269,7 @@ impl Log {
     pub(crate) fn store_cleaner_checkpoint(&self, first_dirty: i64, horizon: i64) -> Result<()> {
         let _w = self.lock_writer();
         let first_dirty = first_dirty.min(self.log_end_offset());
-        crate::cleaner::write_cleaner_checkpoint(&self.dir, first_dirty, horizon)?;
+        cleaner_state::write_cleaner_checkpoint(&self.dir, first_dirty, horizon)?;
         self.cleaner_first_dirty
             .store(first_dirty, Ordering::Release);
         self.cleaner_horizon.store(horizon, Ordering::Release);

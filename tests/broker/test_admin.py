@@ -32,7 +32,7 @@ from confluent_kafka.admin import (
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages import admin as msgs
 from kbroker.tools.client import BrokerClient
-from tests.broker.conftest import BrokerProcess
+from tests.helpers import BrokerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -23,9 +23,8 @@ import pytest
 from kbroker._kbroker import build_batch
 from kbroker.config import BrokerConfig, ConfigError
 from kbroker.protocol import ApiKey, ErrorCode, encode_request
-from kbroker.protocol.messages.core import FetchRequest, MetadataRequest, ProduceRequest
 from kbroker.tools.client import BrokerClient
-from tests.broker.conftest import KBROKER, BrokerProcess
+from tests.helpers import KBROKER, BrokerProcess, fetch_req, metadata, produce_req, wait_for
 
 MIB = 1 << 20
 
@@ -38,49 +37,17 @@ def status_kib(pid: int, field: str) -> int:
     raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
-def produce_request(topic: str, records: bytes, acks: int = 1) -> ProduceRequest:
-    partition = ProduceRequest.Topic.Partition(index=0, records=records)
-    return ProduceRequest(
-        transactional_id=None,
-        acks=acks,
-        timeout_ms=5000,
-        topic_data=[ProduceRequest.Topic(name=topic, partition_data=[partition])],
-    )
-
-
-def fetch_request(topic: str, max_bytes: int, max_wait_ms: int = 0) -> FetchRequest:
-    partition = FetchRequest.Topic.Partition(
-        partition=0,
-        current_leader_epoch=-1,
-        fetch_offset=0,
-        log_start_offset=-1,
-        partition_max_bytes=max_bytes,
-    )
-    return FetchRequest(
-        replica_id=-1,
-        max_wait_ms=max_wait_ms,
-        min_bytes=1,
-        max_bytes=max_bytes,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[FetchRequest.Topic(topic=topic, partitions=[partition])],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
-
-
 def create_topics(client: BrokerClient, *topics: str) -> None:
-    req = MetadataRequest(
-        topics=[MetadataRequest.Topic(name=t) for t in topics], allow_auto_topic_creation=True
+    """Creates topics through Metadata's auto-creation, and waits for their partitions."""
+    wait_for(
+        lambda: all(
+            t.error_code == ErrorCode.NONE and t.partitions
+            for t in metadata(client, list(topics)).topics
+        ),
+        f"topics {topics} to be created",
+        timeout=10,
+        interval=0.05,
     )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        resp = client.request(ApiKey.METADATA, 9, req)
-        if all(t.error_code == ErrorCode.NONE and t.partitions for t in resp.topics):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"topics {topics} were not created")
 
 
 def timed_produces(client: BrokerClient, topic: str, seconds: float) -> list[float]:
@@ -90,7 +57,7 @@ def timed_produces(client: BrokerClient, topic: str, seconds: float) -> list[flo
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         start = time.perf_counter()
-        resp = client.request(ApiKey.PRODUCE, 9, produce_request(topic, batch))
+        resp = client.request(ApiKey.PRODUCE, 9, produce_req(topic, batch, acks=1))
         latencies.append(time.perf_counter() - start)
         assert resp.responses[0].partition_responses[0].error_code == ErrorCode.NONE
     return latencies
@@ -206,7 +173,7 @@ def test_pool_only_as_large_as_one_request_serves_every_connection_in_turn(
     def send_one(corr: int) -> None:
         try:
             with BrokerClient(broker.bootstrap, timeout=20) as c:
-                resp = c.request(ApiKey.PRODUCE, 9, produce_request("whole-frames", batch))
+                resp = c.request(ApiKey.PRODUCE, 9, produce_req("whole-frames", batch, acks=1))
                 answers.append(resp.responses[0].partition_responses[0].error_code)
         except BaseException as exc:
             errors.append(exc)
@@ -249,8 +216,8 @@ def pipelined_abuse(topic_big: str, topic_empty: str) -> Callable[[], bytes]:
     """Large fetches, empty fetches and produces, pipelined: 200 frames a call."""
     batch = build_batch([(None, b"abuse" * 20, [])])
     corr = iter(range(1, 1 << 31))
-    large = fetch_request(topic_big, 50 * MIB)
-    empty = fetch_request(topic_empty, MIB)
+    large = fetch_req(topic_big, max_bytes=50 * MIB, min_bytes=1)
+    empty = fetch_req(topic_empty, max_bytes=MIB, min_bytes=1)
 
     def chunk() -> bytes:
         frames = []
@@ -260,7 +227,7 @@ def pipelined_abuse(topic_big: str, topic_empty: str) -> Callable[[], bytes]:
             elif i % 2:
                 frames.append(encode_request(ApiKey.FETCH, 11, next(corr), "abuser", empty))
             else:
-                req = produce_request(topic_empty + "-sink", batch)
+                req = produce_req(topic_empty + "-sink", batch, acks=1)
                 frames.append(encode_request(ApiKey.PRODUCE, 9, next(corr), "abuser", req))
         return b"".join(frames)
 
@@ -275,7 +242,7 @@ def test_a_client_pipelining_without_reading_does_not_stall_others(
         value = b"v" * (900 * 1024)
         for _ in range(10):  # ~9 MB for each large fetch to return
             resp = good.request(
-                ApiKey.PRODUCE, 9, produce_request("big", build_batch([(None, value, [])]))
+                ApiKey.PRODUCE, 9, produce_req("big", build_batch([(None, value, [])]), acks=1)
             )
             assert resp.responses[0].partition_responses[0].error_code == ErrorCode.NONE
         timed_produces(good, "latency", 0.5)  # warm up
@@ -304,7 +271,9 @@ def test_a_muted_connection_answers_everything_in_order_once_its_client_reads(
         value = b"m" * (500 * 1024)
         for _ in range(4):
             resp = client.request(
-                ApiKey.PRODUCE, 9, produce_request("muted-big", build_batch([(None, value, [])]))
+                ApiKey.PRODUCE,
+                9,
+                produce_req("muted-big", build_batch([(None, value, [])]), acks=1),
             )
             assert resp.responses[0].partition_responses[0].error_code == ErrorCode.NONE
     requests = 3000
@@ -312,13 +281,13 @@ def test_a_muted_connection_answers_everything_in_order_once_its_client_reads(
     frames = []
     for corr in range(requests):
         if corr % 3 == 0:
-            req: Any = fetch_request("muted-big", 8 * MIB)
+            req: Any = fetch_req("muted-big", max_bytes=8 * MIB, min_bytes=1)
             frames.append(encode_request(ApiKey.FETCH, 11, corr, "muted", req))
         elif corr % 3 == 1:
-            req = fetch_request("muted", MIB)
+            req = fetch_req("muted", max_bytes=MIB, min_bytes=1)
             frames.append(encode_request(ApiKey.FETCH, 11, corr, "muted", req))
         else:
-            req = produce_request("muted", batch)
+            req = produce_req("muted", batch, acks=1)
             frames.append(encode_request(ApiKey.PRODUCE, 9, corr, "muted", req))
     stream = b"".join(frames)
     with socket.create_connection(("127.0.0.1", broker.port), timeout=30) as sock:

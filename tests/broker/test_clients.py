@@ -5,78 +5,15 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
-import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
 
-from tests.broker.conftest import BrokerProcess
+from tests.helpers import BrokerProcess, consume_all, create_topic, produce, topic_name
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
-
-
-def topic_name(prefix: str = "t") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = 1, **configs: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics(
-        [NewTopic(name, partitions, 1, config=configs)], operation_timeout=10
-    )
-    futures[name].result(timeout=15)
-
-
-def produce(bootstrap: str, topic: str, records: list[tuple[Any, ...]], **conf: Any) -> list[Any]:
-    """Produces (key, value[, headers[, partition[, timestamp]]]) and returns delivery reports."""
-    reports: list[Any] = []
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
-    for rec in records:
-        key, value, *rest = rec
-        kwargs: dict[str, Any] = {}
-        if rest and rest[0] is not None:
-            kwargs["headers"] = rest[0]
-        if len(rest) > 1 and rest[1] is not None:
-            kwargs["partition"] = rest[1]
-        if len(rest) > 2 and rest[2] is not None:
-            kwargs["timestamp"] = rest[2]
-        p.produce(
-            topic,
-            key=key,
-            value=value,
-            on_delivery=lambda err, msg: reports.append((err, msg)),
-            **kwargs,
-        )
-    assert p.flush(30) == 0
-    return reports
-
-
-def consume_all(
-    bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 20
-) -> list[Any]:
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "unused",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out: list[Any] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(out) < expected and time.monotonic() < deadline:
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            out.append(msg)
-    finally:
-        c.close()
-    return out
 
 
 @pytest.mark.parametrize("codec", CODECS)

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.broker.conftest import BrokerProcess
+from tests.helpers import BrokerProcess, create_topic, send, topic_name, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -40,11 +38,9 @@ def kb(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
     return broker_factory(FAST_CLEANER)
 
 
-def create_topic(b: BrokerProcess, **configs: str) -> str:
-    name = f"c-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": b.bootstrap})
-    futures = admin.create_topics([NewTopic(name, 1, 1, config={**COMPACTED, **configs})])
-    futures[name].result(timeout=15)
+def compacted_topic(b: BrokerProcess, **configs: str) -> str:
+    name = topic_name("c")
+    create_topic(b.bootstrap, name, **{**COMPACTED, **configs})
     return name
 
 
@@ -53,14 +49,8 @@ def producer(b: BrokerProcess, **conf: Any) -> Producer:
     return Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 2, "batch.size": 4000, **conf})
 
 
-def produce(p: Producer, topic: str, records: list[tuple[bytes | None, bytes | None]]) -> None:
-    errors: list[Any] = []
-    for key, value in records:
-        p.produce(
-            topic, key=key, value=value, on_delivery=lambda e, _m: errors.append(e) if e else None
-        )
-        p.poll(0)
-    assert p.flush(30) == 0
+def send_ok(p: Producer, topic: str, records: list[tuple[bytes | None, bytes | None]]) -> None:
+    errors = [err for err, _msg in send(p, topic, records) if err]
     assert errors == []
 
 
@@ -96,23 +86,16 @@ def latest(records: list[Record]) -> dict[bytes | None, bytes | None]:
     return {k: v for _, k, v in records}
 
 
-def wait_for(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
-
-
 def value(key: int, round_: int) -> bytes:
     return f"k{key}-r{round_}-".encode().ljust(100, b".")
 
 
 def test_compaction_keeps_the_latest_value_of_each_key(kb: BrokerProcess) -> None:
-    topic = create_topic(kb)
+    topic = compacted_topic(kb)
     written = [(f"k{k}".encode(), value(k, r)) for r in range(150) for k in range(20)]
     # Idempotent and compressed: emptied batches must stay readable and
     # rewritten ones keep their codec.
-    produce(producer(kb, **{"enable.idempotence": True, "compression.type": "lz4"}), topic, written)
+    send_ok(producer(kb, **{"enable.idempotence": True, "compression.type": "lz4"}), topic, written)
     expected = dict(written)
 
     # 3000 records written; once every segment is cleaned, one per key.
@@ -124,12 +107,12 @@ def test_compaction_keeps_the_latest_value_of_each_key(kb: BrokerProcess) -> Non
 
 
 def test_tombstones_go_after_delete_retention(kb: BrokerProcess) -> None:
-    topic = create_topic(kb, **{"delete.retention.ms": "1500"})
+    topic = compacted_topic(kb, **{"delete.retention.ms": "1500"})
     p = producer(kb)
-    produce(p, topic, [(f"k{k}".encode(), value(k, 0)) for k in range(10)])
-    produce(p, topic, [(f"k{k}".encode(), None) for k in range(5)])
+    send_ok(p, topic, [(f"k{k}".encode(), value(k, 0)) for k in range(10)])
+    send_ok(p, topic, [(f"k{k}".encode(), None) for k in range(5)])
     # Filler under other keys closes the segment holding the tombstones.
-    produce(p, topic, [(f"f{i % 20}".encode(), value(i, 1)) for i in range(400)])
+    send_ok(p, topic, [(f"f{i % 20}".encode(), value(i, 1)) for i in range(400)])
     deleted = {f"k{k}".encode() for k in range(5)}
 
     # First the old values go while the tombstones stay (for
@@ -153,7 +136,7 @@ def test_tombstones_go_after_delete_retention(kb: BrokerProcess) -> None:
 
 
 def test_consumers_see_a_consistent_log_while_it_is_cleaned(kb: BrokerProcess) -> None:
-    topic = create_topic(kb)
+    topic = compacted_topic(kb)
     written = [(f"k{k}".encode(), value(k, r)) for r in range(200) for k in range(25)]
     allowed = set(written)
     done = threading.Event()
@@ -163,7 +146,7 @@ def test_consumers_see_a_consistent_log_while_it_is_cleaned(kb: BrokerProcess) -
         try:
             p = producer(kb, **{"compression.type": "gzip"})
             for i in range(0, len(written), 500):
-                produce(p, topic, written[i : i + 500])
+                send_ok(p, topic, written[i : i + 500])
                 time.sleep(0.3)  # let passes run between the writes
         except BaseException as exc:  # reported by the main thread
             failure.append(exc)
@@ -193,7 +176,7 @@ def test_consumers_see_a_consistent_log_while_it_is_cleaned(kb: BrokerProcess) -
 
 
 def test_keyless_records_are_refused_on_compacted_topics(kb: BrokerProcess) -> None:
-    topic = create_topic(kb)
+    topic = compacted_topic(kb)
     p = producer(kb, **{"message.send.max.retries": 0})
     reports: list[Any] = []
     # One flush each, so the two records travel in separate batches.

@@ -14,8 +14,8 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import NewTopic
 from kafka import KafkaConsumer
 
-from tests.broker.conftest import KBROKER, BrokerProcess
 from tests.broker.test_admin import admin, create
+from tests.helpers import KBROKER, BrokerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -26,8 +26,7 @@ from kbroker.protocol.messages.admin import ElectLeadersRequest
 from kbroker.protocol.messages.core import ApiVersionsRequest, OffsetForLeaderEpochRequest
 from kbroker.protocol.messages.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from kbroker.replication.partition import Partition
-from tests.broker.conftest import BrokerProcess
-from tests.broker.test_wire import Wire, metadata, produce_req
+from tests.helpers import BrokerProcess, Wire, metadata, produce_req
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,7 +10,7 @@ from confluent_kafka import Producer
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import CreateTopicsRequest, DescribeLogDirsRequest
 from kbroker.tools.client import BrokerClient
-from tests.broker.conftest import BrokerProcess
+from tests.helpers import BrokerProcess
 
 T = DescribeLogDirsRequest.Topic
 

@@ -16,9 +16,9 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -27,16 +27,20 @@ from kbroker._kbroker import build_batch, decode_records
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import (
     CreatePartitionsRequest,
-    CreateTopicsRequest,
     DeleteTopicsRequest,
 )
-from kbroker.protocol.messages.core import FetchRequest, InitProducerIdRequest
 from kbroker.protocol.messages.group import OffsetCommitRequest
-from tests.broker.conftest import BrokerProcess
 from tests.broker.test_groups_wire import find, join
-from tests.broker.test_wire import Wire, metadata, produce_req
-
-T = TypeVar("T")
+from tests.helpers import (
+    BrokerProcess,
+    Wire,
+    fetch_req,
+    init_producer_id,
+    metadata,
+    wait_for,
+    wire_create_topic,
+    wire_produce,
+)
 
 SETTINGS = (
     "offsets.topic.num.partitions=3",
@@ -90,45 +94,10 @@ def fill(disk: Path, leave: int = 0) -> Path:
     return filler
 
 
-def wait_for(check: Callable[[], T | None], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result is not None and result is not False:
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def create_topic(w: Wire, name: str, partitions: int, configs: dict[str, str] | None = None) -> int:
-    T_ = CreateTopicsRequest.Topic
-    C_ = CreateTopicsRequest.Topic.Config
-    resp = w.request(
-        ApiKey.CREATE_TOPICS,
-        5,
-        CreateTopicsRequest(
-            topics=[
-                T_(
-                    name=name,
-                    num_partitions=partitions,
-                    replication_factor=1,
-                    assignments=[],
-                    configs=[C_(name=k, value=v) for k, v in (configs or {}).items()],
-                )
-            ],
-            timeout_ms=5000,
-            validate_only=False,
-        ),
-    )
-    return int(resp.topics[0].error_code)
-
-
 def produce(w: Wire, topic: str, values: list[bytes]) -> tuple[int, int]:
     """(error code, base offset) of one batch holding ``values``."""
     batch = build_batch([(None, v, []) for v in values], 0, 0, int(time.time() * 1000))
-    resp = w.request(ApiKey.PRODUCE, 9, produce_req(topic, batch))
-    part = resp.responses[0].partition_responses[0]
-    return int(part.error_code), int(part.base_offset)
+    return wire_produce(w, topic, batch)
 
 
 def fetch_all(w: Wire, topic: str) -> list[tuple[int, bytes]]:
@@ -136,32 +105,7 @@ def fetch_all(w: Wire, topic: str) -> list[tuple[int, bytes]]:
     out: list[tuple[int, bytes]] = []
     offset = 0
     for _ in range(10_000):
-        P = FetchRequest.Topic.Partition
-        req = FetchRequest(
-            replica_id=-1,
-            max_wait_ms=0,
-            min_bytes=0,
-            max_bytes=1 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                FetchRequest.Topic(
-                    topic=topic,
-                    partitions=[
-                        P(
-                            partition=0,
-                            current_leader_epoch=-1,
-                            fetch_offset=offset,
-                            log_start_offset=-1,
-                            partition_max_bytes=1 << 20,
-                        )
-                    ],
-                )
-            ],
-            forgotten_topics_data=[],
-            rack_id="",
-        )
+        req = fetch_req(topic, offset)
         part = w.request(ApiKey.FETCH, 11, req).responses[0].partitions[0]
         assert part.error_code == ErrorCode.NONE, part.error_code
         data = bytes(part.records or b"")
@@ -230,8 +174,8 @@ def test_group_coordinator_heals_once_space_is_back(small_disk: Path, broker_fac
     w = Wire(broker.bootstrap)
     consumer: Consumer | None = None
     try:
-        assert create_topic(w, "events", 1) == ErrorCode.NONE
-        assert create_topic(w, "wide", 20) == ErrorCode.NONE
+        assert wire_create_topic(w, "events", 1) == ErrorCode.NONE
+        assert wire_create_topic(w, "wide", 20) == ErrorCode.NONE
         for i in range(10):
             assert produce(w, "events", [b"e%d" % i]) == (ErrorCode.NONE, i)
         filler = fill(small_disk)
@@ -273,7 +217,9 @@ def test_group_coordinator_heals_once_space_is_back(small_disk: Path, broker_fac
                 got.append(msg.value())
             return len(got) >= count
 
-        wait_for(lambda: consumed(10), 60, "the group to form and consume after space came back")
+        wait_for(
+            lambda: consumed(10), "the group to form and consume after space came back", timeout=60
+        )
         assert got == [b"e%d" % i for i in range(10)]
         committed = consumer.commit(asynchronous=False)
         assert committed is not None and all(tp.error is None for tp in committed)
@@ -312,7 +258,7 @@ def test_group_coordinator_heals_once_space_is_back(small_disk: Path, broker_fac
             )
         assert producer.flush(20) == 0
         assert [e for _, e in reports] == [None] * 5, reports
-        wait_for(lambda: consumed(15), 30, "the records written once space was back")
+        wait_for(lambda: consumed(15), "the records written once space was back", timeout=30)
         assert got[10:] == sent
     finally:
         if consumer is not None:
@@ -330,25 +276,18 @@ def test_group_coordinator_heals_once_space_is_back(small_disk: Path, broker_fac
         assert again.committed([TopicPartition("events", 0)], timeout=20)[0].offset == 10
 
 
-def init_producer_id(w: Wire) -> int:
-    req = InitProducerIdRequest(
-        transactional_id=None, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1
-    )
-    return int(w.request(ApiKey.INIT_PRODUCER_ID, 4, req).error_code)
-
-
 def test_metadata_changes_on_a_full_disk_leave_nothing_and_work_later(
     small_disk: Path, broker_factory: Any
 ) -> None:
     data = small_disk  # the broker log goes beside it, off the small disk
     broker: BrokerProcess = broker_factory(*SETTINGS, data_dir=data)
     with contextlib.closing(Wire(broker.bootstrap)) as w:
-        assert create_topic(w, "kept", 2) == ErrorCode.NONE
-        assert create_topic(w, "doomed", 2) == ErrorCode.NONE
+        assert wire_create_topic(w, "kept", 2) == ErrorCode.NONE
+        assert wire_create_topic(w, "doomed", 2) == ErrorCode.NONE
         assert produce(w, "kept", [b"k"]) == (ErrorCode.NONE, 0)
         filler = fill(small_disk)
         for _ in range(5):
-            assert create_topic(w, "later", 4) == ErrorCode.KAFKA_STORAGE_ERROR
+            assert wire_create_topic(w, "later", 4) == ErrorCode.KAFKA_STORAGE_ERROR
         assert not list(data.glob("later-*")), "a half-created partition was left behind"
         assert "later" not in {t.name for t in metadata(w, None).topics}
         # Auto-creation through Metadata fails the same way, and the connection stays up.
@@ -380,13 +319,16 @@ def test_metadata_changes_on_a_full_disk_leave_nothing_and_work_later(
             assert deleted.error_code == ErrorCode.KAFKA_STORAGE_ERROR
             assert listed["doomed"] == 2
         # Idempotent producers get an id only once its block is recorded; else retriable.
-        assert init_producer_id(w) in (ErrorCode.NONE, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        assert init_producer_id(w).error_code in (
+            ErrorCode.NONE,
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        )
 
         filler.unlink()
-        assert create_topic(w, "later", 4) == ErrorCode.NONE
+        assert wire_create_topic(w, "later", 4) == ErrorCode.NONE
         assert produce(w, "later", [b"x"]) == (ErrorCode.NONE, 0)
         assert w.request(ApiKey.CREATE_PARTITIONS, 3, grow).results[0].error_code == 0
-        assert init_producer_id(w) == ErrorCode.NONE
+        assert init_producer_id(w).error_code == ErrorCode.NONE
     assert broker.stop() == 0
     assert_no_traceback(broker)
     broker.start()
@@ -422,7 +364,7 @@ def test_failed_appends_leave_exactly_the_acknowledged_records(
         # Small segments, so appends roll (seal indexes, create files) while the
         # disk is full; segment.ms, so the background roll runs into it too.
         configs = {"segment.bytes": "65536", "index.interval.bytes": "512", "segment.ms": "300"}
-        assert create_topic(w, "t", 1, configs) == ErrorCode.NONE
+        assert wire_create_topic(w, "t", 1, configs) == ErrorCode.NONE
         for i in range(20):
             assert send([b"before-%d-" % i + b"a" * 1000]) == ErrorCode.NONE
         # Leave a little room: a big batch is written in part, then cut back.
@@ -465,7 +407,7 @@ def test_batch_larger_than_a_segment_is_refused_not_a_closed_connection(
 ) -> None:
     # max.message.bytes lets it through; the log cannot hold it in one segment.
     with contextlib.closing(Wire(broker.bootstrap)) as w:
-        assert create_topic(w, "small-segments", 1, {"segment.bytes": "16384"}) == 0
+        assert wire_create_topic(w, "small-segments", 1, {"segment.bytes": "16384"}) == 0
         code, _ = produce(w, "small-segments", [b"x" * 20_000])
         assert code == ErrorCode.RECORD_LIST_TOO_LARGE
         assert produce(w, "small-segments", [b"fits"]) == (ErrorCode.NONE, 0)

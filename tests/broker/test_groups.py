@@ -17,16 +17,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from kbroker.tools.cluster import Cluster
 from kbroker.tools.groups import describe_group
-from tests.broker.conftest import BrokerProcess
-from tests.broker.test_clients import create_topic, produce, topic_name
+from tests.helpers import BrokerProcess, committed, create_topic, produce, topic_name, wait_for
 
 MEMBER_SCRIPT = Path(__file__).with_name("group_member.py")
 SETTINGS = (
@@ -34,18 +33,6 @@ SETTINGS = (
     "group.min.session.timeout.ms=500",
     "offsets.topic.num.partitions=5",
 )
-T = TypeVar("T")
-
-
-def wait_for(check: Callable[[], T | None], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 class Member:
@@ -168,7 +155,9 @@ def stable_assignment(
         return d if owned == list(range(partitions)) else None
 
     return wait_for(
-        check, timeout, f"{group} to settle with {n_members} members over {partitions} partitions"
+        check,
+        f"{group} to settle with {n_members} members over {partitions} partitions",
+        timeout=timeout,
     )
 
 
@@ -198,21 +187,21 @@ def test_three_members_join_leave_and_crash(
     crew = [members(b, group, topic, f"m{i}") for i in range(3)]
     before = stable_assignment(b, group, topic, 6, 3)
     assert before["protocol"] == "range"
-    wait_for(lambda: consumed(crew) >= produced, 30, "the first records to be consumed")
+    wait_for(lambda: consumed(crew) >= produced, "the first records to be consumed", timeout=30)
 
     # A clean leave: the others take over its partitions at once.
     assert crew[0].terminate() == 0
     assert crew[0].count("closed") == 1
     stable_assignment(b, group, topic, 6, 2)
     produced |= produce_spread(b, topic, 6, 300, "b")
-    wait_for(lambda: consumed(crew) >= produced, 30, "records after the leave")
+    wait_for(lambda: consumed(crew) >= produced, "records after the leave", timeout=30)
 
     # A crash: its session (3 s) runs out and the last member owns everything.
     crew[1].kill()
     after = stable_assignment(b, group, topic, 6, 1)
     assert [m["client_id"] for m in after["members"]] == ["m2"]
     produced |= produce_spread(b, topic, 6, 300, "c")
-    wait_for(lambda: consumed(crew) >= produced, 30, "records after the crash")
+    wait_for(lambda: consumed(crew) >= produced, "records after the crash", timeout=30)
     assert crew[2].owned_history()[-1] == set(range(6))
 
 
@@ -246,16 +235,6 @@ def test_committed_offsets_survive_restart_and_kill(broker_factory: Any) -> None
             c.close()
         return got
 
-    def committed() -> dict[int, int]:
-        c = Consumer({"bootstrap.servers": b, "group.id": group})
-        try:
-            return {
-                tp.partition: tp.offset
-                for tp in c.committed([TopicPartition(topic, p) for p in (0, 1)], 10)
-            }
-        finally:
-            c.close()
-
     first = consume(30)
     assert len(first) == 30
     expect = {
@@ -263,7 +242,7 @@ def test_committed_offsets_survive_restart_and_kill(broker_factory: Any) -> None
     }
     broker.stop()
     broker.start()
-    assert {p: o for p, o in committed().items() if p in expect} == expect
+    assert {p: o for p, o in committed(b, group, topic, (0, 1)).items() if p in expect} == expect
     second = consume(30)
     # Resumed where the commits left off: nothing consumed twice, nothing skipped.
     assert not set(first) & set(second)
@@ -271,10 +250,10 @@ def test_committed_offsets_survive_restart_and_kill(broker_factory: Any) -> None
         offsets = sorted(o for q, o in first + second if q == p)
         assert offsets == list(range(len(offsets)))
 
-    at_kill = committed()
+    at_kill = committed(b, group, topic, (0, 1))
     broker.kill()
     broker.start()
-    assert committed() == at_kill
+    assert committed(b, group, topic, (0, 1)) == at_kill
     rest = consume(40)
     assert len(set(first) | set(second) | set(rest)) == 100
 
@@ -290,14 +269,20 @@ def test_static_member_restart_keeps_assignment_without_rebalance(
     other = members(b, group, topic, "s1", "--instance-id", "s1", *static)
     before = stable_assignment(b, group, topic, 4, 2)
     wait_for(
-        lambda: first.owned_history() and other.owned_history(), 20, "both members to be assigned"
+        lambda: first.owned_history() and other.owned_history(),
+        "both members to be assigned",
+        timeout=20,
     )
     s0_owned = first.owned_history()[-1]
     assigned_before = other.count("assigned")
 
     first.kill()  # no LeaveGroup from a crashed (or closed) static member
     back = members(b, group, topic, "s0-again", "--instance-id", "s0", *static)
-    wait_for(lambda: back.owned_history(), 20, "the restarted static member to get its partitions")
+    wait_for(
+        lambda: back.owned_history(),
+        "the restarted static member to get its partitions",
+        timeout=20,
+    )
     assert back.owned_history()[-1] == s0_owned
     after = stable_assignment(b, group, topic, 4, 2)
     instances = {m["group_instance_id"]: m for m in after["members"]}
@@ -323,16 +308,16 @@ def test_cooperative_sticky_rebalances_incrementally(
     assert settled["protocol"] == "cooperative-sticky"
     wait_for(
         lambda: all(m.owned_history() and len(m.owned_history()[-1]) == 3 for m in crew),
-        20,
         "two members with three partitions each",
+        timeout=20,
     )
     marks = [len(m.owned_history()) for m in crew]
     crew.append(members(b, group, topic, "c2", *coop))
     stable_assignment(b, group, topic, 6, 3)
     wait_for(
         lambda: all(m.owned_history() and len(m.owned_history()[-1]) == 2 for m in crew),
-        30,
         "three members with two partitions each",
+        timeout=30,
     )
     for m, mark in zip(crew[:2], marks, strict=True):
         later = m.owned_history()[mark - 1 :]
@@ -340,7 +325,9 @@ def test_cooperative_sticky_rebalances_incrementally(
         assert all(len(owned) >= 2 for owned in later), later
         assert later[-1] < later[0]
     produced = produce_spread(b, topic, 6, 120, "coop")
-    wait_for(lambda: consumed(crew) >= produced, 30, "records after the incremental rebalance")
+    wait_for(
+        lambda: consumed(crew) >= produced, "records after the incremental rebalance", timeout=30
+    )
 
 
 def test_kafka_python_and_aiokafka_in_one_group(
@@ -362,7 +349,9 @@ def test_kafka_python_and_aiokafka_in_one_group(
     # (it can read and commit every partition before the rebalance); records
     # written once the group is settled reach each member through its own partitions.
     produced |= produce_spread(b, topic, 4, 200, "y")
-    wait_for(lambda: consumed(crew) >= produced, 30, "every record consumed by the mixed group")
+    wait_for(
+        lambda: consumed(crew) >= produced, "every record consumed by the mixed group", timeout=30
+    )
     assert all(m.records() for m in crew)
     assert crew[0].terminate() == 0
     stable_assignment(b, group, topic, 4, 1)
@@ -378,4 +367,4 @@ def test_added_partitions_get_owners(broker_factory: Any, members: Callable[...,
     admin.create_partitions([NewPartitions(topic, 4)])[topic].result(15)
     stable_assignment(b, group, topic, 4, 2)
     produced = produce_spread(b, topic, 4, 40, "grown")
-    wait_for(lambda: consumed(crew) >= produced, 30, "records in the new partitions")
+    wait_for(lambda: consumed(crew) >= produced, "records in the new partitions", timeout=30)

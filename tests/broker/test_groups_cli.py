@@ -12,10 +12,9 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer
 
-from tests.broker.conftest import KBROKER, BrokerProcess
-from tests.broker.test_clients import create_topic, produce, topic_name
+from tests.helpers import KBROKER, BrokerProcess, committed, create_topic, produce, topic_name
 from tests.zookeeper import ZooKeeperServer
 
 SETTINGS = ("group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=3")
@@ -28,13 +27,9 @@ def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        found = c.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
-        return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
-    finally:
-        c.close()
+def stored(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets, partitions without one left out."""
+    return {p: o for p, o in committed(bootstrap, group, topic, partitions).items() if o >= 0}
 
 
 def test_groups_list_describe_delete(broker_factory: Any) -> None:
@@ -80,7 +75,7 @@ def test_groups_list_describe_delete(broker_factory: Any) -> None:
     finally:
         consumer.close()
     assert "cli-live: deleted" in cli("groups", "delete", "-b", b, "cli-live").stdout
-    assert committed(b, "cli-live", topic, 2) == {}
+    assert stored(b, "cli-live", topic, 2) == {}
     missing = cli("groups", "delete", "-b", b, "cli-live", check=False)
     assert missing.returncode == 1 and "GROUP_ID_NOT_FOUND" in missing.stdout
     down = cli("groups", "list", "-b", "127.0.0.1:1", check=False)
@@ -111,7 +106,7 @@ def test_import_offsets_from_zookeeper(broker_factory: Any, zookeeper: ZooKeeper
             "groups", "import-zk", "-b", b, "--zookeeper", connect, "--group", "tidy", "--dry-run"
         )
         assert "tidy: would import 1" in dry.stdout
-        assert committed(b, "tidy", topic, 3) == {}
+        assert stored(b, "tidy", topic, 3) == {}
 
         run = cli("groups", "import-zk", "-b", b, "--zookeeper", connect, "--json", check=False)
         assert run.returncode == 1  # one unknown topic, one unreadable znode
@@ -123,8 +118,8 @@ def test_import_offsets_from_zookeeper(broker_factory: Any, zookeeper: ZooKeeper
             ("gone-topic", "UNKNOWN_TOPIC_OR_PARTITION")
         ]
         assert reports["broken"]["unreadable"] == [f"/consumers/broken/offsets/{topic}/2"]
-        assert committed(b, "legacy", topic, 3) == {0: 42, 1: 17}
-        assert committed(b, "tidy", topic, 3) == {2: 3}
+        assert stored(b, "legacy", topic, 3) == {0: 42, 1: 17}
+        assert stored(b, "tidy", topic, 3) == {2: 3}
 
         # Running again keeps what the broker has, unless told to overwrite.
         zk.set(f"{base}/legacy/offsets/{topic}/0", b"50")
@@ -142,7 +137,7 @@ def test_import_offsets_from_zookeeper(broker_factory: Any, zookeeper: ZooKeeper
             check=False,
         )
         assert "legacy: imported 0, kept 2 already committed" in again.stdout
-        assert committed(b, "legacy", topic, 3) == {0: 42, 1: 17}
+        assert stored(b, "legacy", topic, 3) == {0: 42, 1: 17}
         cli(
             "groups",
             "import-zk",
@@ -157,7 +152,7 @@ def test_import_offsets_from_zookeeper(broker_factory: Any, zookeeper: ZooKeeper
             "--overwrite",
             check=False,
         )
-        assert committed(b, "legacy", topic, 3) == {0: 50, 1: 17}
+        assert stored(b, "legacy", topic, 3) == {0: 50, 1: 17}
     finally:
         zk.stop()
         zk.close()

@@ -14,7 +14,6 @@ import pytest
 
 from kbroker.coordinator.consumer_protocol import encode_subscription
 from kbroker.protocol import ApiKey, ErrorCode
-from kbroker.protocol.messages.admin import CreateTopicsRequest
 from kbroker.protocol.messages.group import (
     DeleteGroupsRequest,
     DescribeGroupsRequest,
@@ -28,8 +27,7 @@ from kbroker.protocol.messages.group import (
     OffsetFetchRequest,
     SyncGroupRequest,
 )
-from tests.broker.conftest import BrokerProcess
-from tests.broker.test_wire import Wire, still_serving
+from tests.helpers import BrokerProcess, Wire, frame, still_serving, wire_create_topic
 
 E = ErrorCode
 SETTINGS = (
@@ -46,18 +44,7 @@ def gbroker(broker_factory: Any) -> BrokerProcess:
     b: BrokerProcess = broker_factory(*SETTINGS)
     w = Wire(b.bootstrap)
     try:
-        T = CreateTopicsRequest.Topic
-        w.request(
-            ApiKey.CREATE_TOPICS,
-            5,
-            CreateTopicsRequest(
-                topics=[
-                    T(name="wt", num_partitions=2, replication_factor=1, assignments=[], configs=[])
-                ],
-                timeout_ms=5000,
-                validate_only=False,
-            ),
-        )
+        wire_create_topic(w, "wt", 2)
     finally:
         w.close()
     return b
@@ -439,10 +426,6 @@ def test_bad_group_requests_get_error_codes(gbroker: BrokerProcess) -> None:
         w.close()
 
 
-def _frame(body: bytes) -> bytes:
-    return struct.pack(">i", len(body)) + body
-
-
 # JoinGroup v5 header (api 11, version 5, correlation 1, client id "x").
 _JOIN_V5 = struct.pack(">hhih", 11, 5, 1, 1) + b"x"
 
@@ -469,7 +452,7 @@ def test_malformed_group_requests_close_the_connection_only(
 ) -> None:
     w = Wire(gbroker.bootstrap)
     try:
-        w.send_raw(_frame(body))
+        w.send_raw(frame(body))
         assert w.is_closed()
     finally:
         w.close()

@@ -8,14 +8,11 @@ from __future__ import annotations
 import os
 import re
 import resource
-import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer
-from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.broker.conftest import BrokerProcess
+from tests.helpers import BrokerProcess, consume_all, produce
 
 PARTITIONS = 10_000
 NOFILE = 1024
@@ -61,32 +58,18 @@ def check_descriptors(b: BrokerProcess) -> None:
     assert fds["total"] < NOFILE, fds
 
 
-def produce(bootstrap: str) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for part in SAMPLE:
-        for i in range(PER_PARTITION):
-            p.produce(TOPIC, value=f"{part}:{i}".encode(), partition=part)
-    assert p.flush(60) == 0
+def produce_sample(bootstrap: str) -> None:
+    records = [
+        (None, f"{part}:{i}".encode(), None, part) for part in SAMPLE for i in range(PER_PARTITION)
+    ]
+    produce(bootstrap, TOPIC, records, flush_timeout=60)
 
 
 def fetch_all(bootstrap: str) -> dict[int, list[bytes]]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "none", "enable.auto.commit": False})
-    try:
-        c.assign([KafkaTopicPartition(TOPIC, part, 0) for part in SAMPLE])
-        got: dict[int, list[bytes]] = {part: [] for part in SAMPLE}
-        deadline = time.monotonic() + 60
-        while sum(map(len, got.values())) < len(SAMPLE) * PER_PARTITION:
-            assert time.monotonic() < deadline, got
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            value = msg.value()
-            assert value is not None
-            got[msg.partition()].append(value)
-        return got
-    finally:
-        c.close()
+    got: dict[int, list[bytes]] = {part: [] for part in SAMPLE}
+    for msg in consume_all(bootstrap, TOPIC, SAMPLE, len(SAMPLE) * PER_PARTITION, timeout=60):
+        got[msg.partition()].append(msg.value())
+    return got
 
 
 def test_ten_thousand_partitions_under_a_1024_descriptor_limit(tmp_path: Path) -> None:
@@ -101,7 +84,7 @@ def test_ten_thousand_partitions_under_a_1024_descriptor_limit(tmp_path: Path) -
         futures[TOPIC].result(300)
         assert len(list((tmp_path / "data").glob(f"{TOPIC}-*"))) == PARTITIONS
         check_descriptors(b)
-        produce(b.bootstrap)
+        produce_sample(b.bootstrap)
         expected = {part: [f"{part}:{i}".encode() for i in range(PER_PARTITION)] for part in SAMPLE}
         assert fetch_all(b.bootstrap) == expected
         check_descriptors(b)

@@ -13,8 +13,8 @@ from typing import Any
 
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.tools.client import BrokerClient
-from tests.broker.conftest import BrokerProcess
-from tests.broker.test_bounds import create_topics, fetch_request
+from tests.broker.test_bounds import create_topics
+from tests.helpers import BrokerProcess, fetch_req
 
 # The server waits this long for unanswered requests before closing them.
 SERVER_GRACE_S = 10.0
@@ -28,7 +28,7 @@ def test_sigterm_answers_a_long_polling_fetch_at_once(broker: BrokerProcess) -> 
     def long_poll() -> None:
         try:
             answer["response"] = client.request(
-                ApiKey.FETCH, 12, fetch_request("quiet", 1 << 20, max_wait_ms=30_000)
+                ApiKey.FETCH, 12, fetch_req("quiet", max_wait_ms=30_000, min_bytes=1)
             )
         except Exception as exc:  # a closed connection is what the test must catch
             answer["error"] = exc

@@ -14,48 +14,24 @@ import sys
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from kbroker.log.partition_metadata import read_partition_metadata
 from kbroker.metadata import METADATA_FILE, METADATA_LOG, LocalMetadataStore
-from tests.broker.conftest import KBROKER, BrokerProcess
+from tests.helpers import KBROKER, BrokerProcess, consume_all, create_topic, produce
 
 WAIT = 30
 
 
-def create(bootstrap: str, *topics: tuple[str, int], config: dict[str, str] | None = None) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(t, n, 1, config=config or {}) for t, n in topics])
-    for f in futures.values():
-        f.result(WAIT)
-
-
-def produce(bootstrap: str, topic: str, partitions: int, count: int) -> list[bytes]:
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+def produce_values(bootstrap: str, topic: str, partitions: int, count: int) -> list[bytes]:
     values = [f"{topic}-{i}".encode() for i in range(count)]
-    for i, v in enumerate(values):
-        p.produce(topic, v, partition=i % partitions)
-    assert p.flush(WAIT) == 0
+    records = [(None, v, None, i % partitions) for i, v in enumerate(values)]
+    produce(bootstrap, topic, records, flush_timeout=WAIT, acks="all")
     return values
 
 
-def consume_all(bootstrap: str, topic: str, partitions: int, expected: int) -> list[bytes]:
-    c = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False}
-    )
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got: list[bytes] = []
-    try:
-        for _ in range(200):
-            if len(got) >= expected:
-                break
-            for m in c.consume(1000, timeout=0.5):
-                assert m.error() is None, m.error()
-                got.append(m.value())
-    finally:
-        c.close()
-    return got
+def consume_values(bootstrap: str, topic: str, partitions: int, expected: int) -> list[bytes]:
+    return [m.value() for m in consume_all(bootstrap, topic, partitions, expected, timeout=100)]
 
 
 def topic_ids(bootstrap: str) -> dict[str, str]:
@@ -79,11 +55,11 @@ def run_serve(data_dir: Path, port: int, timeout: float = 20) -> subprocess.Comp
 def filled(broker_factory) -> tuple[BrokerProcess, dict[str, list[bytes]]]:  # type: ignore[no-untyped-def]
     """A stopped broker whose data dir holds two topics with records (one with a config)."""
     b = broker_factory()
-    create(b.bootstrap, ("alpha", 3))
-    create(b.bootstrap, ("beta.logs", 2), config={"retention.ms": "86400000"})
+    create_topic(b.bootstrap, "alpha", 3)
+    create_topic(b.bootstrap, "beta.logs", 2, **{"retention.ms": "86400000"})
     data = {
-        "alpha": produce(b.bootstrap, "alpha", 3, 300),
-        "beta.logs": produce(b.bootstrap, "beta.logs", 2, 50),
+        "alpha": produce_values(b.bootstrap, "alpha", 3, 300),
+        "beta.logs": produce_values(b.bootstrap, "beta.logs", 2, 50),
     }
     assert b.stop() == 0
     return b, data
@@ -101,7 +77,7 @@ def test_missing_metadata_rebuilds_topics_from_their_directories(filled, remove)
     b.start()
     for topic, values in data.items():
         partitions = 3 if topic == "alpha" else 2
-        assert sorted(consume_all(b.bootstrap, topic, partitions, len(values))) == sorted(values)
+        assert sorted(consume_values(b.bootstrap, topic, partitions, len(values))) == sorted(values)
     assert topic_ids(b.bootstrap)["alpha"] == "3"
     for tp, topic_id in ids_before.items():
         assert read_partition_metadata(b.data_dir / tp) == topic_id
@@ -110,7 +86,7 @@ def test_missing_metadata_rebuilds_topics_from_their_directories(filled, remove)
         assert "rebuilt topic alpha" in b.output()
     # It stays rebuilt: one more start finds it in the metadata.
     b.start()
-    assert sorted(consume_all(b.bootstrap, "alpha", 3, 300)) == sorted(data["alpha"])
+    assert sorted(consume_values(b.bootstrap, "alpha", 3, 300)) == sorted(data["alpha"])
     b.stop()
 
 
@@ -123,7 +99,7 @@ def test_unknown_directory_is_adopted_never_deleted(filled) -> None:  # type: ig
     )
     (b.data_dir / "restored-0" / "partition.metadata").unlink()
     b.start()
-    got = consume_all(b.bootstrap, "restored", 1, 100)
+    got = consume_values(b.bootstrap, "restored", 1, 100)
     assert len(got) == 100 and all(v.startswith(b"alpha-") for v in got)
     b.stop()
     assert (b.data_dir / "restored-0").is_dir()
@@ -155,7 +131,7 @@ def test_torn_last_change_is_dropped_with_a_warning(filled) -> None:  # type: ig
     with open(b.data_dir / METADATA_LOG, "ab") as f:
         f.write(b'{"seq": 99999, "put_topic": "ghost", "top')
     b.start()
-    assert sorted(consume_all(b.bootstrap, "alpha", 3, 300)) == sorted(data["alpha"])
+    assert sorted(consume_values(b.bootstrap, "alpha", 3, 300)) == sorted(data["alpha"])
     assert "ghost" not in topic_ids(b.bootstrap)
     b.stop()
     assert "dropping an incomplete last change" in b.output()
@@ -209,7 +185,7 @@ def test_damaged_partition_metadata_is_rewritten(filled) -> None:  # type: ignor
     topic_id = read_partition_metadata(b.data_dir / "alpha-0")
     (b.data_dir / "alpha-0" / "partition.metadata").write_bytes(b"\x00garbage\xff")
     b.start()
-    assert sorted(consume_all(b.bootstrap, "alpha", 3, 300)) == sorted(data["alpha"])
+    assert sorted(consume_values(b.bootstrap, "alpha", 3, 300)) == sorted(data["alpha"])
     b.stop()
     assert read_partition_metadata(b.data_dir / "alpha-0") == topic_id
     assert "not a valid partition.metadata" in b.output()
@@ -222,8 +198,8 @@ def test_damaged_producer_snapshot_is_rebuilt_from_the_log(filled) -> None:  # t
     for s in snapshots:
         s.write_bytes(b'{"offset": "x", "producers": [')
     b.start()
-    values = produce(b.bootstrap, "alpha", 3, 30)
-    assert len(consume_all(b.bootstrap, "alpha", 3, 330)) == 330
+    values = produce_values(b.bootstrap, "alpha", 3, 30)
+    assert len(consume_values(b.bootstrap, "alpha", 3, 330)) == 330
     b.stop()
     assert "producer state is rebuilt from the log" in b.output()
     assert values

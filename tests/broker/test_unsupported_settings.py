@@ -20,8 +20,8 @@ from kbroker.config import (
     parse_stored_topic_configs,
     parse_topic_configs,
 )
-from tests.broker.conftest import KBROKER, BrokerProcess
 from tests.broker.test_admin import WAIT, admin, create, error_of, incremental, topic_configs
+from tests.helpers import KBROKER, BrokerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,7 +7,6 @@ codec), to send what real clients never would.
 from __future__ import annotations
 
 import contextlib
-import socket
 import struct
 import time
 from typing import Any
@@ -18,79 +17,17 @@ from kbroker._kbroker import build_batch
 from kbroker.protocol import ApiKey, ErrorCode, decode_response, encode_request
 from kbroker.protocol.messages.core import (
     ApiVersionsRequest,
-    FetchRequest,
     MetadataRequest,
-    ProduceRequest,
 )
-from kbroker.tools.client import BrokerClient
-from tests.broker.conftest import BrokerProcess
-
-
-class Wire(BrokerClient):
-    """kbroker's own client, plus raw bytes: to send what real clients never would."""
-
-    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
-        super().__init__(bootstrap, timeout, client_id="wire-test")
-
-    @property
-    def sock(self) -> socket.socket:
-        return self._sock
-
-    def send_raw(self, data: bytes) -> None:
-        self._sock.sendall(data)
-
-    def read_frame(self) -> bytes:
-        (size,) = struct.unpack(">i", self._read(4))
-        return self._read(size)
-
-    def is_closed(self, timeout: float = 5.0) -> bool:
-        self._sock.settimeout(timeout)
-        try:
-            return self._sock.recv(1) == b""
-        except (ConnectionResetError, BrokenPipeError):
-            return True
-        except TimeoutError:
-            return False
-
-
-def metadata(wire: Wire, topics: list[str] | None) -> Any:
-    req = MetadataRequest(
-        topics=None if topics is None else [MetadataRequest.Topic(name=t) for t in topics],
-        allow_auto_topic_creation=True,
-    )
-    return wire.request(ApiKey.METADATA, 9, req)
-
-
-def produce_req(topic: str, records: bytes, acks: int = -1) -> Any:
-    return ProduceRequest(
-        transactional_id=None,
-        acks=acks,
-        timeout_ms=5000,
-        topic_data=[
-            ProduceRequest.Topic(
-                name=topic,
-                partition_data=[ProduceRequest.Topic.Partition(index=0, records=records)],
-            )
-        ],
-    )
-
-
-def produce_error(wire: Wire, topic: str, records: bytes, version: int = 9) -> int:
-    resp = wire.request(ApiKey.PRODUCE, version, produce_req(topic, records))
-    return int(resp.responses[0].partition_responses[0].error_code)
-
-
-def still_serving(broker: BrokerProcess) -> None:
-    w = Wire(broker.bootstrap)
-    try:
-        resp = w.request(
-            ApiKey.API_VERSIONS,
-            3,
-            ApiVersionsRequest(client_software_name="t", client_software_version="1"),
-        )
-        assert resp.error_code == 0
-    finally:
-        w.close()
+from tests.helpers import (
+    BrokerProcess,
+    Wire,
+    fetch_req,
+    metadata,
+    produce_req,
+    still_serving,
+    wire_produce,
+)
 
 
 @pytest.fixture
@@ -142,7 +79,7 @@ def test_pipelined_requests_answered_in_order(wire: Wire) -> None:
 
 def test_produce_v2_is_refused_with_unsupported_version(wire: Wire) -> None:
     batch = build_batch([(None, b"v", [])])
-    assert produce_error(wire, "old-format", batch, version=2) == ErrorCode.UNSUPPORTED_VERSION
+    assert wire_produce(wire, "old-format", batch, version=2)[0] == ErrorCode.UNSUPPORTED_VERSION
 
 
 def test_corrupt_and_invalid_batches_append_nothing(wire: Wire) -> None:
@@ -150,12 +87,12 @@ def test_corrupt_and_invalid_batches_append_nothing(wire: Wire) -> None:
     good = build_batch([(b"k", b"v", [])])
     flipped = bytearray(good)
     flipped[-2] ^= 0x40
-    assert produce_error(wire, "bad-batches", bytes(flipped)) == ErrorCode.CORRUPT_MESSAGE
-    assert produce_error(wire, "bad-batches", good[:-3]) == ErrorCode.CORRUPT_MESSAGE
-    assert produce_error(wire, "bad-batches", good + bytes(flipped)) == ErrorCode.CORRUPT_MESSAGE
+    assert wire_produce(wire, "bad-batches", bytes(flipped))[0] == ErrorCode.CORRUPT_MESSAGE
+    assert wire_produce(wire, "bad-batches", good[:-3])[0] == ErrorCode.CORRUPT_MESSAGE
+    assert wire_produce(wire, "bad-batches", good + bytes(flipped))[0] == ErrorCode.CORRUPT_MESSAGE
     garbage = b"\x00" * 8 + struct.pack(">i", 2**31 - 1) + b"\x00" * 60
-    assert produce_error(wire, "bad-batches", garbage) == ErrorCode.CORRUPT_MESSAGE
-    assert produce_error(wire, "bad-batches", b"") == ErrorCode.INVALID_RECORD
+    assert wire_produce(wire, "bad-batches", garbage)[0] == ErrorCode.CORRUPT_MESSAGE
+    assert wire_produce(wire, "bad-batches", b"")[0] == ErrorCode.INVALID_RECORD
     # None of it was appended: the next good batch lands at offset 0.
     resp = wire.request(ApiKey.PRODUCE, 9, produce_req("bad-batches", good))
     part = resp.responses[0].partition_responses[0]
@@ -164,35 +101,11 @@ def test_corrupt_and_invalid_batches_append_nothing(wire: Wire) -> None:
 
 def test_unknown_topic_and_out_of_range_fetch(wire: Wire) -> None:
     metadata(wire, ["fetch-range"])
-    assert produce_error(wire, "no-such-topic-" + "x" * 5, build_batch([(None, b"v", [])])) in (
+    assert wire_produce(wire, "no-such-topic-" + "x" * 5, build_batch([(None, b"v", [])]))[0] in (
         ErrorCode.NONE,  # auto-created by Metadata? no: Produce never creates
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     )
-    req = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            FetchRequest.Topic(
-                topic="fetch-range",
-                partitions=[
-                    FetchRequest.Topic.Partition(
-                        partition=0,
-                        current_leader_epoch=-1,
-                        fetch_offset=42,
-                        log_start_offset=-1,
-                        partition_max_bytes=1 << 20,
-                    )
-                ],
-            )
-        ],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
+    req = fetch_req("fetch-range", offset=42, min_bytes=1)
     resp = wire.request(ApiKey.FETCH, 11, req)
     assert resp.responses[0].partitions[0].error_code == ErrorCode.OFFSET_OUT_OF_RANGE
 

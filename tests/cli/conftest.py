@@ -16,7 +16,7 @@ from bench.systems import kafka_available, kafka_node
 from click.testing import CliRunner, Result
 
 from kbroker.cli import main
-from tests.broker.conftest import BrokerProcess
+from tests.helpers import BrokerProcess
 
 SYSTEMS = ["kbroker", "kafka"]
 

@@ -7,41 +7,15 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from kbroker.cli import main
-from tests.broker.conftest import free_port
 from tests.cli.conftest import Cluster
-
-
-def produce(cluster: Cluster, topic: str, count: int, partition: int = 0, t0: int = 0) -> None:
-    """``count`` records to one partition, record i with timestamp ``t0 + i`` (if t0)."""
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0})
-    for i in range(count):
-        kwargs = {"timestamp": t0 + i} if t0 else {}
-        producer.produce(topic, value=b"v%d" % i, partition=partition, **kwargs)
-    assert producer.flush(20) == 0
-
-
-def until(condition: Callable[[], bool], timeout: float = 20) -> None:
-    """Waits (bounded) for what Kafka's brokers learn from the metadata log a moment later."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
-
-
-def single_error_line(output: str) -> str:
-    lines = output.strip().splitlines()
-    assert len(lines) == 1, output
-    assert "Traceback" not in output
-    return lines[0]
+from tests.helpers import free_port, produce, single_error_line, wait_for
 
 
 def test_topic_create_list_describe_delete(cluster: Cluster) -> None:
@@ -87,7 +61,7 @@ def test_topic_create_list_describe_delete(cluster: Cluster) -> None:
     assert lines[2].split() == ["0", b, b, b, "-", "0", "0", "0"]
 
     assert cluster.run("topic", "delete", name).stdout.strip() == f"Topic {name} deleted."
-    until(lambda: not cluster.json("topic", "list", name))
+    wait_for(lambda: not cluster.json("topic", "list", name))
     missing = cluster.run("topic", "delete", name, ok=False)
     assert missing.exit_code == 1
     assert "UNKNOWN_TOPIC_OR_PARTITION" in single_error_line(missing.stderr)
@@ -120,7 +94,7 @@ def test_replica_assignment_and_internal_topics(cluster: Cluster) -> None:
             return False
 
     try:
-        until(committed)
+        wait_for(committed)
     finally:
         consumer.close()
     internal = cluster.json("topic", "list", "__consumer_offsets", "--internal")
@@ -158,7 +132,7 @@ def test_topic_create_refusals(cluster: Cluster) -> None:
 def test_describe_offsets_size_and_filters(cluster: Cluster) -> None:
     healthy = cluster.new_topic("-p", "2")
     strict = cluster.new_topic("-c", "min.insync.replicas=2")
-    produce(cluster, healthy, 5, partition=1)
+    produce(cluster.bootstrap, healthy, [(None, b"v%d" % i, None, 1) for i in range(5)])
 
     [topic] = cluster.json("topic", "describe", healthy)["topics"]
     p0, p1 = topic["partitions"]
@@ -189,15 +163,15 @@ def test_topic_alter(cluster: Cluster) -> None:
         f"Topic {name}: settings changed.",
         f"Topic {name} now has 3 partitions.",
     ]
-    until(lambda: len(cluster.json("topic", "describe", name)["topics"][0]["partitions"]) == 3)
+    wait_for(lambda: len(cluster.json("topic", "describe", name)["topics"][0]["partitions"]) == 3)
 
     def retention() -> tuple[str, str]:
         [setting] = cluster.json("config", "describe", "--topic", name, "retention.ms")
         return setting["value"], setting["source"]
 
-    until(lambda: retention() == ("7000", "DYNAMIC_TOPIC_CONFIG"))
+    wait_for(lambda: retention() == ("7000", "DYNAMIC_TOPIC_CONFIG"))
     cluster.run("topic", "alter", name, "--delete-config", "retention.ms")
-    until(lambda: retention()[1] != "DYNAMIC_TOPIC_CONFIG")
+    wait_for(lambda: retention()[1] != "DYNAMIC_TOPIC_CONFIG")
 
     fewer = cluster.run("topic", "alter", name, "-p", "2", ok=False)
     assert fewer.exit_code == 1
@@ -228,7 +202,7 @@ def test_config_describe_set_delete(cluster: Cluster) -> None:
         lines = cluster.run("config", "describe", "--topic", name).stdout.splitlines()
         return [line.split() for line in lines]
 
-    until(lambda: ["cleanup.policy", "compact", "DYNAMIC_TOPIC_CONFIG", "no"] in table())
+    wait_for(lambda: ["cleanup.policy", "compact", "DYNAMIC_TOPIC_CONFIG", "no"] in table())
     assert table()[0] == ["NAME", "VALUE", "SOURCE", "READ-ONLY"]
     cluster.run("config", "delete", "--topic", name, "cleanup.policy")
 
@@ -236,7 +210,7 @@ def test_config_describe_set_delete(cluster: Cluster) -> None:
         [row] = cluster.json("config", "describe", "--topic", name, "cleanup.policy")
         return row["value"], row["source"]
 
-    until(lambda: policy() == ("delete", "DEFAULT_CONFIG"))
+    wait_for(lambda: policy() == ("delete", "DEFAULT_CONFIG"))
 
     bad = cluster.run("config", "set", "--topic", name, "retention.ms=later", ok=False)
     assert bad.exit_code == 1
@@ -258,7 +232,7 @@ def test_config_describe_set_delete(cluster: Cluster) -> None:
         return next((r for r in defaults if r["name"] == "log.retention.ms"), None)
 
     try:
-        until(lambda: retention() is not None)
+        wait_for(lambda: retention() is not None)
         assert retention() == {
             "name": "log.retention.ms",
             "value": "3600000",
@@ -275,13 +249,13 @@ def test_config_describe_set_delete(cluster: Cluster) -> None:
         }
     finally:
         cluster.run("config", "delete", "--broker-default", "log.retention.ms")
-    until(lambda: retention() is None)
+    wait_for(lambda: retention() is None)
 
 
 def test_offsets_and_delete_records(cluster: Cluster) -> None:
     name = cluster.new_topic("-p", "2")
     t0 = 1_700_000_000_000
-    produce(cluster, name, 10, partition=0, t0=t0)
+    produce(cluster.bootstrap, name, [(None, b"v%d" % i, None, 0, t0 + i) for i in range(10)])
 
     rows = cluster.json("offsets", name)
     assert [(r["partition"], r["earliest"], r["latest"], r["error"]) for r in rows] == [
@@ -343,7 +317,7 @@ def test_cluster_info_and_brokers(cluster: Cluster) -> None:
 
 def test_log_dirs(cluster: Cluster) -> None:
     name = cluster.new_topic("-p", "2")
-    produce(cluster, name, 5, partition=1)
+    produce(cluster.bootstrap, name, [(None, b"v%d" % i, None, 1) for i in range(5)])
     [broker] = cluster.json("cluster", "brokers")
     found = cluster.json("log-dirs", "--topic", name)
     assert found["notes"] == []

@@ -9,8 +9,7 @@ from pathlib import Path
 from confluent_kafka import OFFSET_INVALID, Consumer
 
 from tests.cli.conftest import Cluster
-from tests.cli.test_admin import produce, single_error_line, until
-from tests.cli.test_records import committed
+from tests.helpers import committed, produce, single_error_line, wait_for
 
 T0 = 1_600_000_000_000  # record i of each partition has timestamp T0 + i
 
@@ -18,7 +17,7 @@ T0 = 1_600_000_000_000  # record i of each partition has timestamp T0 + i
 def test_reset_offsets_every_way(cluster: Cluster, tmp_path: Path) -> None:
     topic = cluster.new_topic("-p", "2")
     for p in (0, 1):
-        produce(cluster, topic, 5, partition=p, t0=T0)
+        produce(cluster.bootstrap, topic, [(None, b"v%d" % i, None, p, T0 + i) for i in range(5)])
     group = f"g-{topic}"
 
     def reset(*args: str) -> dict[int, int]:
@@ -27,7 +26,7 @@ def test_reset_offsets_every_way(cluster: Cluster, tmp_path: Path) -> None:
         return {r["partition"]: r["new_offset"] for r in plan["partitions"]}
 
     def offsets() -> list[int]:
-        return committed(cluster, group, topic, 2)
+        return list(committed(cluster.bootstrap, group, topic, 2, timeout=20).values())
 
     # Dry run by default: the plan, nothing committed.
     plan = cluster.json("group", "reset-offsets", group, "--topic", topic, "--to-offset", "2")
@@ -119,7 +118,7 @@ def test_active_group_is_refused_and_offsets_deleted(cluster: Cluster) -> None:
             [d] = cluster.json("group", "describe", group)
             return d["state"] == "Stable" and len(d["members"]) == 1
 
-        until(stable, timeout=40)
+        wait_for(stable, timeout=40)
         text = cluster.run("group", "describe", group).stdout
         assert f"Group {group}: Stable (consumer/range), 1 members" in text
         # Planning is fine while the group is active; applying is not.
@@ -140,12 +139,12 @@ def test_active_group_is_refused_and_offsets_deleted(cluster: Cluster) -> None:
         ]
     finally:
         consumer.close()
-    assert committed(cluster, group, other, 1) == [OFFSET_INVALID]
-    assert committed(cluster, group, topic, 2) == [0, 0]
+    assert committed(cluster.bootstrap, group, other, 1, timeout=20) == {0: OFFSET_INVALID}
+    assert committed(cluster.bootstrap, group, topic, 2, timeout=20) == {0: 0, 1: 0}
 
     table = cluster.run("group", "delete-offsets", group, f"{topic}:1").stdout.splitlines()
     assert table[1].split() == [topic, "1", "deleted"]
-    assert committed(cluster, group, topic, 2) == [0, OFFSET_INVALID]
+    assert committed(cluster.bootstrap, group, topic, 2, timeout=20) == {0: 0, 1: OFFSET_INVALID}
     gone = cluster.run("group", "delete-offsets", "g-no-such-group", topic, ok=False)
     assert gone.exit_code == 1
     assert "GROUP_ID_NOT_FOUND" in single_error_line(gone.stderr)

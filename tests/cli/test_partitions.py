@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from tests.cli.conftest import Cluster
-from tests.cli.test_admin import single_error_line, until
+from tests.helpers import single_error_line, wait_for
 
 
 def test_elect_leaders_and_reassign(cluster: Cluster, tmp_path: Path) -> None:
@@ -53,7 +53,7 @@ def test_elect_leaders_and_reassign(cluster: Cluster, tmp_path: Path) -> None:
     def verified() -> bool:
         return cluster.run("partition", "reassign", "verify", str(plan), ok=False).exit_code == 0
 
-    until(verified)
+    wait_for(verified)
     rows = cluster.json("partition", "reassign", "verify", str(plan))
     assert [(r["partition"], r["replicas"], r["status"]) for r in rows] == [
         (0, [me], "complete"),
@@ -81,10 +81,11 @@ def test_partition_refusals(cluster: Cluster, tmp_path: Path) -> None:
                           "--brokers", "1", ok=False)  # fmt: skip
     assert unknown.exit_code == 1
     plan = tmp_path / "plan.json"
+    bad_plan = "not a reassignment plan"
     for text, expected in [
         ("{", "is not JSON"),
-        ('{"partitions": [{"topic": "x", "partition": -1, "replicas": [1]}]}', "not a reassignment plan"),
-        ('{"partitions": [{"topic": "x", "partition": 0, "replicas": [1, 1]}]}', "not a reassignment plan"),
+        ('{"partitions": [{"topic": "x", "partition": -1, "replicas": [1]}]}', bad_plan),
+        ('{"partitions": [{"topic": "x", "partition": 0, "replicas": [1, 1]}]}', bad_plan),
         ('{"version": 1, "partitions": []}', "names no partition"),
     ]:  # fmt: skip
         plan.write_text(text)

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kbroker.cli import main
 from tests.cli.conftest import Cluster
-from tests.cli.test_admin import single_error_line, until
+from tests.helpers import committed, single_error_line, wait_for
 
 KBROKER = [sys.executable, "-m", "kbroker.cli"]
 
@@ -184,7 +184,7 @@ def test_produce_acks_zero_and_to_one_partition(cluster: Cluster) -> None:
     topic = cluster.new_topic("-p", "2")
     result = produce(cluster, topic, "--acks", "0", "-p", "1", lines=b"a\nb\nlast-without-newline")
     assert result.returncode == 0, result.stderr
-    until(lambda: len(consume_json(cluster, topic)) == 3)
+    wait_for(lambda: len(consume_json(cluster, topic)) == 3)
     assert [(r["partition"], r["value"]) for r in consume_json(cluster, topic)] == [
         (1, "a"),
         (1, "b"),
@@ -224,18 +224,6 @@ def test_produce_and_consume_refusals(cluster: Cluster) -> None:
         assert "Traceback" not in usage.output
 
 
-def committed(cluster: Cluster, group: str, topic: str, partitions: int) -> list[int]:
-    """The group's committed offsets as a real client sees them."""
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
-    try:
-        found = consumer.committed(
-            [TopicPartition(topic, p) for p in range(partitions)], timeout=20
-        )
-        return [tp.offset for tp in found]
-    finally:
-        consumer.close()
-
-
 def test_consume_as_a_group_member(cluster: Cluster) -> None:
     topic = cluster.new_topic("-p", "2")
     for p in ("0", "1"):
@@ -248,7 +236,7 @@ def test_consume_as_a_group_member(cluster: Cluster) -> None:
     # A new group starts where --from says, reads what it is assigned (everything, alone)
     # and commits what it printed.
     assert sorted(group_read()) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
-    assert committed(cluster, "g1", topic, 2) == [3, 3]
+    assert committed(cluster.bootstrap, "g1", topic, 2, timeout=20) == {0: 3, 1: 3}
 
     # The next run continues from the committed offsets (not --from).
     assert produce(cluster, topic, "-p", "1", lines=b"d\ne\n").returncode == 0
@@ -257,7 +245,7 @@ def test_consume_as_a_group_member(cluster: Cluster) -> None:
     # With --count, only what was printed is committed.
     assert produce(cluster, topic, "-p", "0", lines=b"f\ng\n").returncode == 0
     assert group_read("--count", "1") == [(0, 3)]
-    assert committed(cluster, "g1", topic, 2) == [4, 5]
+    assert committed(cluster.bootstrap, "g1", topic, 2, timeout=20) == {0: 4, 1: 5}
     assert group_read() == [(0, 4)]
 
     # The member left: the group is empty again (a new member is assigned everything).
@@ -304,7 +292,7 @@ def test_group_shared_with_a_client(cluster: Cluster) -> None:
         }
     )
     try:
-        until(lambda: len(members()) == 1)
+        wait_for(lambda: len(members()) == 1)
         client.subscribe([topic])
 
         def split() -> bool:
@@ -312,14 +300,14 @@ def test_group_shared_with_a_client(cluster: Cluster) -> None:
             found = members()
             return len(found) == 2 and all(len(m["assignment"].get(topic, [])) == 1 for m in found)  # type: ignore[attr-defined]
 
-        until(split, timeout=40)
+        wait_for(split, timeout=40)
         [mine] = [tp.partition for tp in client.assignment()]
         producer = Producer({"bootstrap.servers": cluster.bootstrap})
         for p in (0, 1):
             producer.produce(topic, value=f"for {p}".encode(), partition=p)
         assert producer.flush(20) == 0
 
-        until(lambda: client.poll(0.2) is not None)  # the client reads its record
+        wait_for(lambda: client.poll(0.2) is not None)  # the client reads its record
         out, err = cli.communicate(timeout=30)
         [record] = [json.loads(line) for line in out.splitlines()]
         assert {record["partition"], mine} == {0, 1}

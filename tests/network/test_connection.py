@@ -8,6 +8,7 @@ import struct
 from typing import Any
 
 from kbroker.network.server import ConnectionContext, KafkaConnection, Server, ServerLimits
+from tests.helpers import frame
 
 
 class FakeTransport:
@@ -38,10 +39,6 @@ class FakeTransport:
 
     def close(self) -> None:
         self.closed = True
-
-
-def frame(payload: bytes) -> bytes:
-    return struct.pack(">i", len(payload)) + payload
 
 
 def connect(dispatch: Any, **limits: int) -> tuple[KafkaConnection, FakeTransport]:

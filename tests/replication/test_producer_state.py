@@ -22,7 +22,7 @@ from kbroker.replication.producer_state import (
     expire_idle_producers,
     expire_producers_periodically,
 )
-from tests.broker.conftest import BrokerProcess
+from tests.helpers import BrokerProcess
 
 HOUR = 3_600_000
 
@@ -184,8 +184,11 @@ def test_the_periodic_check(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_broker_forgets_idle_producers(broker_factory: Callable[..., BrokerProcess]) -> None:
     """End to end: producer.id.expiration.ms and its check interval are honoured."""
-    from tests.broker.test_idempotence import TOPIC, idem_batch, init_pid, send
-    from tests.broker.test_wire import Wire, metadata
+    from tests.broker.test_idempotence import TOPIC, idem_batch, init_pid
+    from tests.helpers import Wire, metadata, wire_produce
+
+    def send(w: Wire, batch: bytes) -> tuple[int, int]:
+        return wire_produce(w, TOPIC, batch)
 
     b = broker_factory(
         "producer.id.expiration.ms=1000", "producer.id.expiration.check.interval.ms=100"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.broker.conftest import KBROKER, BrokerProcess
+from tests.helpers import KBROKER, BrokerProcess
 
 pytest.importorskip("pyspark", reason="needs kbroker[spark] (deploy/setup.sh test installs it)")
 pytest.importorskip("pyarrow", reason="needs kbroker[spark] (deploy/setup.sh test installs it)")

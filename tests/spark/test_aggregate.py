@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.spark import aggregate
-from tests.broker.conftest import BrokerProcess
-from tests.broker.test_clients import consume_all, create_topic, produce, topic_name
+from tests.helpers import BrokerProcess, consume_all, create_topic, produce, topic_name
 from tests.spark.conftest import pipeline
 
 WINDOW_MS = 10_000

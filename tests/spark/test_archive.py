@@ -20,8 +20,7 @@ import pytest
 
 from kbroker.spark import archive
 from kbroker.spark.archive import committed_files
-from tests.broker.conftest import KBROKER, BrokerProcess
-from tests.broker.test_clients import create_topic, produce, topic_name
+from tests.helpers import KBROKER, BrokerProcess, create_topic, produce, topic_name, wait_for
 from tests.spark.conftest import PIPELINE_TIMEOUT, descendants, pipeline, reap
 
 PARTITIONS = 4
@@ -173,9 +172,9 @@ def test_archive_exactly_once_across_reruns_and_sigkill(
         text=True,
     )
     try:
-        wait_for(lambda: checkpoint_batches(checkpoint)[1] > base, proc, "a first batch")
+        wait_for_job(lambda: checkpoint_batches(checkpoint)[1] > base, proc, "a first batch")
         produce_expected(bs, topic, make_records(11_000, 1_000, midnight), want)
-        wait_for(
+        wait_for_job(
             lambda: spark.read.parquet(str(output)).count() >= len(want), proc, "the new records"
         )
         below = descendants(proc.pid)
@@ -276,9 +275,11 @@ def kill_mid_batch(bs: str, topic: str, output: Path, *, whole_tree: bool) -> li
     return orphans
 
 
-def wait_for(condition: Callable[[], bool], proc: subprocess.Popen[str], what: str) -> None:
-    deadline = time.monotonic() + PIPELINE_TIMEOUT
-    while not condition():
+def wait_for_job(condition: Callable[[], bool], proc: subprocess.Popen[str], what: str) -> None:
+    """Waits for `condition` while the pipeline job runs; fails as soon as it exits."""
+
+    def check() -> bool:
         assert proc.poll() is None, f"the job exited ({proc.returncode}) before {what}"
-        assert time.monotonic() < deadline, f"no {what} after {PIPELINE_TIMEOUT}s"
-        time.sleep(0.5)
+        return condition()
+
+    wait_for(check, what, timeout=PIPELINE_TIMEOUT, interval=0.5)

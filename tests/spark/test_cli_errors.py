@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.conftest import BrokerProcess, free_port
-from tests.broker.test_clients import create_topic, topic_name
+from tests.helpers import BrokerProcess, create_topic, free_port, topic_name
 from tests.spark.conftest import pipeline
 
 

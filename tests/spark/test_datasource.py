@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from kbroker.spark.kafka import PipelineError
-from tests.broker.conftest import BrokerProcess
-from tests.broker.test_clients import create_topic, produce, topic_name
+from tests.helpers import BrokerProcess, create_topic, produce, topic_name
 
 ORDER = ["topic", "partition", "offset"]
 

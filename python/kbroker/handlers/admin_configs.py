@@ -242,7 +242,8 @@ def _check_broker_name(broker: Broker, name: str, allow_default: bool = True) ->
     if broker_id != broker.broker_id:
         raise ResourceError(
             ErrorCode.INVALID_REQUEST,
-            f"Unexpected broker id, expected {broker.broker_id} or empty string, but received {name}",
+            f"Unexpected broker id, expected {broker.broker_id} or empty string, "
+            f"but received {name}",
         )
     return False
 
@@ -394,7 +395,8 @@ def _alter_resource(broker: Broker, res: Any, validate_only: bool) -> None:
     else:
         raise ResourceError(
             ErrorCode.INVALID_REQUEST,
-            f"AlterConfigs is only supported for topics and brokers, not resource type {res.resource_type}",
+            "AlterConfigs is only supported for topics and brokers, "
+            f"not resource type {res.resource_type}",
         )
 
 

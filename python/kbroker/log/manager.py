@@ -4,7 +4,8 @@ Owns the directory (an exclusive lock so two brokers never share it), opens
 and recovers every partition found at start, creates and deletes logs, and
 runs the background work: time-based flush (flush.ms), time-based roll
 (segment.ms), retention (retention.ms / retention.bytes) and, given a
-`LogCleaner`, compaction.
+cleaner (kbroker.log.cleaner, which works on the logs of a manager),
+compaction.
 """
 
 from __future__ import annotations
@@ -22,13 +23,10 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kbroker import _kbroker
 from kbroker.log.log import Log, LogConfig, TopicPartition, now_ms
-
-if TYPE_CHECKING:
-    from kbroker.log.cleaner import LogCleaner
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +47,12 @@ def default_max_open_files() -> int:
     if soft == resource.RLIM_INFINITY:
         soft = 1 << 20
     return max(16, soft // 2)
+
+
+class BackgroundWork(Protocol):
+    """Work that runs beside flush and retention until cancelled (the log cleaner)."""
+
+    async def run(self) -> None: ...
 
 
 class DataDirLocked(RuntimeError):
@@ -302,7 +306,7 @@ class LogManager:
         self,
         retention_check_interval_ms: Callable[[], int],
         tick_ms: int = 500,
-        cleaner: LogCleaner | None = None,
+        cleaner: BackgroundWork | None = None,
     ) -> None:
         """Runs flush/roll every tick and retention on its interval, until cancelled.
 

@@ -30,7 +30,6 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .headers import (
-    RequestHeader,
     decode_request,
     decode_response,
     encode_api_versions_unsupported,
@@ -39,7 +38,7 @@ from .headers import (
     encode_response,
     encode_response_segments,
 )
-from .schema import ZERO_UUID, Message
+from .schema import ZERO_UUID, Message, RequestHeader
 
 __all__ = [
     "APIS",

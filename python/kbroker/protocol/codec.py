@@ -629,7 +629,8 @@ class Codec:
             return b"".join(out)
         except TypeError as e:
             raise ProtocolEncodeError(
-                f"{self.message.__name__}: a records field holds a placeholder; use encode_segments()"
+                f"{self.message.__name__}: a records field holds a placeholder; "
+                "use encode_segments()"
             ) from e
 
     def encode_segments(self, msg: Any, prefix: bytes = b"") -> list[Segment]:

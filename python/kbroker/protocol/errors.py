@@ -9,10 +9,8 @@ that prefer raising to returning codes) and the codec's own exceptions:
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .headers import RequestHeader
+from .schema import RequestHeader
 
 
 class ErrorCode(IntEnum):

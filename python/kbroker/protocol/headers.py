@@ -25,39 +25,12 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .messages.core import ApiVersionsResponse
-from .schema import Message
+from .schema import Message, RequestHeader
 
 _HDR = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _SIZE_CORR = struct.Struct(">ii")
-
-
-class RequestHeader:
-    """A decoded request header. `client_id` is None for header v0 or a null id."""
-
-    __slots__ = ("api_key", "api_version", "client_id", "correlation_id", "header_version")
-
-    def __init__(
-        self,
-        api_key: int,
-        api_version: int,
-        correlation_id: int,
-        client_id: str | None = None,
-        header_version: int = 1,
-    ) -> None:
-        self.api_key = api_key
-        self.api_version = api_version
-        self.correlation_id = correlation_id
-        self.client_id = client_id
-        self.header_version = header_version
-
-    def __repr__(self) -> str:
-        return (
-            f"RequestHeader(api_key={self.api_key}, api_version={self.api_version}, "
-            f"correlation_id={self.correlation_id}, client_id={self.client_id!r}, "
-            f"header_version={self.header_version})"
-        )
 
 
 def _read_client_id(buf: memoryview, pos: int) -> tuple[str | None, int]:

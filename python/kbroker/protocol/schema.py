@@ -13,6 +13,9 @@ which of those versions it may be null; `tag=N` makes it a tagged field
 Messages are plain objects: decoders build them, encoders read the same
 attributes, so a handler may encode any object that has every attribute the
 version needs (normally an instance of the generated class).
+
+`RequestHeader`, the decoded request header, lives here too, at the bottom of
+the package, so errors can carry one (headers.py decodes and encodes it).
 """
 
 from __future__ import annotations
@@ -219,3 +222,30 @@ def _make_init(cls: type, fields: list[Field]) -> Any:
 
 
 F = Field
+
+
+class RequestHeader:
+    """A decoded request header. `client_id` is None for header v0 or a null id."""
+
+    __slots__ = ("api_key", "api_version", "client_id", "correlation_id", "header_version")
+
+    def __init__(
+        self,
+        api_key: int,
+        api_version: int,
+        correlation_id: int,
+        client_id: str | None = None,
+        header_version: int = 1,
+    ) -> None:
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+        self.header_version = header_version
+
+    def __repr__(self) -> str:
+        return (
+            f"RequestHeader(api_key={self.api_key}, api_version={self.api_version}, "
+            f"correlation_id={self.correlation_id}, client_id={self.client_id!r}, "
+            f"header_version={self.header_version})"
+        )

@@ -163,7 +163,7 @@ class ReplicaManager:
         self._on_progress(tp)
 
     def make_follower(self, tp: TopicPartition, state: PartitionState) -> None:
-        """Another broker leads ``tp``: requests waiting on it are answered NOT_LEADER_OR_FOLLOWER."""
+        """Another broker leads ``tp``: requests waiting on it get NOT_LEADER_OR_FOLLOWER."""
         partition = self._partitions[tp]
         was_leader = partition.is_leader
         partition.become_follower(state)

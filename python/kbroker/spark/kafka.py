@@ -246,11 +246,13 @@ def read_range(
             [p] = t.partitions
             if p.error_code != ErrorCode.NONE:
                 raise PipelineError(
-                    f"Fetch {topic}-{partition}@{position} from {leader}: {ErrorCode(p.error_code).name}"
+                    f"Fetch {topic}-{partition}@{position} from {leader}: "
+                    f"{ErrorCode(p.error_code).name}"
                 )
             if position >= p.high_watermark:
                 raise PipelineError(
-                    f"{topic}-{partition} ends at {p.high_watermark}, before the requested offset {end}"
+                    f"{topic}-{partition} ends at {p.high_watermark}, "
+                    f"before the requested offset {end}"
                 )
             out: list[Record] = []
             before = position

@@ -44,11 +44,14 @@ def dump_segment(path: Path, print_data: bool, max_decompressed: int) -> Iterato
                 last = info.base_offset + info.last_offset_delta
                 yield (
                     (
-                        f"baseOffset: {info.base_offset} lastOffset: {last} count: {info.records}"
-                        f" position: {position} size: {info.size} maxTimestamp: {info.max_timestamp}"
+                        f"baseOffset: {info.base_offset} lastOffset: {last}"
+                        f" count: {info.records} position: {position} size: {info.size}"
+                        f" maxTimestamp: {info.max_timestamp}"
                         f" producerId: {info.producer_id} producerEpoch: {info.producer_epoch}"
-                        f" baseSequence: {info.base_sequence} isTransactional: {info.is_transactional}"
-                        f" isControl: {info.is_control} compresscodec: {_CODECS[info.codec]} crc: valid"
+                        f" baseSequence: {info.base_sequence}"
+                        f" isTransactional: {info.is_transactional}"
+                        f" isControl: {info.is_control} compresscodec: {_CODECS[info.codec]}"
+                        " crc: valid"
                     ),
                     True,
                 )
