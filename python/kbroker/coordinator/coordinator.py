@@ -16,7 +16,9 @@ and their members must heartbeat within their session timeout to stay.
 All state changes happen on the event loop without awaiting in between, so
 a request sees a consistent group. Requests that must wait (JoinGroup until
 the rebalance completes, SyncGroup until the leader's assignment) get a
-future; timers are the small classes in `delayed`.
+future. Timers are the delayed operations of `delayed`, in two purgatories
+(rebalances by group id, sessions by member) on an injectable `Scheduler`
+(the running loop unless given), so tests can drive time by hand.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from kbroker.coordinator.delayed import (
     DelayedHeartbeat,
     DelayedJoin,
     InitialDelayedJoin,
+    MemberKey,
     PendingMemberTimer,
 )
 from kbroker.coordinator.group import Group, GroupState, JoinResult, Member, SyncResult
@@ -58,6 +61,7 @@ from kbroker.coordinator.records import (
 from kbroker.coordinator.store import OffsetsStore, Record
 from kbroker.log.log import now_ms
 from kbroker.protocol.errors import ErrorCode
+from kbroker.replication.purgatory import Purgatory, Scheduler
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
@@ -149,10 +153,17 @@ class FetchedOffset:
 
 
 class GroupCoordinator:
-    def __init__(self, broker: Broker, clock: Callable[[], int] = now_ms) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        clock: Callable[[], int] = now_ms,
+        scheduler: Scheduler | None = None,
+    ) -> None:
         self.broker = broker
         self.config = broker.config
         self.clock = clock
+        self._joins: Purgatory[str] = Purgatory("rebalance", scheduler)
+        self._heartbeats: Purgatory[MemberKey] = Purgatory("heartbeat", scheduler)
         self.store = OffsetsStore(broker)
         self.groups: dict[str, Group] = {}
         self._partitions: int | None = None
@@ -343,9 +354,11 @@ class GroupCoordinator:
         member_id = f"{req.client_id}-{uuid.uuid4()}"
         if instance is None and req.require_known_member_id:
             # KIP-394: the member must come back with this id before it counts.
-            group.pending_members[member_id] = PendingMemberTimer(
+            timer = PendingMemberTimer(
                 group, member_id, req.session_timeout_ms, self._expire_pending_member
             )
+            group.pending_members[member_id] = timer
+            self._heartbeats.try_complete_else_watch(timer, [timer.key])
             return JoinResult(E.MEMBER_ID_REQUIRED, member_id=member_id)
         return self._add_member_and_rebalance(group, member_id, req)
 
@@ -357,7 +370,7 @@ class GroupCoordinator:
             return JoinResult(E.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
         pending = group.pending_members.pop(member_id, None)
         if pending is not None:
-            pending.cancel()  # type: ignore[attr-defined]
+            self._heartbeats.check_and_complete(pending.key)
             if not group.supports_protocols(req.protocol_type, (n for n, _ in req.protocols)):
                 return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
             return self._add_member_and_rebalance(group, member_id, req)
@@ -463,13 +476,15 @@ class GroupCoordinator:
                 m.assignment = b""
                 m.answer_sync(SyncResult(E.REBALANCE_IN_PROGRESS))
         if group.join_timer is not None:
-            group.join_timer.cancel()  # type: ignore[attr-defined]
+            group.join_timer.cancel()
         timer: DelayedJoin | InitialDelayedJoin
         if group.state is GroupState.EMPTY:
             delay = as_int(self.config["group.initial.rebalance.delay.ms"])
             remaining = max(group.max_rebalance_timeout_ms() - delay, 0)
             group.new_member_added = False
-            timer = InitialDelayedJoin(group, delay, remaining, self._complete_join)
+            timer = InitialDelayedJoin(
+                self._joins, group, delay, delay, remaining, self._complete_join
+            )
         else:
             timer = DelayedJoin(group, group.max_rebalance_timeout_ms(), self._complete_join)
         group.join_timer = timer
@@ -477,10 +492,11 @@ class GroupCoordinator:
         log.info(
             "group %s: rebalancing (generation %d): %s", group.group_id, group.generation_id, reason
         )
+        self._joins.try_complete_else_watch(timer, [group.group_id])
 
     def _try_complete_join(self, group: Group) -> None:
-        if group.state is GroupState.PREPARING_REBALANCE and group.join_timer is not None:
-            group.join_timer.try_complete()  # type: ignore[attr-defined]
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._joins.check_and_complete(group.group_id)
 
     def _complete_join(self, group: Group) -> None:
         group.join_timer = None
@@ -521,22 +537,40 @@ class GroupCoordinator:
             self._schedule_heartbeat(group, m)
 
     def _schedule_heartbeat(self, group: Group, member: Member) -> None:
-        hb = member.heartbeat
-        if not isinstance(hb, DelayedHeartbeat) or hb.group is not group:
-            hb = member.heartbeat = DelayedHeartbeat(group, member, self._expire_member)
-        hb.reset(member.session_timeout_ms)
+        """The member is alive: its session completes and the next one is watched."""
+        previous = member.heartbeat
+        if previous is not None:
+            member.heartbeat_satisfied = True
+            self._heartbeats.check_and_complete(previous.key)
+        member.heartbeat_satisfied = False
+        session = DelayedHeartbeat(group, member, member.session_timeout_ms, self._expire_member)
+        member.heartbeat = session
+        self._heartbeats.try_complete_else_watch(session, [session.key])
 
-    def _expire_member(self, group: Group, member: Member) -> None:
+    def _stop_heartbeat(self, member: Member) -> None:
+        if member.heartbeat is not None:
+            member.heartbeat.cancel()
+            member.heartbeat = None
+
+    def _expire_member(self, group: Group, member: Member, session: DelayedHeartbeat) -> None:
+        if member.heartbeat is not session or group.members.get(member.member_id) is not member:
+            return  # kept alive, left or replaced already
+        if member.awaiting_join or member.awaiting_sync:
+            # Blocked in JoinGroup/SyncGroup: alive; the rebalance timeout governs it.
+            self._schedule_heartbeat(group, member)
+            return
         log.info("group %s: member %s session expired", group.group_id, member.member_id)
         self._remove_member_and_update_group(group, member, "session timeout")
 
-    def _expire_pending_member(self, group: Group, member_id: str) -> None:
-        group.pending_members.pop(member_id, None)
-        self._try_complete_join(group)
+    def _expire_pending_member(
+        self, group: Group, member_id: str, timer: PendingMemberTimer
+    ) -> None:
+        if group.pending_members.get(member_id) is timer:
+            del group.pending_members[member_id]
+            self._try_complete_join(group)
 
     def _remove_member(self, group: Group, member: Member) -> None:
-        if isinstance(member.heartbeat, DelayedHeartbeat):
-            member.heartbeat.cancel()
+        self._stop_heartbeat(member)
         member.answer_join(JoinResult(E.UNKNOWN_MEMBER_ID, member_id=member.member_id))
         member.answer_sync(SyncResult(E.UNKNOWN_MEMBER_ID))
         group.remove(member.member_id)
@@ -662,7 +696,7 @@ class GroupCoordinator:
             member_id = current
         pending = group.pending_members.pop(member_id, None)
         if pending is not None:
-            pending.cancel()  # type: ignore[attr-defined]
+            self._heartbeats.check_and_complete(pending.key)
             self._try_complete_join(group)
             return E.NONE
         member = group.members.get(member_id)
@@ -738,14 +772,13 @@ class GroupCoordinator:
     def _unload(self, group: Group, error: ErrorCode) -> None:
         """Stops the group's timers and answers its waiters (deletion, shutdown)."""
         if group.join_timer is not None:
-            group.join_timer.cancel()  # type: ignore[attr-defined]
+            group.join_timer.cancel()
             group.join_timer = None
         for timer in group.pending_members.values():
-            timer.cancel()  # type: ignore[attr-defined]
+            timer.cancel()
         group.pending_members.clear()
         for m in group.members.values():
-            if isinstance(m.heartbeat, DelayedHeartbeat):
-                m.heartbeat.cancel()
+            self._stop_heartbeat(m)
             m.answer_join(JoinResult(error, member_id=m.member_id))
             m.answer_sync(SyncResult(error))
         with contextlib.suppress(Exception):

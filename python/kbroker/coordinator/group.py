@@ -21,10 +21,15 @@ import enum
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kbroker.coordinator import consumer_protocol
 from kbroker.coordinator.records import CommittedOffset, GroupRecord, MemberRecord
 from kbroker.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kbroker.coordinator.delayed import DelayedHeartbeat, PendingMemberTimer
+    from kbroker.replication.purgatory import DelayedOperation
 
 
 class GroupState(enum.Enum):
@@ -89,8 +94,10 @@ class Member:
     sync_waiter: asyncio.Future[SyncResult] | None = None
     # Joined but has not yet been through a completed rebalance.
     is_new: bool = False
-    # The session timer (a DelayedHeartbeat), owned by the coordinator.
-    heartbeat: object | None = None
+    # The session (watched in the coordinator's heartbeat purgatory).
+    heartbeat: DelayedHeartbeat | None = None
+    # Set while a sign of life completes the current session (Kafka's heartbeatSatisfied).
+    heartbeat_satisfied: bool = False
 
     @property
     def awaiting_join(self) -> bool:
@@ -139,12 +146,12 @@ class Group:
         # group.instance.id -> member id of static members
         self.static_members: dict[str, str] = {}
         # Members told MEMBER_ID_REQUIRED that have not joined yet, with their timers.
-        self.pending_members: dict[str, object] = {}
+        self.pending_members: dict[str, PendingMemberTimer] = {}
         self.offsets: dict[tuple[str, int], CommittedOffset] = {}
         # Set when a member joins while the initial rebalance delay runs.
         self.new_member_added = False
         # The DelayedJoin (or InitialDelayedJoin) of the rebalance in progress.
-        self.join_timer: object | None = None
+        self.join_timer: DelayedOperation | None = None
 
     def __repr__(self) -> str:
         return f"Group({self.group_id!r}, {self.state.value}, generation {self.generation_id}, {len(self.members)} members)"
