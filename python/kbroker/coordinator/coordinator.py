@@ -14,9 +14,13 @@ COORDINATOR_LOAD_IN_PROGRESS. Loaded groups with members come back Stable,
 and their members must heartbeat within their session timeout to stay.
 
 All state changes happen on the event loop without awaiting in between, so
-a request sees a consistent group. Requests that must wait (JoinGroup until
-the rebalance completes, SyncGroup until the leader's assignment) get a
-future. Timers are the delayed operations of `delayed`, in two purgatories
+a request sees a consistent group. A change that must be stored changes the
+group only once its record is appended (Kafka's GroupMetadataManager calls
+back the same way): the write starts at once, in request order, and what
+follows it runs in a task of its own (a requester going away does not stop
+it), re-checking the group, which may have moved on meanwhile. Requests that
+must wait (JoinGroup until the rebalance completes, SyncGroup until the
+leader's assignment is stored, writes) get a future. Timers are the delayed operations of `delayed`, in two purgatories
 (rebalances by group id, sessions by member) on an injectable `Scheduler`
 (the running loop unless given), so tests can drive time by hand.
 """
@@ -25,13 +29,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kbroker.config import as_int
 from kbroker.coordinator.delayed import (
@@ -69,6 +74,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 E = ErrorCode
+T = TypeVar("T")
 TopicPartitionKey = tuple[str, int]
 
 # Storage failures as the group APIs report them (Kafka's mapping).
@@ -94,11 +100,21 @@ CREATE_BACKOFF_MAX_S = 5.0
 # Bytes a JoinGroup protocol entry costs beyond its name and metadata (two lengths).
 _PROTOCOL_OVERHEAD = 6
 
+# How long `stop` waits for writes under way.
+STOP_WRITES_TIMEOUT_S = 10.0
+
 
 def _store_error(code: ErrorCode, mapping: Mapping[ErrorCode, ErrorCode]) -> ErrorCode:
     if code == E.NONE:
         return code
     return mapping.get(code, E.COORDINATOR_NOT_AVAILABLE)
+
+
+def _answered(value: T) -> asyncio.Future[T]:
+    """An answer known at once, as the future a write would give."""
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
 
 
 @dataclass(slots=True)
@@ -173,6 +189,8 @@ class GroupCoordinator:
         self._create_backoff_s = 0.0
         self._create_retry_at = 0.0
         self._tasks: list[asyncio.Task[None]] = []
+        # What follows each write (see `_spawn`).
+        self._writes: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -198,6 +216,9 @@ class GroupCoordinator:
         for group in list(self.groups.values()):
             self._unload(group, E.NOT_COORDINATOR)
         self.groups.clear()
+        # Writes under way finish (into logs still open); their groups are gone.
+        if self._writes:
+            await asyncio.wait(list(self._writes), timeout=STOP_WRITES_TIMEOUT_S)
 
     @property
     def loading(self) -> bool:
@@ -340,7 +361,7 @@ class GroupCoordinator:
     def _join_new_member(
         self, group: Group, req: JoinRequest
     ) -> JoinResult | asyncio.Future[JoinResult]:
-        if group.state is GroupState.DEAD:
+        if group.gone:
             # Being deleted: the client looks the coordinator up again and retries.
             return JoinResult(E.COORDINATOR_NOT_AVAILABLE)
         if not group.supports_protocols(req.protocol_type, (n for n, _ in req.protocols)):
@@ -366,7 +387,7 @@ class GroupCoordinator:
         self, group: Group, req: JoinRequest
     ) -> JoinResult | asyncio.Future[JoinResult]:
         member_id = req.member_id
-        if group.state is GroupState.DEAD:
+        if group.gone:
             return JoinResult(E.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
         pending = group.pending_members.pop(member_id, None)
         if pending is not None:
@@ -437,32 +458,71 @@ class GroupCoordinator:
         """A static member restarted: it takes its old place, usually without a rebalance."""
         assert req.group_instance_id is not None
         instance = req.group_instance_id
+        member = group.members[old_id]
+        if group.state is GroupState.STABLE:
+            updated = dataclasses.replace(
+                member,
+                member_id=new_id,
+                protocols=list(req.protocols),
+                rebalance_timeout_ms=req.rebalance_timeout_ms,
+                session_timeout_ms=req.session_timeout_ms,
+                join_waiter=None,
+                sync_waiter=None,
+                heartbeat=None,
+            )
+            if group.select_protocol({old_id: updated}) == group.protocol_name:
+                # No rebalance: the group is stored with the new member id first.
+                write = self._store_group(group, replacing={old_id: updated})
+                return self._spawn(self._static_member_stored(group, member, updated, req, write))
         member = group.replace_static_member(instance, old_id, new_id)
-        old = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
         member.protocols = list(req.protocols)
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
         member.session_timeout_ms = req.session_timeout_ms
         self._schedule_heartbeat(group, member)
-        if group.state is GroupState.STABLE and group.select_protocol() == group.protocol_name:
-            error = _store_error(self._store_group(group), _STORE_GROUP_ERRORS)
-            if error != E.NONE:
-                group.replace_static_member(instance, new_id, old_id)
-                member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = old
-                return JoinResult(error, member_id=new_id)
-            log.info(
-                "static member %s of group %s rejoined as %s without a rebalance",
-                instance,
-                group.group_id,
-                new_id,
-            )
-            leader = group.is_leader(new_id)
-            return group.join_result(member, with_members=leader, skip_assignment=leader)
         waiter = member.join_waiter = self._new_waiter()
         self._maybe_prepare_rebalance(
             group, f"static member {instance} rejoined with new protocols"
         )
         self._try_complete_join(group)
         return waiter
+
+    async def _static_member_stored(
+        self,
+        group: Group,
+        member: Member,
+        updated: Member,
+        req: JoinRequest,
+        write: asyncio.Future[ErrorCode],
+    ) -> JoinResult:
+        """The new member id of a static member is stored: it takes the old one's place."""
+        old_id, new_id = member.member_id, updated.member_id
+        generation = group.generation_id
+        error = _store_error(await write, _STORE_GROUP_ERRORS)
+        if error != E.NONE:
+            return JoinResult(error, member_id=new_id)
+        if not (
+            self._is_current(group)
+            and group.state is GroupState.STABLE
+            and group.generation_id == generation
+            and group.members.get(old_id) is member
+        ):
+            # The group moved on while the record was written: join it as it is now.
+            again = self.join_group(req)
+            return again if isinstance(again, JoinResult) else await again
+        assert req.group_instance_id is not None
+        group.replace_static_member(req.group_instance_id, old_id, new_id)
+        member.protocols = updated.protocols
+        member.rebalance_timeout_ms = updated.rebalance_timeout_ms
+        member.session_timeout_ms = updated.session_timeout_ms
+        self._schedule_heartbeat(group, member)
+        log.info(
+            "static member %s of group %s rejoined as %s without a rebalance",
+            req.group_instance_id,
+            group.group_id,
+            new_id,
+        )
+        leader = group.is_leader(new_id)
+        return group.join_result(member, with_members=leader, skip_assignment=leader)
 
     # -- rebalances ------------------------------------------------------------------
 
@@ -517,11 +577,9 @@ class GroupCoordinator:
             self._remove_member(group, member)
         group.init_next_generation(self.clock())
         if not group.members:
-            error = self._store_group(group)
-            if error != E.NONE:
-                log.warning(
-                    "group %s: could not store the empty generation: %s", group.group_id, error.name
-                )
+            # As Kafka: the empty generation is stored after the fact; if that
+            # fails, the previous one comes back at load and its members expire.
+            self._spawn(self._empty_group_stored(group, self._store_group(group)))
             log.info("group %s is empty at generation %d", group.group_id, group.generation_id)
             return
         log.info(
@@ -535,6 +593,13 @@ class GroupCoordinator:
         for m in group.members.values():
             m.answer_join(group.join_result(m, with_members=group.is_leader(m.member_id)))
             self._schedule_heartbeat(group, m)
+
+    async def _empty_group_stored(self, group: Group, write: asyncio.Future[ErrorCode]) -> None:
+        error = await write
+        if error != E.NONE:
+            log.warning(
+                "group %s: could not store the empty generation: %s", group.group_id, error.name
+            )
 
     def _schedule_heartbeat(self, group: Group, member: Member) -> None:
         """The member is alive: its session completes and the next one is watched."""
@@ -600,7 +665,7 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return SyncResult(E.UNKNOWN_MEMBER_ID)
-        if group.state is GroupState.DEAD:
+        if group.gone:
             return SyncResult(E.COORDINATOR_NOT_AVAILABLE)
         if group.is_static_member_fenced(member_id, group_instance_id):
             return SyncResult(E.FENCED_INSTANCE_ID)
@@ -625,12 +690,27 @@ class GroupCoordinator:
         waiter: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
         member.sync_waiter = waiter
         if group.is_leader(member_id):
-            self._complete_sync(group, dict(assignments))
-        return waiter.result() if waiter.done() else waiter
+            # The assignment is stored first; then the group is Stable and members get theirs.
+            given = dict(assignments)
+            chosen = {mid: given.get(mid, b"") for mid in group.members}
+            write = self._store_group(group, chosen)
+            self._spawn(self._assignment_stored(group, group.generation_id, chosen, write))
+        return waiter
 
-    def _complete_sync(self, group: Group, given: dict[str, bytes]) -> None:
-        assignments = {mid: given.get(mid, b"") for mid in group.members}
-        error = _store_error(self._store_group(group, assignments), _STORE_GROUP_ERRORS)
+    async def _assignment_stored(
+        self,
+        group: Group,
+        generation: int,
+        assignments: dict[str, bytes],
+        write: asyncio.Future[ErrorCode],
+    ) -> None:
+        error = _store_error(await write, _STORE_GROUP_ERRORS)
+        if (
+            not self._is_current(group)
+            or group.state is not GroupState.COMPLETING_REBALANCE
+            or group.generation_id != generation
+        ):
+            return  # moved on meanwhile; its members were answered then
         if error != E.NONE:
             for m in group.members.values():
                 m.assignment = b""
@@ -638,7 +718,7 @@ class GroupCoordinator:
             self._prepare_rebalance(group, f"storing the assignment failed: {error.name}")
             return
         for m in group.members.values():
-            m.assignment = assignments[m.member_id]
+            m.assignment = assignments.get(m.member_id, b"")
             m.answer_sync(
                 SyncResult(E.NONE, group.protocol_type, group.protocol_name, m.assignment)
             )
@@ -656,7 +736,7 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return E.UNKNOWN_MEMBER_ID
-        if group.state is GroupState.DEAD:
+        if group.gone:
             return E.COORDINATOR_NOT_AVAILABLE
         if group.is_static_member_fenced(member_id, group_instance_id):
             return E.FENCED_INSTANCE_ID
@@ -680,7 +760,7 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return E.NONE, [E.UNKNOWN_MEMBER_ID] * len(leaving)
-        if group.state is GroupState.DEAD:
+        if group.gone:
             return E.COORDINATOR_NOT_AVAILABLE, []
         return E.NONE, [
             self._leave_one(group, member_id, instance) for member_id, instance in leaving
@@ -744,30 +824,58 @@ class GroupCoordinator:
             if g.state is not GroupState.DEAD and (not wanted or g.state.value.lower() in wanted)
         ]
 
-    def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
+    def delete_groups(self, group_ids: list[str]) -> asyncio.Future[dict[str, ErrorCode]]:
+        """DeleteGroups: an error per group, once the tombstones are stored."""
         results: dict[str, ErrorCode] = {}
+        writes: dict[str, asyncio.Future[ErrorCode]] = {}
         for group_id in group_ids:
             error = self.check(group_id, allow_empty=True)
-            if error == E.NONE:
-                error = self._delete_group(group_id)
+            group = self.groups.get(group_id)
+            if error != E.NONE:
+                pass
+            elif group is None or group.gone:
+                error = E.GROUP_ID_NOT_FOUND
+            elif group.state is not GroupState.EMPTY:
+                error = E.NON_EMPTY_GROUP
+            else:
+                writes[group_id] = self._forget_group(group, "deleted")
             results[group_id] = error
-        return results
+        if not writes:
+            return _answered(results)
 
-    def _delete_group(self, group_id: str) -> ErrorCode:
-        group = self.groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            return E.GROUP_ID_NOT_FOUND
-        if group.state is not GroupState.EMPTY:
-            return E.NON_EMPTY_GROUP
-        records: list[Record] = [(offset_key(group_id, t, p), None) for t, p in group.offsets]
-        records.append((group_key(group_id), None))
-        error = self.store.append(self.partition_of(group_id), records, self.clock())
-        if error != E.NONE:
-            return _store_error(error, _STORE_GROUP_ERRORS)
-        self._unload(group, E.COORDINATOR_NOT_AVAILABLE)
-        del self.groups[group_id]
-        log.info("deleted group %s", group_id)
-        return E.NONE
+        async def deleted() -> dict[str, ErrorCode]:
+            for group_id, write in writes.items():
+                results[group_id] = _store_error(await write, _STORE_GROUP_ERRORS)
+            return results
+
+        return asyncio.shield(self._spawn(deleted()))
+
+    def _forget_group(self, group: Group, why: str) -> asyncio.Future[ErrorCode]:
+        """Writes the tombstones of an empty group and its offsets, then drops it.
+
+        Until the write is done the group is `Group.gone`: nobody joins or
+        commits (they are told to retry), so what is dropped is what was
+        tombstoned. Offsets still being committed get tombstones too: they
+        are written after the commit.
+        """
+        group.pending_delete = True
+        gid = group.group_id
+        records: list[Record] = [
+            (offset_key(gid, t, p), None) for t, p in {**group.offsets, **group.pending_commits}
+        ]
+        records.append((group_key(gid), None))
+        write = self._append(group, records)
+
+        async def forgotten() -> ErrorCode:
+            error = await write
+            group.pending_delete = False
+            if error == E.NONE and self._is_current(group):
+                self._unload(group, E.COORDINATOR_NOT_AVAILABLE)
+                del self.groups[gid]
+                log.info("group %s %s", gid, why)
+            return error
+
+        return self._spawn(forgotten())
 
     def _unload(self, group: Group, error: ErrorCode) -> None:
         """Stops the group's timers and answers its waiters (deletion, shutdown)."""
@@ -794,27 +902,30 @@ class GroupCoordinator:
         generation_id: int,
         offsets: Mapping[TopicPartitionKey, tuple[int, int, str | None]],
         retention_ms: int = -1,
-    ) -> dict[TopicPartitionKey, ErrorCode]:
-        """OffsetCommit: (offset, leader epoch, metadata) per partition; an error per partition."""
+    ) -> asyncio.Future[dict[TopicPartitionKey, ErrorCode]]:
+        """OffsetCommit: (offset, leader epoch, metadata) per partition; an error per partition.
+
+        The group's offsets change once the commit is stored.
+        """
         error = self.check(group_id, allow_empty=True)
         if error != E.NONE:
-            return dict.fromkeys(offsets, error)
+            return _answered(dict.fromkeys(offsets, error))
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
                 # A member of a generation the coordinator does not know.
-                return dict.fromkeys(offsets, E.ILLEGAL_GENERATION)
+                return _answered(dict.fromkeys(offsets, E.ILLEGAL_GENERATION))
             # Offsets of a consumer that assigns itself partitions.
             group = self.groups[group_id] = Group(group_id, self.clock())
         error = self._check_commit(group, member_id, group_instance_id, generation_id)
         if error != E.NONE:
-            return dict.fromkeys(offsets, error)
+            return _answered(dict.fromkeys(offsets, error))
         return self._store_offsets(group, offsets, retention_ms)
 
     def _check_commit(
         self, group: Group, member_id: str, instance: str | None, generation_id: int
     ) -> ErrorCode:
-        if group.state is GroupState.DEAD:
+        if group.gone:
             return E.COORDINATOR_NOT_AVAILABLE
         if group.is_static_member_fenced(member_id, instance):
             return E.FENCED_INSTANCE_ID
@@ -836,7 +947,7 @@ class GroupCoordinator:
         group: Group,
         offsets: Mapping[TopicPartitionKey, tuple[int, int, str | None]],
         retention_ms: int,
-    ) -> dict[TopicPartitionKey, ErrorCode]:
+    ) -> asyncio.Future[dict[TopicPartitionKey, ErrorCode]]:
         results: dict[TopicPartitionKey, ErrorCode] = {}
         topics = self.broker.metadata.topics()
         max_metadata = as_int(self.config["offset.metadata.max.bytes"])
@@ -851,19 +962,26 @@ class GroupCoordinator:
             else:
                 expire = now + retention_ms if retention_ms >= 0 else None
                 accepted[tp] = CommittedOffset(offset, epoch, metadata or "", now, expire)
-        if accepted:
-            records: list[Record] = [
-                (offset_key(group.group_id, t, p), offset_value(c))
-                for (t, p), c in accepted.items()
-            ]
-            error = _store_error(
-                self.store.append(self.partition_of(group.group_id), records, now),
-                _STORE_OFFSET_ERRORS,
-            )
-            if error == E.NONE:
+        if not accepted:
+            return _answered(results)
+        records: list[Record] = [
+            (offset_key(group.group_id, t, p), offset_value(c)) for (t, p), c in accepted.items()
+        ]
+        write = self._append(group, records)
+        group.pending_commits.update(accepted.keys())
+
+        async def stored() -> dict[TopicPartitionKey, ErrorCode]:
+            error = _store_error(await write, _STORE_OFFSET_ERRORS)
+            group.pending_commits.subtract(accepted.keys())
+            for tp in accepted:
+                if group.pending_commits[tp] <= 0:
+                    del group.pending_commits[tp]
+            if error == E.NONE and self._is_current(group):
                 group.offsets.update(accepted)
             results.update(dict.fromkeys(accepted, error))
-        return results
+            return results
+
+        return asyncio.shield(self._spawn(stored()))
 
     def fetch_offsets(
         self,
@@ -876,7 +994,7 @@ class GroupCoordinator:
         if error != E.NONE:
             return error, []
         group = self.groups.get(group_id)
-        offsets = group.offsets if group is not None and group.state is not GroupState.DEAD else {}
+        offsets = group.offsets if group is not None and not group.gone else {}
         if partitions is None:
             return E.NONE, [FetchedOffset(t, p, c) for (t, p), c in sorted(offsets.items())]
         # No transactional offset commits exist yet, so every offset is stable.
@@ -884,16 +1002,16 @@ class GroupCoordinator:
 
     def delete_offsets(
         self, group_id: str, partitions: list[TopicPartitionKey]
-    ) -> tuple[ErrorCode, dict[TopicPartitionKey, ErrorCode]]:
+    ) -> asyncio.Future[tuple[ErrorCode, dict[TopicPartitionKey, ErrorCode]]]:
         """OffsetDelete: only for topics the group does not consume right now."""
         error = self.check(group_id, allow_empty=True)
         if error != E.NONE:
-            return error, {}
+            return _answered((error, {}))
         group = self.groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            return E.GROUP_ID_NOT_FOUND, {}
+        if group is None or group.gone:
+            return _answered((E.GROUP_ID_NOT_FOUND, {}))
         if group.state is not GroupState.EMPTY and group.protocol_type != "consumer":
-            return E.NON_EMPTY_GROUP, {}
+            return _answered((E.NON_EMPTY_GROUP, {}))
         results: dict[TopicPartitionKey, ErrorCode] = {}
         doomed: list[TopicPartitionKey] = []
         for tp in partitions:
@@ -901,38 +1019,51 @@ class GroupCoordinator:
                 results[tp] = E.GROUP_SUBSCRIBED_TO_TOPIC
             else:
                 results[tp] = E.NONE
-                if tp in group.offsets:
+                if tp in group.offsets or tp in group.pending_commits:
                     doomed.append(tp)
-        error = self._remove_offsets(group, doomed)
-        if error != E.NONE:
-            return error, {}
-        self._maybe_drop_empty_group(group)
-        return E.NONE, results
+        write = self._remove_offsets(group, doomed)
 
-    def _remove_offsets(self, group: Group, doomed: list[TopicPartitionKey]) -> ErrorCode:
+        async def deleted() -> tuple[ErrorCode, dict[TopicPartitionKey, ErrorCode]]:
+            error = await write
+            if error != E.NONE:
+                return error, {}
+            self._maybe_drop_empty_group(group)
+            return E.NONE, results
+
+        return asyncio.shield(self._spawn(deleted()))
+
+    def _remove_offsets(
+        self, group: Group, doomed: list[TopicPartitionKey]
+    ) -> asyncio.Future[ErrorCode]:
+        """Writes tombstones for ``doomed``; once stored, the group forgets them."""
         if not doomed:
-            return E.NONE
+            return _answered(E.NONE)
         records: list[Record] = [(offset_key(group.group_id, t, p), None) for t, p in doomed]
-        error = self.store.append(self.partition_of(group.group_id), records, self.clock())
-        if error != E.NONE:
-            return _store_error(error, _STORE_OFFSET_ERRORS)
-        for tp in doomed:
-            group.offsets.pop(tp, None)
-        return E.NONE
+        write = self._append(group, records)
 
-    def _maybe_drop_empty_group(self, group: Group) -> None:
+        async def removed() -> ErrorCode:
+            error = await write
+            if error != E.NONE:
+                return _store_error(error, _STORE_OFFSET_ERRORS)
+            if self._is_current(group):
+                for tp in doomed:
+                    group.offsets.pop(tp, None)
+            return E.NONE
+
+        return self._spawn(removed())
+
+    def _maybe_drop_empty_group(self, group: Group) -> asyncio.Future[ErrorCode] | None:
         """An empty group with no offsets left is forgotten (and tombstoned)."""
-        if group.state is not GroupState.EMPTY or group.offsets or group.pending_members:
-            return
-        error = self.store.append(
-            self.partition_of(group.group_id), [(group_key(group.group_id), None)], self.clock()
-        )
-        if error != E.NONE:
-            return
-        self._unload(group, E.COORDINATOR_NOT_AVAILABLE)
-        if self.groups.get(group.group_id) is group:
-            del self.groups[group.group_id]
-        log.info("group %s is empty and has no offsets: removed", group.group_id)
+        if (
+            group.state is not GroupState.EMPTY
+            or group.gone
+            or group.offsets
+            or group.pending_commits
+            or group.pending_members
+            or not self._is_current(group)
+        ):
+            return None
+        return self._forget_group(group, "is empty and has no offsets: removed")
 
     # -- expiry and topic changes ------------------------------------------------------------
 
@@ -940,23 +1071,30 @@ class GroupCoordinator:
         while True:
             await asyncio.sleep(as_int(self.config["offsets.retention.check.interval.ms"]) / 1000)
             try:
-                self.expire_offsets()
+                await self.expire_offsets()
             except Exception:
                 log.exception("offset expiry failed")
 
-    def expire_offsets(self) -> int:
+    async def expire_offsets(self) -> int:
         """Removes offsets past ``offsets.retention.minutes``; returns how many went."""
         now = self.clock()
         retention_ms = as_int(self.config["offsets.retention.minutes"]) * 60_000
         removed = 0
         for group in list(self.groups.values()):
-            if self.is_loading(group.group_id) or group.state is GroupState.DEAD:
+            if not self._is_current(group) or group.gone or self.is_loading(group.group_id):
                 continue
-            expired = self._expired_offsets(group, now, retention_ms)
-            if expired and self._remove_offsets(group, expired) == E.NONE:
+            # Offsets being committed are about to be fresh: left alone (as Kafka does).
+            expired = [
+                tp
+                for tp in self._expired_offsets(group, now, retention_ms)
+                if tp not in group.pending_commits
+            ]
+            if expired and await self._remove_offsets(group, expired) == E.NONE:
                 removed += len(expired)
                 log.info("group %s: %d offsets expired", group.group_id, len(expired))
-            self._maybe_drop_empty_group(group)
+            dropped = self._maybe_drop_empty_group(group)
+            if dropped is not None:
+                await dropped
         return removed
 
     @staticmethod
@@ -998,20 +1136,44 @@ class GroupCoordinator:
                 self._prepare_rebalance(group, f"partitions were added to {topic}")
 
     def on_topic_deleted(self, topic: str) -> None:
-        """A topic is gone: its committed offsets go too."""
+        """A topic is gone: its committed offsets go too (written in the background)."""
         for group in list(self.groups.values()):
-            if self.is_loading(group.group_id) or group.state is GroupState.DEAD:
+            if self.is_loading(group.group_id) or group.gone:
                 continue
-            doomed = [tp for tp in group.offsets if tp[0] == topic]
-            if doomed and self._remove_offsets(group, doomed) == E.NONE:
-                self._maybe_drop_empty_group(group)
+            doomed = [tp for tp in {**group.offsets, **group.pending_commits} if tp[0] == topic]
+            if doomed:
+                self._spawn(self._topic_offsets_removed(group, self._remove_offsets(group, doomed)))
+
+    async def _topic_offsets_removed(self, group: Group, write: asyncio.Future[ErrorCode]) -> None:
+        if await write == E.NONE:
+            dropped = self._maybe_drop_empty_group(group)
+            if dropped is not None:
+                await dropped
 
     # -- persistence helpers -----------------------------------------------------------------
 
-    def _store_group(self, group: Group, assignments: dict[str, bytes] | None = None) -> ErrorCode:
-        record = group.to_record(assignments)
-        return self.store.append(
-            self.partition_of(group.group_id),
-            [(group_key(group.group_id), group_value(record))],
-            self.clock(),
-        )
+    def _is_current(self, group: Group) -> bool:
+        """Still this coordinator's group (not dead, unloaded or replaced)."""
+        return self.groups.get(group.group_id) is group and group.state is not GroupState.DEAD
+
+    def _append(self, group: Group, records: list[Record]) -> asyncio.Task[ErrorCode]:
+        """Starts appending ``records`` to the group's partition now (writes keep their order)."""
+        return self.store.start_append(self.partition_of(group.group_id), records, self.clock())
+
+    def _store_group(
+        self,
+        group: Group,
+        assignments: Mapping[str, bytes] | None = None,
+        replacing: Mapping[str, Member] | None = None,
+    ) -> asyncio.Task[ErrorCode]:
+        """Starts storing the group as `Group.to_record` describes it."""
+        record = group.to_record(assignments, replacing)
+        return self._append(group, [(group_key(group.group_id), group_value(record))])
+
+    def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Runs what follows a write as a task of its own: no requester can cancel it
+        (hand it out through `asyncio.shield`), and `stop` waits for it."""
+        task = asyncio.ensure_future(coro)
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+        return task

@@ -6,10 +6,15 @@ min(``offsets.topic.replication.factor``, live brokers)), appending keyed
 records to one partition (a commit is one batch: all its offsets or none),
 and reading a partition back from its start at load time. What the records
 mean is the coordinator's business (see `records`).
+
+Writes are awaitable: the coordinator changes a group only once its record
+is stored. `start_append` starts each append at once, as a task, so writes
+reach the log in the order the coordinator asked for them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 from collections.abc import AsyncIterator
@@ -72,8 +77,19 @@ class OffsetsStore:
 
     # -- writes ------------------------------------------------------------------
 
-    def append(self, index: int, records: list[Record], now_ms: int) -> ErrorCode:
-        """Appends ``records`` (key, value-or-tombstone) as one batch; NONE or the failure."""
+    def start_append(
+        self, index: int, records: list[Record], now_ms: int
+    ) -> asyncio.Task[ErrorCode]:
+        """Starts `append` now (as a task): appends run in the order they were started."""
+        return asyncio.ensure_future(self.append(index, records, now_ms))
+
+    async def append(self, index: int, records: list[Record], now_ms: int) -> ErrorCode:
+        """Appends ``records`` (key, value-or-tombstone) as one batch; NONE or the failure.
+
+        Appends to one partition are expected to complete in the order they
+        were started (the log's order), so the coordinator's changes after
+        each follow the log.
+        """
         if not records:
             return ErrorCode.NONE
         partition = self.broker.partition(OFFSETS_TOPIC, index)
