@@ -1,7 +1,8 @@
 """The group coordinator: consumer groups, their rebalances and committed offsets.
 
 - `coordinator.GroupCoordinator`: owns every group of this broker and the
-  flows of the group APIs; the handlers call it.
+  flows of the group APIs (membership); the handlers call it.
+- `offsets.OffsetManager`: committed offsets (commit, fetch, delete, expiry).
 - `group`: one group's state machine, members and protocol selection.
 - `delayed`: DelayedJoin, InitialDelayedJoin, DelayedHeartbeat timers.
 - `records`: the ``__consumer_offsets`` record schemas (Kafka's own).
@@ -11,7 +12,6 @@
 """
 
 from kbroker.coordinator.coordinator import (
-    FetchedOffset,
     GroupCoordinator,
     GroupDescription,
     GroupListing,
@@ -19,6 +19,7 @@ from kbroker.coordinator.coordinator import (
     MemberDescription,
 )
 from kbroker.coordinator.group import GroupState, JoinResult, SyncResult
+from kbroker.coordinator.offsets import FetchedOffset
 
 __all__ = [
     "FetchedOffset",

@@ -47,6 +47,7 @@ from kbroker.coordinator.delayed import (
     PendingMemberTimer,
 )
 from kbroker.coordinator.group import Group, GroupState, JoinResult, Member, SyncResult
+from kbroker.coordinator.offsets import OffsetManager
 from kbroker.coordinator.records import (
     OFFSETS_TOPIC,
     CommittedOffset,
@@ -57,13 +58,12 @@ from kbroker.coordinator.records import (
     group_key,
     group_value,
     offset_key,
-    offset_value,
     parse_group_value,
     parse_key,
     parse_offset_value,
     partition_for,
 )
-from kbroker.coordinator.store import OffsetsStore, Record
+from kbroker.coordinator.store import GROUP_ERRORS, OffsetsStore, Record, answered, api_error
 from kbroker.log.log import now_ms
 from kbroker.protocol.errors import ErrorCode
 from kbroker.replication.purgatory import Purgatory, Scheduler
@@ -77,21 +77,6 @@ E = ErrorCode
 T = TypeVar("T")
 TopicPartitionKey = tuple[str, int]
 
-# Storage failures as the group APIs report them (Kafka's mapping).
-_STORE_GROUP_ERRORS = {
-    E.NOT_LEADER_OR_FOLLOWER: E.NOT_COORDINATOR,
-    E.KAFKA_STORAGE_ERROR: E.NOT_COORDINATOR,
-    E.MESSAGE_TOO_LARGE: E.UNKNOWN_SERVER_ERROR,
-    E.RECORD_LIST_TOO_LARGE: E.UNKNOWN_SERVER_ERROR,
-}
-_STORE_OFFSET_ERRORS = {
-    E.NOT_LEADER_OR_FOLLOWER: E.NOT_COORDINATOR,
-    E.KAFKA_STORAGE_ERROR: E.NOT_COORDINATOR,
-    E.MESSAGE_TOO_LARGE: E.INVALID_COMMIT_OFFSET_SIZE,
-    E.RECORD_LIST_TOO_LARGE: E.INVALID_COMMIT_OFFSET_SIZE,
-}
-
-
 # Retries of a failed creation of __consumer_offsets: the first after the
 # minimum, each next one twice as late, up to the maximum.
 CREATE_BACKOFF_MIN_S = 0.1
@@ -102,19 +87,6 @@ _PROTOCOL_OVERHEAD = 6
 
 # How long `stop` waits for writes under way.
 STOP_WRITES_TIMEOUT_S = 10.0
-
-
-def _store_error(code: ErrorCode, mapping: Mapping[ErrorCode, ErrorCode]) -> ErrorCode:
-    if code == E.NONE:
-        return code
-    return mapping.get(code, E.COORDINATOR_NOT_AVAILABLE)
-
-
-def _answered(value: T) -> asyncio.Future[T]:
-    """An answer known at once, as the future a write would give."""
-    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-    future.set_result(value)
-    return future
 
 
 @dataclass(slots=True)
@@ -160,14 +132,6 @@ class GroupListing:
     state: str
 
 
-@dataclass(slots=True)
-class FetchedOffset:
-    topic: str
-    partition: int
-    committed: CommittedOffset | None
-    error: ErrorCode = E.NONE
-
-
 class GroupCoordinator:
     def __init__(
         self,
@@ -180,6 +144,7 @@ class GroupCoordinator:
         self.clock = clock
         self._joins: Purgatory[str] = Purgatory("rebalance", scheduler)
         self._heartbeats: Purgatory[MemberKey] = Purgatory("heartbeat", scheduler)
+        self.offsets = OffsetManager(self)
         self.store = OffsetsStore(broker)
         self.groups: dict[str, Group] = {}
         self._partitions: int | None = None
@@ -202,7 +167,7 @@ class GroupCoordinator:
             self._partitions = count
             self._loading = set(range(count))
             self._tasks.append(asyncio.ensure_future(self._load_all(count)))
-        self._tasks.append(asyncio.ensure_future(self._expire_periodically()))
+        self._tasks.append(asyncio.ensure_future(self.offsets.expire_periodically()))
 
     async def stop(self) -> None:
         """Stops serving: waiting members are told NOT_COORDINATOR, timers stop."""
@@ -497,7 +462,7 @@ class GroupCoordinator:
         """The new member id of a static member is stored: it takes the old one's place."""
         old_id, new_id = member.member_id, updated.member_id
         generation = group.generation_id
-        error = _store_error(await write, _STORE_GROUP_ERRORS)
+        error = api_error(await write, GROUP_ERRORS)
         if error != E.NONE:
             return JoinResult(error, member_id=new_id)
         if not (
@@ -704,7 +669,7 @@ class GroupCoordinator:
         assignments: dict[str, bytes],
         write: asyncio.Future[ErrorCode],
     ) -> None:
-        error = _store_error(await write, _STORE_GROUP_ERRORS)
+        error = api_error(await write, GROUP_ERRORS)
         if (
             not self._is_current(group)
             or group.state is not GroupState.COMPLETING_REBALANCE
@@ -841,11 +806,11 @@ class GroupCoordinator:
                 writes[group_id] = self._forget_group(group, "deleted")
             results[group_id] = error
         if not writes:
-            return _answered(results)
+            return answered(results)
 
         async def deleted() -> dict[str, ErrorCode]:
             for group_id, write in writes.items():
-                results[group_id] = _store_error(await write, _STORE_GROUP_ERRORS)
+                results[group_id] = api_error(await write, GROUP_ERRORS)
             return results
 
         return asyncio.shield(self._spawn(deleted()))
@@ -892,240 +857,6 @@ class GroupCoordinator:
         with contextlib.suppress(Exception):
             group.transition(GroupState.DEAD, self.clock())
 
-    # -- offsets --------------------------------------------------------------------------------
-
-    def commit_offsets(
-        self,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        generation_id: int,
-        offsets: Mapping[TopicPartitionKey, tuple[int, int, str | None]],
-        retention_ms: int = -1,
-    ) -> asyncio.Future[dict[TopicPartitionKey, ErrorCode]]:
-        """OffsetCommit: (offset, leader epoch, metadata) per partition; an error per partition.
-
-        The group's offsets change once the commit is stored.
-        """
-        error = self.check(group_id, allow_empty=True)
-        if error != E.NONE:
-            return _answered(dict.fromkeys(offsets, error))
-        group = self.groups.get(group_id)
-        if group is None:
-            if generation_id >= 0:
-                # A member of a generation the coordinator does not know.
-                return _answered(dict.fromkeys(offsets, E.ILLEGAL_GENERATION))
-            # Offsets of a consumer that assigns itself partitions.
-            group = self.groups[group_id] = Group(group_id, self.clock())
-        error = self._check_commit(group, member_id, group_instance_id, generation_id)
-        if error != E.NONE:
-            return _answered(dict.fromkeys(offsets, error))
-        return self._store_offsets(group, offsets, retention_ms)
-
-    def _check_commit(
-        self, group: Group, member_id: str, instance: str | None, generation_id: int
-    ) -> ErrorCode:
-        if group.gone:
-            return E.COORDINATOR_NOT_AVAILABLE
-        if group.is_static_member_fenced(member_id, instance):
-            return E.FENCED_INSTANCE_ID
-        if generation_id < 0 and group.state is GroupState.EMPTY:
-            return E.NONE
-        if group.state is GroupState.COMPLETING_REBALANCE:
-            # Its JoinGroup answer arrived, its SyncGroup has not: it may retry after.
-            return E.REBALANCE_IN_PROGRESS
-        member = group.members.get(member_id)
-        if member is None:
-            return E.UNKNOWN_MEMBER_ID
-        if generation_id != group.generation_id:
-            return E.ILLEGAL_GENERATION
-        self._schedule_heartbeat(group, member)
-        return E.NONE
-
-    def _store_offsets(
-        self,
-        group: Group,
-        offsets: Mapping[TopicPartitionKey, tuple[int, int, str | None]],
-        retention_ms: int,
-    ) -> asyncio.Future[dict[TopicPartitionKey, ErrorCode]]:
-        results: dict[TopicPartitionKey, ErrorCode] = {}
-        topics = self.broker.metadata.topics()
-        max_metadata = as_int(self.config["offset.metadata.max.bytes"])
-        now = self.clock()
-        accepted: dict[TopicPartitionKey, CommittedOffset] = {}
-        for tp, (offset, epoch, metadata) in offsets.items():
-            topic = topics.get(tp[0])
-            if topic is None or tp[1] not in topic.partitions:
-                results[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
-            elif metadata is not None and len(metadata.encode()) > max_metadata:
-                results[tp] = E.OFFSET_METADATA_TOO_LARGE
-            else:
-                expire = now + retention_ms if retention_ms >= 0 else None
-                accepted[tp] = CommittedOffset(offset, epoch, metadata or "", now, expire)
-        if not accepted:
-            return _answered(results)
-        records: list[Record] = [
-            (offset_key(group.group_id, t, p), offset_value(c)) for (t, p), c in accepted.items()
-        ]
-        write = self._append(group, records)
-        group.pending_commits.update(accepted.keys())
-
-        async def stored() -> dict[TopicPartitionKey, ErrorCode]:
-            error = _store_error(await write, _STORE_OFFSET_ERRORS)
-            group.pending_commits.subtract(accepted.keys())
-            for tp in accepted:
-                if group.pending_commits[tp] <= 0:
-                    del group.pending_commits[tp]
-            if error == E.NONE and self._is_current(group):
-                group.offsets.update(accepted)
-            results.update(dict.fromkeys(accepted, error))
-            return results
-
-        return asyncio.shield(self._spawn(stored()))
-
-    def fetch_offsets(
-        self,
-        group_id: str,
-        partitions: list[TopicPartitionKey] | None,
-        require_stable: bool = False,
-    ) -> tuple[ErrorCode, list[FetchedOffset]]:
-        """OffsetFetch: the committed offsets of ``partitions`` (None: all the group has)."""
-        error = self.check(group_id, allow_empty=True)
-        if error != E.NONE:
-            return error, []
-        group = self.groups.get(group_id)
-        offsets = group.offsets if group is not None and not group.gone else {}
-        if partitions is None:
-            return E.NONE, [FetchedOffset(t, p, c) for (t, p), c in sorted(offsets.items())]
-        # No transactional offset commits exist yet, so every offset is stable.
-        return E.NONE, [FetchedOffset(t, p, offsets.get((t, p))) for t, p in partitions]
-
-    def delete_offsets(
-        self, group_id: str, partitions: list[TopicPartitionKey]
-    ) -> asyncio.Future[tuple[ErrorCode, dict[TopicPartitionKey, ErrorCode]]]:
-        """OffsetDelete: only for topics the group does not consume right now."""
-        error = self.check(group_id, allow_empty=True)
-        if error != E.NONE:
-            return _answered((error, {}))
-        group = self.groups.get(group_id)
-        if group is None or group.gone:
-            return _answered((E.GROUP_ID_NOT_FOUND, {}))
-        if group.state is not GroupState.EMPTY and group.protocol_type != "consumer":
-            return _answered((E.NON_EMPTY_GROUP, {}))
-        results: dict[TopicPartitionKey, ErrorCode] = {}
-        doomed: list[TopicPartitionKey] = []
-        for tp in partitions:
-            if group.state is not GroupState.EMPTY and group.is_subscribed_to(tp[0]):
-                results[tp] = E.GROUP_SUBSCRIBED_TO_TOPIC
-            else:
-                results[tp] = E.NONE
-                if tp in group.offsets or tp in group.pending_commits:
-                    doomed.append(tp)
-        write = self._remove_offsets(group, doomed)
-
-        async def deleted() -> tuple[ErrorCode, dict[TopicPartitionKey, ErrorCode]]:
-            error = await write
-            if error != E.NONE:
-                return error, {}
-            self._maybe_drop_empty_group(group)
-            return E.NONE, results
-
-        return asyncio.shield(self._spawn(deleted()))
-
-    def _remove_offsets(
-        self, group: Group, doomed: list[TopicPartitionKey]
-    ) -> asyncio.Future[ErrorCode]:
-        """Writes tombstones for ``doomed``; once stored, the group forgets them."""
-        if not doomed:
-            return _answered(E.NONE)
-        records: list[Record] = [(offset_key(group.group_id, t, p), None) for t, p in doomed]
-        write = self._append(group, records)
-
-        async def removed() -> ErrorCode:
-            error = await write
-            if error != E.NONE:
-                return _store_error(error, _STORE_OFFSET_ERRORS)
-            if self._is_current(group):
-                for tp in doomed:
-                    group.offsets.pop(tp, None)
-            return E.NONE
-
-        return self._spawn(removed())
-
-    def _maybe_drop_empty_group(self, group: Group) -> asyncio.Future[ErrorCode] | None:
-        """An empty group with no offsets left is forgotten (and tombstoned)."""
-        if (
-            group.state is not GroupState.EMPTY
-            or group.gone
-            or group.offsets
-            or group.pending_commits
-            or group.pending_members
-            or not self._is_current(group)
-        ):
-            return None
-        return self._forget_group(group, "is empty and has no offsets: removed")
-
-    # -- expiry and topic changes ------------------------------------------------------------
-
-    async def _expire_periodically(self) -> None:
-        while True:
-            await asyncio.sleep(as_int(self.config["offsets.retention.check.interval.ms"]) / 1000)
-            try:
-                await self.expire_offsets()
-            except Exception:
-                log.exception("offset expiry failed")
-
-    async def expire_offsets(self) -> int:
-        """Removes offsets past ``offsets.retention.minutes``; returns how many went."""
-        now = self.clock()
-        retention_ms = as_int(self.config["offsets.retention.minutes"]) * 60_000
-        removed = 0
-        for group in list(self.groups.values()):
-            if not self._is_current(group) or group.gone or self.is_loading(group.group_id):
-                continue
-            # Offsets being committed are about to be fresh: left alone (as Kafka does).
-            expired = [
-                tp
-                for tp in self._expired_offsets(group, now, retention_ms)
-                if tp not in group.pending_commits
-            ]
-            if expired and await self._remove_offsets(group, expired) == E.NONE:
-                removed += len(expired)
-                log.info("group %s: %d offsets expired", group.group_id, len(expired))
-            dropped = self._maybe_drop_empty_group(group)
-            if dropped is not None:
-                await dropped
-        return removed
-
-    @staticmethod
-    def _expired_offsets(group: Group, now: int, retention_ms: int) -> list[TopicPartitionKey]:
-        subscribed: set[str] = set()
-        if group.protocol_type is None:
-            # Offsets of consumers that assign themselves: age from each commit.
-            base: Callable[[CommittedOffset], int] = lambda c: c.commit_timestamp  # noqa: E731
-        elif group.state is GroupState.EMPTY:
-            # Nobody consumes: age from when the group became empty.
-            base = lambda c: group.state_timestamp  # noqa: E731
-        elif group.state is GroupState.STABLE and group.protocol_type == "consumer":
-            topics = group.subscribed_topics()
-            if topics is None:
-                return []
-            # Topics the members stopped consuming age from their last commit.
-            subscribed = topics
-            base = lambda c: c.commit_timestamp  # noqa: E731
-        else:
-            return []
-        out = []
-        for tp, c in group.offsets.items():
-            if tp[0] in subscribed:
-                continue
-            if c.expire_timestamp is not None:
-                if now >= c.expire_timestamp:
-                    out.append(tp)
-            elif now - base(c) >= retention_ms:
-                out.append(tp)
-        return out
-
     def on_partitions_added(self, topic: str) -> None:
         """A topic grew: groups consuming it rebalance so the new partitions get owners."""
         for group in self.groups.values():
@@ -1137,18 +868,7 @@ class GroupCoordinator:
 
     def on_topic_deleted(self, topic: str) -> None:
         """A topic is gone: its committed offsets go too (written in the background)."""
-        for group in list(self.groups.values()):
-            if self.is_loading(group.group_id) or group.gone:
-                continue
-            doomed = [tp for tp in {**group.offsets, **group.pending_commits} if tp[0] == topic]
-            if doomed:
-                self._spawn(self._topic_offsets_removed(group, self._remove_offsets(group, doomed)))
-
-    async def _topic_offsets_removed(self, group: Group, write: asyncio.Future[ErrorCode]) -> None:
-        if await write == E.NONE:
-            dropped = self._maybe_drop_empty_group(group)
-            if dropped is not None:
-                await dropped
+        self.offsets.on_topic_deleted(topic)
 
     # -- persistence helpers -----------------------------------------------------------------
 

@@ -5,7 +5,8 @@
 min(``offsets.topic.replication.factor``, live brokers)), appending keyed
 records to one partition (a commit is one batch: all its offsets or none),
 and reading a partition back from its start at load time. What the records
-mean is the coordinator's business (see `records`).
+mean is the coordinator's business (see `records`); how a storage failure
+is answered by the group APIs is here (`api_error`).
 
 Writes are awaitable: the coordinator changes a group only once its record
 is stored. `start_append` starts each append at once, as a task, so writes
@@ -17,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, TypeVar
 
 from kbroker._kbroker import (
     KBrokerError,
@@ -45,6 +46,35 @@ _CONTROL = 0x20
 _MAX_DECOMPRESSED = 256 << 20
 
 Record = tuple[bytes, bytes | None]
+T = TypeVar("T")
+
+# Storage failures as the group APIs report them (Kafka's mapping).
+GROUP_ERRORS = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+}
+OFFSET_ERRORS = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+}
+
+
+def api_error(code: ErrorCode, mapping: Mapping[ErrorCode, ErrorCode]) -> ErrorCode:
+    """A storage failure as a group API answers it (``mapping``: GROUP_ or OFFSET_ERRORS)."""
+    if code == ErrorCode.NONE:
+        return code
+    return mapping.get(code, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+
+def answered(value: T) -> asyncio.Future[T]:
+    """An answer known at once, as the future a write would give."""
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
 
 
 class OffsetsStore:

@@ -39,7 +39,7 @@ def handle_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> A
             indexes.append(p.partition_index)
         order.append((topic.name, indexes))
     retention = request.retention_time_ms if 2 <= version <= 4 else -1
-    stored = broker.coordinator.commit_offsets(
+    stored = broker.coordinator.offsets.commit_offsets(
         request.group_id,
         request.member_id,
         request.group_instance_id if version >= 7 else None,

@@ -25,7 +25,7 @@ def handle_offset_delete(broker: Broker, ctx: RequestContext, request: Any) -> A
     wanted = list(
         dict.fromkeys((t.name, p.partition_index) for t in request.topics for p in t.partitions)
     )
-    return _respond(broker.coordinator.delete_offsets(request.group_id, wanted), wanted)
+    return _respond(broker.coordinator.offsets.delete_offsets(request.group_id, wanted), wanted)
 
 
 async def _respond(
