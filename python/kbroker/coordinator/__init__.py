@@ -3,8 +3,10 @@
 - `coordinator.GroupCoordinator`: owns every group of this broker and the
   flows of the group APIs (membership); the handlers call it.
 - `offsets.OffsetManager`: committed offsets (commit, fetch, delete, expiry).
+- `cache.GroupCache`: the groups of the ``__consumer_offsets`` partitions this
+  broker leads (loaded on election, dropped on resignation) and their writes.
 - `group`: one group's state machine, members and protocol selection.
-- `delayed`: DelayedJoin, InitialDelayedJoin, DelayedHeartbeat timers.
+- `delayed`: DelayedJoin, InitialDelayedJoin, DelayedHeartbeat, PendingMemberTimer.
 - `records`: the ``__consumer_offsets`` record schemas (Kafka's own).
 - `store`: reading and appending ``__consumer_offsets``.
 - `consumer_protocol`: the subscription/assignment bytes of consumers.

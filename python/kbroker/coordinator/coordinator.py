@@ -1,17 +1,18 @@
-"""The group coordinator: every group of this broker, their rebalances and offsets.
+"""The group coordinator: the membership state machine of every group it owns.
 
-`GroupCoordinator` owns the groups (``group.Group``), drives their state
-machines from the group APIs (join, sync, heartbeat, leave, describe, list,
-delete) and keeps committed offsets. Everything durable goes through
-``__consumer_offsets`` (`store.OffsetsStore`): a group's metadata after each
-completed rebalance, each offset commit, and tombstones for whatever is
-deleted or expires. A group lives in partition
-``abs(java_hashcode(group_id)) % partitions`` of that topic, as in Kafka.
+`GroupCoordinator` drives each group's state machine (``group.Group``) from
+the group APIs (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups,
+ListGroups, DeleteGroups): rebalances, sessions, the leader's assignment and
+static members. It is also what the broker holds: lifecycle, the checks a
+group request passes first, creating ``__consumer_offsets`` on first use,
+and the election hooks (`on_elected`, `on_resigned`). The rest is delegated:
 
-At start every partition of the topic is read back (in the background);
-requests for groups of a partition still loading get
-COORDINATOR_LOAD_IN_PROGRESS. Loaded groups with members come back Stable,
-and their members must heartbeat within their session timeout to stay.
+- `cache.GroupCache`: which ``__consumer_offsets`` partitions (and so which
+  groups) are this coordinator's, their loading, and the order of writes;
+- `offsets.OffsetManager`: committed offsets (``coordinator.offsets``);
+- `delayed`: the timers, in two purgatories (rebalances by group id,
+  sessions by member) on an injectable `Scheduler` (the running loop unless
+  given), so that tests can drive time by hand.
 
 All state changes happen on the event loop without awaiting in between, so
 a request sees a consistent group. A change that must be stored changes the
@@ -20,9 +21,7 @@ back the same way): the write starts at once, in request order, and what
 follows it runs in a task of its own (a requester going away does not stop
 it), re-checking the group, which may have moved on meanwhile. Requests that
 must wait (JoinGroup until the rebalance completes, SyncGroup until the
-leader's assignment is stored, writes) get a future. Timers are the delayed operations of `delayed`, in two purgatories
-(rebalances by group id, sessions by member) on an injectable `Scheduler`
-(the running loop unless given), so tests can drive time by hand.
+leader's assignment is stored) get a future.
 """
 
 from __future__ import annotations
@@ -33,12 +32,12 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections import defaultdict
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 from kbroker.config import as_int
+from kbroker.coordinator.cache import GroupCache
 from kbroker.coordinator.delayed import (
     DelayedHeartbeat,
     DelayedJoin,
@@ -48,22 +47,8 @@ from kbroker.coordinator.delayed import (
 )
 from kbroker.coordinator.group import Group, GroupState, JoinResult, Member, SyncResult
 from kbroker.coordinator.offsets import OffsetManager
-from kbroker.coordinator.records import (
-    OFFSETS_TOPIC,
-    CommittedOffset,
-    GroupKey,
-    GroupRecord,
-    OffsetKey,
-    RecordFormatError,
-    group_key,
-    group_value,
-    offset_key,
-    parse_group_value,
-    parse_key,
-    parse_offset_value,
-    partition_for,
-)
-from kbroker.coordinator.store import GROUP_ERRORS, OffsetsStore, Record, answered, api_error
+from kbroker.coordinator.records import OFFSETS_TOPIC, group_key, group_value
+from kbroker.coordinator.store import GROUP_ERRORS, OffsetsStore, answered, api_error
 from kbroker.log.log import now_ms
 from kbroker.protocol.errors import ErrorCode
 from kbroker.replication.purgatory import Purgatory, Scheduler
@@ -74,7 +59,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 E = ErrorCode
-T = TypeVar("T")
 TopicPartitionKey = tuple[str, int]
 
 # Retries of a failed creation of __consumer_offsets: the first after the
@@ -144,57 +128,72 @@ class GroupCoordinator:
         self.clock = clock
         self._joins: Purgatory[str] = Purgatory("rebalance", scheduler)
         self._heartbeats: Purgatory[MemberKey] = Purgatory("heartbeat", scheduler)
-        self.offsets = OffsetManager(self)
         self.store = OffsetsStore(broker)
-        self.groups: dict[str, Group] = {}
-        self._partitions: int | None = None
-        self._loading: set[int] = set()
+        self.cache = GroupCache(
+            self.store, lambda: self.clock(), self._on_group_loaded, self._on_group_unloaded
+        )
+        self.offsets = OffsetManager(
+            broker, self.cache, self.check, self._schedule_heartbeat, lambda: self.clock()
+        )
         self._active = False
         # Backoff between attempts to create __consumer_offsets after one failed.
         self._create_backoff_s = 0.0
         self._create_retry_at = 0.0
-        self._tasks: list[asyncio.Task[None]] = []
-        # What follows each write (see `_spawn`).
-        self._writes: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle --------------------------------------------------------------
 
     async def start(self) -> None:
         """Starts serving; groups already stored are loaded in the background."""
         self._active = True
-        count = self.store.partition_count()
-        if count is not None:
-            self._partitions = count
-            self._loading = set(range(count))
-            self._tasks.append(asyncio.ensure_future(self._load_all(count)))
-        self._tasks.append(asyncio.ensure_future(self.offsets.expire_periodically()))
+        self._elect_led_partitions()
+        self.offsets.start(self._joins.scheduler)
 
     async def stop(self) -> None:
         """Stops serving: waiting members are told NOT_COORDINATOR, timers stop."""
         self._active = False
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
-        for group in list(self.groups.values()):
-            self._unload(group, E.NOT_COORDINATOR)
-        self.groups.clear()
+        self.offsets.stop()
+        await self.cache.stop()
         # Writes under way finish (into logs still open); their groups are gone.
-        if self._writes:
-            await asyncio.wait(list(self._writes), timeout=STOP_WRITES_TIMEOUT_S)
+        await self.cache.drain(STOP_WRITES_TIMEOUT_S)
+
+    def on_elected(self, partition_index: int, coordinator_epoch: int) -> None:
+        """This broker became the leader of ``__consumer_offsets-<partition_index>``.
+
+        Its groups load in the background; until then requests for them get
+        COORDINATOR_LOAD_IN_PROGRESS. An epoch older than the last seen for
+        the partition is ignored (Kafka's onElection).
+        """
+        self.cache.on_elected(partition_index, coordinator_epoch)
+
+    def on_resigned(self, partition_index: int, coordinator_epoch: int) -> None:
+        """This broker no longer leads ``__consumer_offsets-<partition_index>``.
+
+        Its groups are unloaded: members waiting in JoinGroup/SyncGroup get
+        NOT_COORDINATOR, their timers stop, and later requests for them get
+        NOT_COORDINATOR. A stale epoch is ignored (Kafka's onResignation).
+        """
+        self.cache.on_resigned(partition_index, coordinator_epoch)
+
+    def _elect_led_partitions(self) -> None:
+        """Elects the partitions of ``__consumer_offsets`` this broker leads.
+
+        Stands in for the ReplicaManager, which will call `on_elected` and
+        `on_resigned` as leadership moves: called at start, after creating
+        the topic and after partitions are added to it.
+        """
+        for index in range(self.store.partition_count() or 0):
+            partition = self.broker.partition(OFFSETS_TOPIC, index)
+            if partition is not None and partition.is_leader:
+                self.on_elected(index, partition.leader_epoch)
+
+    @property
+    def groups(self) -> dict[str, Group]:
+        """The loaded groups, by id."""
+        return self.cache.groups
 
     @property
     def loading(self) -> bool:
-        return bool(self._loading)
-
-    def is_loading(self, group_id: str) -> bool:
-        return self._partitions is not None and self.partition_of(group_id) in self._loading
-
-    def partition_of(self, group_id: str) -> int:
-        assert self._partitions is not None
-        return partition_for(group_id, self._partitions)
+        return self.cache.loading
 
     def internal_topic_configs(self, name: str) -> dict[str, str]:
         """The settings of an internal topic this coordinator owns (none for others)."""
@@ -208,7 +207,7 @@ class GroupCoordinator:
         loop do not hammer the disk, and the coordinator heals by itself
         once a creation succeeds.
         """
-        if self._partitions is not None:
+        if self.cache.partition_count() is not None:
             return True
         count = self.store.partition_count()
         if count is None:
@@ -230,7 +229,7 @@ class GroupCoordinator:
                     return False
             self.broker.logs.errors.succeeded("creating", OFFSETS_TOPIC)
         self._create_backoff_s = 0.0
-        self._partitions = count
+        self._elect_led_partitions()
         return True
 
     def check(self, group_id: str, allow_empty: bool = False) -> ErrorCode:
@@ -241,57 +240,7 @@ class GroupCoordinator:
             return E.COORDINATOR_NOT_AVAILABLE
         if not self.ensure_offsets_topic():
             return E.COORDINATOR_NOT_AVAILABLE
-        if self.is_loading(group_id):
-            return E.COORDINATOR_LOAD_IN_PROGRESS
-        return E.NONE
-
-    # -- loading ------------------------------------------------------------------
-
-    async def _load_all(self, count: int) -> None:
-        for index in range(count):
-            try:
-                await self._load_partition(index)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("loading %s-%d failed", "__consumer_offsets", index)
-            self._loading.discard(index)
-        log.info("loaded %d groups from __consumer_offsets", len(self.groups))
-
-    async def _load_partition(self, index: int) -> None:
-        offsets: dict[str, dict[TopicPartitionKey, CommittedOffset]] = defaultdict(dict)
-        records: dict[str, GroupRecord | None] = {}
-        async for chunk in self.store.read_partition(index):
-            for key_bytes, value in chunk:
-                try:
-                    key = parse_key(key_bytes)
-                    if isinstance(key, OffsetKey):
-                        tp = (key.topic, key.partition)
-                        if value is None:
-                            offsets[key.group].pop(tp, None)
-                        else:
-                            offsets[key.group][tp] = parse_offset_value(value)
-                    elif isinstance(key, GroupKey):
-                        records[key.group] = None if value is None else parse_group_value(value)
-                except RecordFormatError as exc:
-                    log.warning(
-                        "skipping unreadable record in __consumer_offsets-%d: %s", index, exc
-                    )
-            await asyncio.sleep(0)
-        now = self.clock()
-        for group_id in set(records) | {g for g, o in offsets.items() if o}:
-            record = records.get(group_id)
-            group = (
-                Group.from_record(group_id, record, now)
-                if record is not None
-                else Group(group_id, now)
-            )
-            group.offsets = offsets.get(group_id, {})
-            if record is None and not group.offsets:
-                continue
-            self.groups[group_id] = group
-            for member in group.members.values():
-                self._schedule_heartbeat(group, member)
+        return self.cache.ownership_error(group_id)
 
     # -- JoinGroup ----------------------------------------------------------------
 
@@ -438,7 +387,9 @@ class GroupCoordinator:
             if group.select_protocol({old_id: updated}) == group.protocol_name:
                 # No rebalance: the group is stored with the new member id first.
                 write = self._store_group(group, replacing={old_id: updated})
-                return self._spawn(self._static_member_stored(group, member, updated, req, write))
+                return self.cache.spawn(
+                    self._static_member_stored(group, member, updated, req, write)
+                )
         member = group.replace_static_member(instance, old_id, new_id)
         member.protocols = list(req.protocols)
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
@@ -466,7 +417,7 @@ class GroupCoordinator:
         if error != E.NONE:
             return JoinResult(error, member_id=new_id)
         if not (
-            self._is_current(group)
+            self.cache.is_current(group)
             and group.state is GroupState.STABLE
             and group.generation_id == generation
             and group.members.get(old_id) is member
@@ -544,7 +495,7 @@ class GroupCoordinator:
         if not group.members:
             # As Kafka: the empty generation is stored after the fact; if that
             # fails, the previous one comes back at load and its members expire.
-            self._spawn(self._empty_group_stored(group, self._store_group(group)))
+            self.cache.spawn(self._empty_group_stored(group, self._store_group(group)))
             log.info("group %s is empty at generation %d", group.group_id, group.generation_id)
             return
         log.info(
@@ -659,7 +610,7 @@ class GroupCoordinator:
             given = dict(assignments)
             chosen = {mid: given.get(mid, b"") for mid in group.members}
             write = self._store_group(group, chosen)
-            self._spawn(self._assignment_stored(group, group.generation_id, chosen, write))
+            self.cache.spawn(self._assignment_stored(group, group.generation_id, chosen, write))
         return waiter
 
     async def _assignment_stored(
@@ -671,7 +622,7 @@ class GroupCoordinator:
     ) -> None:
         error = api_error(await write, GROUP_ERRORS)
         if (
-            not self._is_current(group)
+            not self.cache.is_current(group)
             or group.state is not GroupState.COMPLETING_REBALANCE
             or group.generation_id != generation
         ):
@@ -780,7 +731,7 @@ class GroupCoordinator:
     def list_groups(self, states: Iterable[str] = ()) -> tuple[ErrorCode, list[GroupListing]]:
         if not self._active:
             return E.COORDINATOR_NOT_AVAILABLE, []
-        if self._loading:
+        if self.cache.loading:
             return E.COORDINATOR_LOAD_IN_PROGRESS, []
         wanted = {s.lower() for s in states}
         return E.NONE, [
@@ -803,7 +754,7 @@ class GroupCoordinator:
             elif group.state is not GroupState.EMPTY:
                 error = E.NON_EMPTY_GROUP
             else:
-                writes[group_id] = self._forget_group(group, "deleted")
+                writes[group_id] = self.cache.forget(group, "deleted")
             results[group_id] = error
         if not writes:
             return answered(results)
@@ -813,37 +764,15 @@ class GroupCoordinator:
                 results[group_id] = api_error(await write, GROUP_ERRORS)
             return results
 
-        return asyncio.shield(self._spawn(deleted()))
+        return asyncio.shield(self.cache.spawn(deleted()))
 
-    def _forget_group(self, group: Group, why: str) -> asyncio.Future[ErrorCode]:
-        """Writes the tombstones of an empty group and its offsets, then drops it.
+    def _on_group_loaded(self, group: Group) -> None:
+        """A loaded group's members must heartbeat within their session timeout."""
+        for member in group.members.values():
+            self._schedule_heartbeat(group, member)
 
-        Until the write is done the group is `Group.gone`: nobody joins or
-        commits (they are told to retry), so what is dropped is what was
-        tombstoned. Offsets still being committed get tombstones too: they
-        are written after the commit.
-        """
-        group.pending_delete = True
-        gid = group.group_id
-        records: list[Record] = [
-            (offset_key(gid, t, p), None) for t, p in {**group.offsets, **group.pending_commits}
-        ]
-        records.append((group_key(gid), None))
-        write = self._append(group, records)
-
-        async def forgotten() -> ErrorCode:
-            error = await write
-            group.pending_delete = False
-            if error == E.NONE and self._is_current(group):
-                self._unload(group, E.COORDINATOR_NOT_AVAILABLE)
-                del self.groups[gid]
-                log.info("group %s %s", gid, why)
-            return error
-
-        return self._spawn(forgotten())
-
-    def _unload(self, group: Group, error: ErrorCode) -> None:
-        """Stops the group's timers and answers its waiters (deletion, shutdown)."""
+    def _on_group_unloaded(self, group: Group, error: ErrorCode) -> None:
+        """Stops the group's timers and answers its waiters (deletion, resignation, shutdown)."""
         if group.join_timer is not None:
             group.join_timer.cancel()
             group.join_timer = None
@@ -859,6 +788,8 @@ class GroupCoordinator:
 
     def on_partitions_added(self, topic: str) -> None:
         """A topic grew: groups consuming it rebalance so the new partitions get owners."""
+        if topic == OFFSETS_TOPIC:
+            self._elect_led_partitions()  # (groups keep mapping to the first partitions)
         for group in self.groups.values():
             if group.state not in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
                 continue
@@ -872,14 +803,6 @@ class GroupCoordinator:
 
     # -- persistence helpers -----------------------------------------------------------------
 
-    def _is_current(self, group: Group) -> bool:
-        """Still this coordinator's group (not dead, unloaded or replaced)."""
-        return self.groups.get(group.group_id) is group and group.state is not GroupState.DEAD
-
-    def _append(self, group: Group, records: list[Record]) -> asyncio.Task[ErrorCode]:
-        """Starts appending ``records`` to the group's partition now (writes keep their order)."""
-        return self.store.start_append(self.partition_of(group.group_id), records, self.clock())
-
     def _store_group(
         self,
         group: Group,
@@ -888,12 +811,4 @@ class GroupCoordinator:
     ) -> asyncio.Task[ErrorCode]:
         """Starts storing the group as `Group.to_record` describes it."""
         record = group.to_record(assignments, replacing)
-        return self._append(group, [(group_key(group.group_id), group_value(record))])
-
-    def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """Runs what follows a write as a task of its own: no requester can cancel it
-        (hand it out through `asyncio.shield`), and `stop` waits for it."""
-        task = asyncio.ensure_future(coro)
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
-        return task
+        return self.cache.append(group, [(group_key(group.group_id), group_value(record))])

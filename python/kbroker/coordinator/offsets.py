@@ -4,8 +4,9 @@
 OffsetCommit passes (generation, member, rebalance state), storing commits
 and changing the group's offsets once stored, tombstones for offsets deleted
 (OffsetDelete, a deleted topic) or past ``offsets.retention.minutes``, and
-forgetting a group left empty without offsets. Groups, writes and sessions
-are the coordinator's; this module asks it for them.
+forgetting a group left empty without offsets. Groups and their writes are
+the `cache`'s; a commit keeps its member's session alive through the
+membership side (``keep_alive``).
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kbroker.config import as_int
-from kbroker.coordinator.group import Group, GroupState
+from kbroker.coordinator.cache import GroupCache
+from kbroker.coordinator.group import Group, GroupState, Member
 from kbroker.coordinator.records import CommittedOffset, offset_key, offset_value
 from kbroker.coordinator.store import OFFSET_ERRORS, Record, answered, api_error
 from kbroker.protocol.errors import ErrorCode
+from kbroker.replication.purgatory import Scheduler, TimerHandle
 
 if TYPE_CHECKING:
-    from kbroker.coordinator.coordinator import GroupCoordinator
+    from kbroker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +43,48 @@ class FetchedOffset:
 
 
 class OffsetManager:
-    def __init__(self, coordinator: GroupCoordinator) -> None:
-        self._co = coordinator
+    def __init__(
+        self,
+        broker: Broker,
+        cache: GroupCache,
+        check: Callable[[str, bool], ErrorCode],
+        keep_alive: Callable[[Group, Member], None],
+        clock: Callable[[], int],
+    ) -> None:
+        self._broker = broker
+        self._config = broker.config
+        self._cache = cache
+        self._check = check
+        self._keep_alive = keep_alive
+        self._clock = clock
+        self._scheduler: Scheduler | None = None
+        self._expiry: TimerHandle | None = None
+
+    def start(self, scheduler: Scheduler) -> None:
+        """Expires offsets every ``offsets.retention.check.interval.ms`` from now on."""
+        self._scheduler = scheduler
+        self._schedule_expiry()
+
+    def stop(self) -> None:
+        self._scheduler = None
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+
+    def _schedule_expiry(self) -> None:
+        if self._scheduler is not None:
+            interval_ms = as_int(self._config["offsets.retention.check.interval.ms"])
+            self._expiry = self._scheduler.call_later(interval_ms / 1000, self._expire_now)
+
+    def _expire_now(self) -> None:
+        self._expiry = None
+        done = self._cache.spawn(self.expire_offsets())
+        done.add_done_callback(self._expired)
+
+    def _expired(self, done: asyncio.Task[int]) -> None:
+        if not done.cancelled() and done.exception() is not None:
+            log.error("offset expiry failed", exc_info=done.exception())
+        self._schedule_expiry()
 
     def commit_offsets(
         self,
@@ -56,16 +99,16 @@ class OffsetManager:
 
         The group's offsets change once the commit is stored.
         """
-        error = self._co.check(group_id, allow_empty=True)
+        error = self._check(group_id, True)
         if error != E.NONE:
             return answered(dict.fromkeys(offsets, error))
-        group = self._co.groups.get(group_id)
+        group = self._cache.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
                 # A member of a generation the coordinator does not know.
                 return answered(dict.fromkeys(offsets, E.ILLEGAL_GENERATION))
             # Offsets of a consumer that assigns itself partitions.
-            group = self._co.groups[group_id] = Group(group_id, self._co.clock())
+            group = self._cache.groups[group_id] = Group(group_id, self._clock())
         error = self._check_commit(group, member_id, group_instance_id, generation_id)
         if error != E.NONE:
             return answered(dict.fromkeys(offsets, error))
@@ -88,7 +131,7 @@ class OffsetManager:
             return E.UNKNOWN_MEMBER_ID
         if generation_id != group.generation_id:
             return E.ILLEGAL_GENERATION
-        self._co._schedule_heartbeat(group, member)
+        self._keep_alive(group, member)
         return E.NONE
 
     def _store_offsets(
@@ -98,9 +141,9 @@ class OffsetManager:
         retention_ms: int,
     ) -> asyncio.Future[dict[TopicPartitionKey, ErrorCode]]:
         results: dict[TopicPartitionKey, ErrorCode] = {}
-        topics = self._co.broker.metadata.topics()
-        max_metadata = as_int(self._co.config["offset.metadata.max.bytes"])
-        now = self._co.clock()
+        topics = self._broker.metadata.topics()
+        max_metadata = as_int(self._config["offset.metadata.max.bytes"])
+        now = self._clock()
         accepted: dict[TopicPartitionKey, CommittedOffset] = {}
         for tp, (offset, epoch, metadata) in offsets.items():
             topic = topics.get(tp[0])
@@ -116,7 +159,7 @@ class OffsetManager:
         records: list[Record] = [
             (offset_key(group.group_id, t, p), offset_value(c)) for (t, p), c in accepted.items()
         ]
-        write = self._co._append(group, records)
+        write = self._cache.append(group, records)
         group.pending_commits.update(accepted.keys())
 
         async def stored() -> dict[TopicPartitionKey, ErrorCode]:
@@ -125,12 +168,12 @@ class OffsetManager:
             for tp in accepted:
                 if group.pending_commits[tp] <= 0:
                     del group.pending_commits[tp]
-            if error == E.NONE and self._co._is_current(group):
+            if error == E.NONE and self._cache.is_current(group):
                 group.offsets.update(accepted)
             results.update(dict.fromkeys(accepted, error))
             return results
 
-        return asyncio.shield(self._co._spawn(stored()))
+        return asyncio.shield(self._cache.spawn(stored()))
 
     def fetch_offsets(
         self,
@@ -139,10 +182,10 @@ class OffsetManager:
         require_stable: bool = False,
     ) -> tuple[ErrorCode, list[FetchedOffset]]:
         """OffsetFetch: the committed offsets of ``partitions`` (None: all the group has)."""
-        error = self._co.check(group_id, allow_empty=True)
+        error = self._check(group_id, True)
         if error != E.NONE:
             return error, []
-        group = self._co.groups.get(group_id)
+        group = self._cache.groups.get(group_id)
         offsets = group.offsets if group is not None and not group.gone else {}
         if partitions is None:
             return E.NONE, [FetchedOffset(t, p, c) for (t, p), c in sorted(offsets.items())]
@@ -153,10 +196,10 @@ class OffsetManager:
         self, group_id: str, partitions: list[TopicPartitionKey]
     ) -> asyncio.Future[tuple[ErrorCode, dict[TopicPartitionKey, ErrorCode]]]:
         """OffsetDelete: only for topics the group does not consume right now."""
-        error = self._co.check(group_id, allow_empty=True)
+        error = self._check(group_id, True)
         if error != E.NONE:
             return answered((error, {}))
-        group = self._co.groups.get(group_id)
+        group = self._cache.groups.get(group_id)
         if group is None or group.gone:
             return answered((E.GROUP_ID_NOT_FOUND, {}))
         if group.state is not GroupState.EMPTY and group.protocol_type != "consumer":
@@ -179,7 +222,7 @@ class OffsetManager:
             self._maybe_drop_empty_group(group)
             return E.NONE, results
 
-        return asyncio.shield(self._co._spawn(deleted()))
+        return asyncio.shield(self._cache.spawn(deleted()))
 
     def _remove_offsets(
         self, group: Group, doomed: list[TopicPartitionKey]
@@ -188,18 +231,18 @@ class OffsetManager:
         if not doomed:
             return answered(E.NONE)
         records: list[Record] = [(offset_key(group.group_id, t, p), None) for t, p in doomed]
-        write = self._co._append(group, records)
+        write = self._cache.append(group, records)
 
         async def removed() -> ErrorCode:
             error = await write
             if error != E.NONE:
                 return api_error(error, OFFSET_ERRORS)
-            if self._co._is_current(group):
+            if self._cache.is_current(group):
                 for tp in doomed:
                     group.offsets.pop(tp, None)
             return E.NONE
 
-        return self._co._spawn(removed())
+        return self._cache.spawn(removed())
 
     def _maybe_drop_empty_group(self, group: Group) -> asyncio.Future[ErrorCode] | None:
         """An empty group with no offsets left is forgotten (and tombstoned)."""
@@ -209,30 +252,24 @@ class OffsetManager:
             or group.offsets
             or group.pending_commits
             or group.pending_members
-            or not self._co._is_current(group)
+            or not self._cache.is_current(group)
         ):
             return None
-        return self._co._forget_group(group, "is empty and has no offsets: removed")
+        return self._cache.forget(group, "is empty and has no offsets: removed")
 
     # -- expiry and topic changes --------------------------------------------------------
 
-    async def expire_periodically(self) -> None:
-        while True:
-            await asyncio.sleep(
-                as_int(self._co.config["offsets.retention.check.interval.ms"]) / 1000
-            )
-            try:
-                await self.expire_offsets()
-            except Exception:
-                log.exception("offset expiry failed")
-
     async def expire_offsets(self) -> int:
         """Removes offsets past ``offsets.retention.minutes``; returns how many went."""
-        now = self._co.clock()
-        retention_ms = as_int(self._co.config["offsets.retention.minutes"]) * 60_000
+        now = self._clock()
+        retention_ms = as_int(self._config["offsets.retention.minutes"]) * 60_000
         removed = 0
-        for group in list(self._co.groups.values()):
-            if not self._co._is_current(group) or group.gone or self._co.is_loading(group.group_id):
+        for group in list(self._cache.groups.values()):
+            if (
+                not self._cache.is_current(group)
+                or group.gone
+                or self._cache.is_loading(group.group_id)
+            ):
                 continue
             # Offsets being committed are about to be fresh: left alone (as Kafka does).
             expired = [
@@ -279,12 +316,12 @@ class OffsetManager:
 
     def on_topic_deleted(self, topic: str) -> None:
         """A topic is gone: its committed offsets go too (written in the background)."""
-        for group in list(self._co.groups.values()):
-            if self._co.is_loading(group.group_id) or group.gone:
+        for group in list(self._cache.groups.values()):
+            if self._cache.is_loading(group.group_id) or group.gone:
                 continue
             doomed = [tp for tp in {**group.offsets, **group.pending_commits} if tp[0] == topic]
             if doomed:
-                self._co._spawn(
+                self._cache.spawn(
                     self._topic_offsets_removed(group, self._remove_offsets(group, doomed))
                 )
 

@@ -150,6 +150,11 @@ class OffsetsStore:
 
     # -- reads ---------------------------------------------------------------------
 
+    def is_empty(self, index: int) -> bool:
+        """Nothing to read back in partition ``index`` (or it is not on this broker)."""
+        partition = self.broker.partition(OFFSETS_TOPIC, index)
+        return partition is None or partition.log.log_start_offset >= partition.high_watermark
+
     async def read_partition(self, index: int) -> AsyncIterator[list[Record]]:
         """Yields the keyed records of one partition, oldest first, a chunk at a time."""
         partition = self.broker.partition(OFFSETS_TOPIC, index)
