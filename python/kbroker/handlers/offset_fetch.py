@@ -51,9 +51,7 @@ def handle_offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> An
     if version >= 8:
         groups = []
         for g in request.groups:
-            error, fetched = offsets.fetch_offsets(
-                g.group_id, _wanted(g.topics), require_stable
-            )
+            error, fetched = offsets.fetch_offsets(g.group_id, _wanted(g.topics), require_stable)
             groups.append(
                 OffsetFetchResponse.Group(
                     group_id=g.group_id, topics=_topics(fetched), error_code=error
