@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import resource
-import signal
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +31,6 @@ from kbroker.errors import ErrorCode, TopicError
 from kbroker.log import LogConfig, LogManager, TopicPartition, log_config_from_topic
 from kbroker.log.cleaner import CleanerSettings, LogCleaner
 from kbroker.log.log import TOPIC_NAME, Log
-from kbroker.log.manager import DataDirLocked
 from kbroker.log.partition_metadata import (
     PARTITION_METADATA_FILE,
     PartitionMetadataError,
@@ -48,7 +45,7 @@ from kbroker.metadata import (
 )
 from kbroker.metadata_cache import BrokerInfo, MetadataCache
 from kbroker.metadata_types import TopicMetadata
-from kbroker.network.server import Server, ServerLimits
+from kbroker.network.server import Dispatch, Server, ServerLimits
 from kbroker.producer_ids import ProducerIdAllocator
 from kbroker.replication.partition import Partition
 from kbroker.replication.producer_state import expire_producers_periodically
@@ -129,6 +126,7 @@ class Broker:
         )
         self.logs.open()
         self.replica_manager = ReplicaManager(self.broker_id, self.logs, self.topic_config)
+        self.replica_manager.add_listener(self.coordinator.on_leadership_change)
         self._reconcile_logs(store.loaded_existing)
         for topic in store.topics().values():
             self._collisions[collision_key(topic.name)] = topic.name
@@ -235,18 +233,17 @@ class Broker:
             write_partition_metadata(lg.dir, topic_id)
         return lg
 
-    async def start(self) -> None:
+    async def start(self, dispatch: Dispatch) -> None:
+        """Opens storage and starts serving; ``dispatch`` answers each request frame."""
         self.open_storage()
         # Before the listener: early group requests see the load in progress.
         await self.coordinator.start()
-        from kbroker.handlers import Dispatcher
-
         limits = ServerLimits(
             max_request_bytes=self.config.get_int("socket.request.max.bytes"),
             max_queued_request_bytes=self.config.get_int("queued.max.request.bytes"),
             idle_timeout_ms=self.config.get_int("connections.max.idle.ms"),
         )
-        self.server = Server(Dispatcher(self).dispatch, limits)
+        self.server = Server(dispatch, limits)
         host, port = await self.server.start(self.listen.host, self.listen.port)
         if self.advertised.port == 0:
             self.advertised = Endpoint(self.advertised.host, port)
@@ -676,47 +673,3 @@ def _names(topics: list[TopicMetadata], most: int = 5) -> str:
     """A few topic names for a log line."""
     shown = ", ".join(t.name for t in topics[:most])
     return shown + (f" and {len(topics) - most} more" if len(topics) > most else "")
-
-
-def raise_open_files_limit() -> None:
-    """Raises the soft limit on open files to the hard limit (logs live in files)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (ValueError, OSError) as exc:
-            log.warning("cannot raise the open files limit from %d to %d: %s", soft, hard, exc)
-            return
-        log.info("raised the open files limit from %d to %d", soft, hard)
-
-
-def run_broker(config: BrokerConfig, log_level: str = "INFO") -> int:
-    """The daemon: runs until SIGTERM/SIGINT, then shuts down cleanly. Returns the exit code."""
-    logging.basicConfig(
-        level=getattr(logging, log_level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-
-    raise_open_files_limit()
-
-    async def main() -> int:
-        broker = Broker(config)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        try:
-            await broker.start()
-        except (OSError, DataDirLocked, MetadataError, StateFileError) as exc:
-            log.error("cannot start: %s", exc)
-            return 1
-        await stop.wait()
-        log.info("shutting down")
-        await broker.stop()
-        return 0
-
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency
-        return asyncio.run(main())
-    return uvloop.run(main())

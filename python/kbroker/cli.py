@@ -96,7 +96,7 @@ def serve(
     except ConfigError as exc:
         raise click.ClickException(f"bad setting: {exc}") from None
 
-    from kbroker.broker import run_broker
+    from kbroker.daemon import run_broker
 
     sys.exit(run_broker(config, log_level))
 

@@ -472,6 +472,13 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         read_only=True,
     ),
     Setting(
+        "offsets.commit.timeout.ms",
+        _S.INT,
+        5000,
+        "How long a group or offset write waits for the replicas of __consumer_offsets.",
+        min=1,
+    ),
+    Setting(
         "offsets.load.buffer.size",
         _S.INT,
         5242880,

@@ -161,23 +161,29 @@ def test_members_join_rebalance_and_get_their_assignment(tmp_path: Path) -> None
             assert co.heartbeat("nogroup", "nobody", None, 2) == E.UNKNOWN_MEMBER_ID
 
             commit = {("t", 0): (10, 0, "m")}
-            assert co.commit_offsets("g", b.member_id, None, 2, commit) == {("t", 0): E.NONE}
-            assert co.commit_offsets("g", b.member_id, None, 1, commit) == {
+            assert (await co.offsets.commit_offsets("g", b.member_id, None, 2, commit)) == {
+                ("t", 0): E.NONE
+            }
+            assert (await co.offsets.commit_offsets("g", b.member_id, None, 1, commit)) == {
                 ("t", 0): E.ILLEGAL_GENERATION
             }
-            assert co.commit_offsets("g", "nobody", None, 2, commit) == {
+            assert (await co.offsets.commit_offsets("g", "nobody", None, 2, commit)) == {
                 ("t", 0): E.UNKNOWN_MEMBER_ID
             }
-            assert co.commit_offsets("other", "x", None, 3, commit) == {
+            assert (await co.offsets.commit_offsets("other", "x", None, 3, commit)) == {
                 ("t", 0): E.ILLEGAL_GENERATION
             }
-            assert co.commit_offsets(
-                "g", b.member_id, None, 2, {("nope", 0): (1, -1, None), ("t", 9): (1, -1, None)}
+            assert (
+                await co.offsets.commit_offsets(
+                    "g", b.member_id, None, 2, {("nope", 0): (1, -1, None), ("t", 9): (1, -1, None)}
+                )
             ) == {("nope", 0): E.UNKNOWN_TOPIC_OR_PARTITION, ("t", 9): E.UNKNOWN_TOPIC_OR_PARTITION}
-            assert co.commit_offsets(
-                "g", b.member_id, None, 2, {("t", 1): (1, -1, "x" * 5000)}
+            assert (
+                await co.offsets.commit_offsets(
+                    "g", b.member_id, None, 2, {("t", 1): (1, -1, "x" * 5000)}
+                )
             ) == {("t", 1): E.OFFSET_METADATA_TOO_LARGE}
-            error, fetched = co.fetch_offsets("g", [("t", 0), ("t", 1)])
+            error, fetched = co.offsets.fetch_offsets("g", [("t", 0), ("t", 1)])
             assert error == E.NONE
             assert [
                 (f.partition, f.committed and (f.committed.offset, f.committed.metadata))
@@ -350,11 +356,11 @@ def test_commit_while_completing_rebalance_is_refused(tmp_path: Path) -> None:
             a = await done(co.join_group(join_req("g")))
             assert co.groups["g"].state is GroupState.COMPLETING_REBALANCE
             commit = {("t", 0): (1, -1, None)}
-            assert co.commit_offsets("g", a.member_id, None, 1, commit) == {
+            assert (await co.offsets.commit_offsets("g", a.member_id, None, 1, commit)) == {
                 ("t", 0): E.REBALANCE_IN_PROGRESS
             }
             # A consumer outside the group may not commit to an active group.
-            assert co.commit_offsets("g", "", None, -1, commit) == {
+            assert (await co.offsets.commit_offsets("g", "", None, -1, commit)) == {
                 ("t", 0): E.REBALANCE_IN_PROGRESS
             }
 
@@ -368,21 +374,21 @@ def test_groups_and_offsets_survive_restart_and_load_in_progress(tmp_path: Path)
             co = broker.coordinator
             [a] = await stable_group(broker, "live", 1)
             assert (
-                co.commit_offsets(
+                await co.offsets.commit_offsets(
                     "live", a.member_id, None, a.generation_id, {("t", 0): (5, 3, "meta")}
-                )[("t", 0)]
-                == E.NONE
-            )
+                )
+            )[("t", 0)] == E.NONE
             assert (
-                co.commit_offsets("simple", "", None, -1, {("t", 1): (7, -1, None)})[("t", 1)]
-                == E.NONE
-            )
+                await co.offsets.commit_offsets("simple", "", None, -1, {("t", 1): (7, -1, None)})
+            )[("t", 1)] == E.NONE
             assert (
-                co.commit_offsets("gone", "", None, -1, {("t", 1): (9, -1, None)})[("t", 1)]
-                == E.NONE
+                await co.offsets.commit_offsets("gone", "", None, -1, {("t", 1): (9, -1, None)})
+            )[("t", 1)] == E.NONE
+            assert (await co.delete_groups(["gone"])) == {"gone": E.NONE}
+            assert (await co.offsets.delete_offsets("simple", [("t", 0)])) == (
+                E.NONE,
+                {("t", 0): E.NONE},
             )
-            assert co.delete_groups(["gone"]) == {"gone": E.NONE}
-            assert co.delete_offsets("simple", [("t", 0)]) == (E.NONE, {("t", 0): E.NONE})
             return a.member_id, a.generation_id
 
     async def second(member_id: str, generation: int) -> None:
@@ -396,7 +402,7 @@ def test_groups_and_offsets_survive_restart_and_load_in_progress(tmp_path: Path)
             assert co.heartbeat("live", member_id, None, generation) == E.NONE
             assert co.describe_group("live").state == "Stable"
             assert co.describe_group("live").members[0].assignment  # type: ignore[index]
-            _, fetched = co.fetch_offsets("live", None)
+            _, fetched = co.offsets.fetch_offsets("live", None)
             assert [
                 (
                     f.topic,
@@ -408,7 +414,7 @@ def test_groups_and_offsets_survive_restart_and_load_in_progress(tmp_path: Path)
                 for f in fetched
                 if f.committed
             ] == [("t", 0, 5, 3, "meta")]
-            _, simple = co.fetch_offsets("simple", None)
+            _, simple = co.offsets.fetch_offsets("simple", None)
             assert [(f.partition, f.committed and f.committed.offset) for f in simple] == [(1, 7)]
             assert co.describe_group("gone").state == "Dead"
             listed = {g.group_id: g.state for g in co.list_groups()[1]}
@@ -432,23 +438,26 @@ def test_offsets_expire_for_empty_and_standalone_groups(tmp_path: Path) -> None:
             broker.create_topic("t", 2, 1)
             co = broker.coordinator
             assert (
-                co.commit_offsets("standalone", "", None, -1, {("t", 0): (1, -1, None)})[("t", 0)]
-                == E.NONE
-            )
+                await co.offsets.commit_offsets(
+                    "standalone", "", None, -1, {("t", 0): (1, -1, None)}
+                )
+            )[("t", 0)] == E.NONE
             [a] = await stable_group(broker, "consumers", 1)
-            co.commit_offsets(
-                "consumers", a.member_id, None, a.generation_id, {("t", 1): (2, -1, None)}
+            (
+                await co.offsets.commit_offsets(
+                    "consumers", a.member_id, None, a.generation_id, {("t", 1): (2, -1, None)}
+                )
             )
             now[0] += 30_000
             assert co.leave_group("consumers", [(a.member_id, None)]) == (E.NONE, [E.NONE])
             await asyncio.sleep(0.05)
             assert co.groups["consumers"].state is GroupState.EMPTY
             now[0] += 35_000  # 65 s after the commits, 35 s after the group emptied
-            assert co.expire_offsets() == 1
+            assert (await co.offsets.expire_offsets()) == 1
             assert "standalone" not in co.groups
-            assert co.fetch_offsets("consumers", [("t", 1)])[1][0].committed is not None
+            assert co.offsets.fetch_offsets("consumers", [("t", 1)])[1][0].committed is not None
             now[0] += 30_000
-            assert co.expire_offsets() == 1
+            assert (await co.offsets.expire_offsets()) == 1
             assert "consumers" not in co.groups
         async with running(tmp_path) as broker:
             await wait_loaded(broker)
@@ -464,26 +473,31 @@ def test_delete_groups_and_offsets(tmp_path: Path) -> None:
             broker.create_topic("u", 1, 1)
             co = broker.coordinator
             [a] = await stable_group(broker, "g", 1)
-            co.commit_offsets(
-                "g",
-                a.member_id,
-                None,
-                a.generation_id,
-                {("t", 0): (1, -1, None), ("u", 0): (2, -1, None)},
+            (
+                await co.offsets.commit_offsets(
+                    "g",
+                    a.member_id,
+                    None,
+                    a.generation_id,
+                    {("t", 0): (1, -1, None), ("u", 0): (2, -1, None)},
+                )
             )
-            assert co.delete_offsets("g", [("t", 0), ("u", 0)]) == (
+            assert (await co.offsets.delete_offsets("g", [("t", 0), ("u", 0)])) == (
                 E.NONE,
                 {("t", 0): E.GROUP_SUBSCRIBED_TO_TOPIC, ("u", 0): E.NONE},
             )
-            assert co.delete_groups(["g", "missing"]) == {
+            assert (await co.delete_groups(["g", "missing"])) == {
                 "g": E.NON_EMPTY_GROUP,
                 "missing": E.GROUP_ID_NOT_FOUND,
             }
-            assert co.delete_offsets("missing", [("t", 0)]) == (E.GROUP_ID_NOT_FOUND, {})
+            assert (await co.offsets.delete_offsets("missing", [("t", 0)])) == (
+                E.GROUP_ID_NOT_FOUND,
+                {},
+            )
             co.leave_group("g", [(a.member_id, None)])
             await asyncio.sleep(0.05)
-            assert co.delete_groups(["g"]) == {"g": E.NONE}
-            assert co.fetch_offsets("g", [("t", 0)])[1][0].committed is None
+            assert (await co.delete_groups(["g"])) == {"g": E.NONE}
+            assert co.offsets.fetch_offsets("g", [("t", 0)])[1][0].committed is None
 
     run(body())
 
@@ -499,7 +513,7 @@ def test_topic_changes_reach_groups(tmp_path: Path) -> None:
             assert co.heartbeat("g", a.member_id, None, a.generation_id) == E.NONE
             await broker.add_partitions("t", 4)
             assert co.heartbeat("g", a.member_id, None, a.generation_id) == E.REBALANCE_IN_PROGRESS
-            co.commit_offsets("simple", "", None, -1, {("other", 0): (3, -1, None)})
+            (await co.offsets.commit_offsets("simple", "", None, -1, {("other", 0): (3, -1, None)}))
             assert await broker.delete_topics(["other"]) == {"other": None}
             assert "simple" not in co.groups
 

@@ -1,9 +1,12 @@
 """The group coordinator: consumer groups, their rebalances and committed offsets.
 
 - `coordinator.GroupCoordinator`: owns every group of this broker and the
-  flows of the group APIs; the handlers call it.
+  flows of the group APIs (membership); the handlers call it.
+- `offsets.OffsetManager`: committed offsets (commit, fetch, delete, expiry).
+- `cache.GroupCache`: the groups of the ``__consumer_offsets`` partitions this
+  broker leads (loaded on election, dropped on resignation) and their writes.
 - `group`: one group's state machine, members and protocol selection.
-- `delayed`: DelayedJoin, InitialDelayedJoin, DelayedHeartbeat timers.
+- `delayed`: DelayedJoin, InitialDelayedJoin, DelayedHeartbeat, PendingMemberTimer.
 - `records`: the ``__consumer_offsets`` record schemas (Kafka's own).
 - `store`: reading and appending ``__consumer_offsets``.
 - `consumer_protocol`: the subscription/assignment bytes of consumers.
@@ -11,7 +14,6 @@
 """
 
 from kbroker.coordinator.coordinator import (
-    FetchedOffset,
     GroupCoordinator,
     GroupDescription,
     GroupListing,
@@ -19,6 +21,7 @@ from kbroker.coordinator.coordinator import (
     MemberDescription,
 )
 from kbroker.coordinator.group import GroupState, JoinResult, SyncResult
+from kbroker.coordinator.offsets import FetchedOffset
 
 __all__ = [
     "FetchedOffset",

@@ -1,139 +1,156 @@
-"""The coordinator's delayed operations, one small class per kind, on asyncio timers.
+"""The coordinator's delayed operations, on the shared `DelayedOperation` base.
 
-- `DelayedJoin`: a rebalance waits until every known member has rejoined,
-  or until the longest rebalance timeout passes (then the missing members
-  are dropped). It can complete early: the coordinator calls
-  `try_complete()` whenever a member joins or leaves.
-- `InitialDelayedJoin`: the first rebalance of an empty group waits
-  ``group.initial.rebalance.delay.ms`` for more members, extending the wait
-  by that delay (up to the rebalance timeout) each time another one came.
-- `DelayedHeartbeat`: a member's session; it expires unless the member
-  heartbeats (or otherwise shows it is alive) within its session timeout.
+They live in the coordinator's two purgatories, as in Kafka:
 
-Each holds at most one timer handle; `cancel()` makes it inert.
+- the rebalance purgatory, keyed by group id:
+  - `DelayedJoin`: a rebalance waits until every known member has rejoined
+    (the coordinator calls ``check_and_complete(group_id)`` whenever a
+    member joins or leaves), or until the longest rebalance timeout passes
+    (then the members missing are dropped).
+  - `InitialDelayedJoin`: the first rebalance of an empty group waits
+    ``group.initial.rebalance.delay.ms`` for more members, and waits that
+    long again (up to the rebalance timeout) each time another one came.
+    Only time completes it.
+- the heartbeat purgatory, keyed by `member_key` (group id, member id):
+  - `DelayedHeartbeat`: a member's session. Each sign of life completes the
+    member's current one (``heartbeat_satisfied``) and the coordinator
+    watches a new one; one that expires means the member is gone.
+  - `PendingMemberTimer`: a member told MEMBER_ID_REQUIRED must come back
+    within its session timeout; its JoinGroup (or LeaveGroup) completes it.
+
+They decide when; what happens then is the coordinator's business (the
+callbacks they are given), which checks that the group still is what the
+operation was created for.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from kbroker.coordinator.group import Group, Member
+from kbroker.replication.purgatory import DelayedOperation, Purgatory
+
+MemberKey = tuple[str, str]
 
 
-class _Timer:
-    def __init__(self) -> None:
-        self._handle: asyncio.TimerHandle | None = None
-
-    def _schedule(self, delay_ms: int, fire: Callable[[], None]) -> None:
-        self.cancel()
-        loop = asyncio.get_running_loop()
-        self._handle = loop.call_later(max(delay_ms, 0) / 1000, fire)
-
-    def cancel(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-    @property
-    def active(self) -> bool:
-        return self._handle is not None
+def member_key(group_id: str, member_id: str) -> MemberKey:
+    return (group_id, member_id)
 
 
-class DelayedJoin(_Timer):
+class DelayedJoin(DelayedOperation):
     """Waits for every member of ``group`` to rejoin, at most ``timeout_ms``."""
 
     def __init__(self, group: Group, timeout_ms: int, complete: Callable[[Group], None]) -> None:
-        super().__init__()
+        super().__init__(timeout_ms)
         self.group = group
         self._complete = complete
-        self._schedule(timeout_ms, self._expire)
 
     def try_complete(self) -> bool:
-        if self.active and self.group.all_members_joined():
-            self._finish()
-            return True
+        if self.group.all_members_joined():
+            return self.force_complete()
         return False
 
-    def _expire(self) -> None:
-        self._handle = None
-        self._finish()
-
-    def _finish(self) -> None:
-        self.cancel()
+    def on_complete(self) -> None:
         if self.group.join_timer is self:
             self._complete(self.group)
 
 
-class InitialDelayedJoin(_Timer):
+class InitialDelayedJoin(DelayedOperation):
     """The first rebalance of an empty group: wait a little for the others."""
 
     def __init__(
-        self, group: Group, delay_ms: int, remaining_ms: int, complete: Callable[[Group], None]
+        self,
+        purgatory: Purgatory[str],
+        group: Group,
+        configured_delay_ms: int,
+        delay_ms: int,
+        remaining_ms: int,
+        complete: Callable[[Group], None],
     ) -> None:
-        super().__init__()
+        super().__init__(delay_ms)
+        self.purgatory = purgatory
         self.group = group
+        self.configured_delay_ms = configured_delay_ms
+        self.remaining_ms = remaining_ms
         self._complete = complete
-        self._delay_ms = delay_ms
-        self._remaining_ms = remaining_ms
-        self._schedule(delay_ms, self._expire)
 
     def try_complete(self) -> bool:
         # Only time completes it: the point is to let more members arrive.
         return False
 
-    def _expire(self) -> None:
-        self._handle = None
-        if self.group.join_timer is not self:
+    def on_complete(self) -> None:
+        group = self.group
+        if group.join_timer is not self:
             return
-        if self.group.new_member_added and self._remaining_ms > 0:
-            self.group.new_member_added = False
-            delay = min(self._delay_ms, self._remaining_ms)
-            self._remaining_ms = max(self._remaining_ms - delay, 0)
-            self._schedule(delay, self._expire)
+        if group.new_member_added and self.remaining_ms > 0:
+            # Someone came during the wait: wait again for who may follow.
+            group.new_member_added = False
+            nxt = InitialDelayedJoin(
+                self.purgatory,
+                group,
+                self.configured_delay_ms,
+                min(self.configured_delay_ms, self.remaining_ms),
+                max(self.remaining_ms - self.delay_ms, 0),
+                self._complete,
+            )
+            group.join_timer = nxt
+            self.purgatory.try_complete_else_watch(nxt, [group.group_id])
             return
-        self._complete(self.group)
+        self._complete(group)
 
 
-class DelayedHeartbeat(_Timer):
-    """A member's session: ``expire(group, member)`` runs unless kept alive in time."""
+class DelayedHeartbeat(DelayedOperation):
+    """A member's session: ``expire(group, member, self)`` runs unless kept alive in time."""
 
     def __init__(
-        self, group: Group, member: Member, expire: Callable[[Group, Member], None]
+        self,
+        group: Group,
+        member: Member,
+        timeout_ms: int,
+        expire: Callable[[Group, Member, DelayedHeartbeat], None],
     ) -> None:
-        super().__init__()
+        super().__init__(timeout_ms)
         self.group = group
         self.member = member
-        self._expire_cb = expire
+        self.key = member_key(group.group_id, member.member_id)
+        self._expired = expire
 
-    def reset(self, timeout_ms: int) -> None:
-        self._schedule(timeout_ms, self._expire)
+    def try_complete(self) -> bool:
+        if self.member.heartbeat_satisfied or self.member.heartbeat is not self:
+            return self.force_complete()
+        return False
 
-    def _expire(self) -> None:
-        self._handle = None
-        member = self.member
-        if self.group.members.get(member.member_id) is not member:
-            return  # left or replaced already
-        if member.awaiting_join or member.awaiting_sync:
-            # Blocked in JoinGroup/SyncGroup: alive; the rebalance timeout governs it.
-            self.reset(member.session_timeout_ms)
-            return
-        self._expire_cb(self.group, member)
+    def on_complete(self) -> None:
+        pass  # kept alive: the coordinator watches the next one
+
+    def on_expire(self) -> None:
+        self._expired(self.group, self.member, self)
 
 
-class PendingMemberTimer(_Timer):
-    """A member told MEMBER_ID_REQUIRED must come back within its session timeout."""
+class PendingMemberTimer(DelayedOperation):
+    """A member id handed out with MEMBER_ID_REQUIRED, waiting for its member to join."""
 
     def __init__(
-        self, group: Group, member_id: str, timeout_ms: int, expire: Callable[[Group, str], None]
+        self,
+        group: Group,
+        member_id: str,
+        timeout_ms: int,
+        expire: Callable[[Group, str, PendingMemberTimer], None],
     ) -> None:
-        super().__init__()
+        super().__init__(timeout_ms)
         self.group = group
         self.member_id = member_id
-        self._expire_cb = expire
-        self._schedule(timeout_ms, self._expire)
+        self.key = member_key(group.group_id, member_id)
+        self._expired = expire
 
-    def _expire(self) -> None:
-        self._handle = None
-        if self.group.pending_members.get(self.member_id) is self:
-            self._expire_cb(self.group, self.member_id)
+    def try_complete(self) -> bool:
+        # Done once the id is no longer pending: its member joined or left.
+        if self.group.pending_members.get(self.member_id) is not self:
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        pass
+
+    def on_expire(self) -> None:
+        self._expired(self.group, self.member_id, self)

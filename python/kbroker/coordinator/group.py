@@ -19,12 +19,16 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kbroker.coordinator import consumer_protocol
 from kbroker.coordinator.records import CommittedOffset, GroupRecord, MemberRecord
 from kbroker.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kbroker.replication.purgatory import DelayedOperation
 
 
 class GroupState(enum.Enum):
@@ -89,8 +93,10 @@ class Member:
     sync_waiter: asyncio.Future[SyncResult] | None = None
     # Joined but has not yet been through a completed rebalance.
     is_new: bool = False
-    # The session timer (a DelayedHeartbeat), owned by the coordinator.
-    heartbeat: object | None = None
+    # The session (watched in the coordinator's heartbeat purgatory).
+    heartbeat: DelayedOperation | None = None
+    # Set while a sign of life completes the current session (Kafka's heartbeatSatisfied).
+    heartbeat_satisfied: bool = False
 
     @property
     def awaiting_join(self) -> bool:
@@ -139,12 +145,16 @@ class Group:
         # group.instance.id -> member id of static members
         self.static_members: dict[str, str] = {}
         # Members told MEMBER_ID_REQUIRED that have not joined yet, with their timers.
-        self.pending_members: dict[str, object] = {}
+        self.pending_members: dict[str, DelayedOperation] = {}
         self.offsets: dict[tuple[str, int], CommittedOffset] = {}
         # Set when a member joins while the initial rebalance delay runs.
         self.new_member_added = False
         # The DelayedJoin (or InitialDelayedJoin) of the rebalance in progress.
-        self.join_timer: object | None = None
+        self.join_timer: DelayedOperation | None = None
+        # Its tombstone is being written: nobody may join or commit meanwhile.
+        self.pending_delete = False
+        # Partitions with a commit being written, and how many (expiry leaves them alone).
+        self.pending_commits: Counter[tuple[str, int]] = Counter()
 
     def __repr__(self) -> str:
         return f"Group({self.group_id!r}, {self.state.value}, generation {self.generation_id}, {len(self.members)} members)"
@@ -153,6 +163,11 @@ class Group:
 
     def is_in(self, *states: GroupState) -> bool:
         return self.state in states
+
+    @property
+    def gone(self) -> bool:
+        """Dead, or being deleted: requests must look the coordinator up again."""
+        return self.state is GroupState.DEAD or self.pending_delete
 
     def transition(self, target: GroupState, now_ms: int) -> None:
         if self.state not in _VALID_PREVIOUS[target]:
@@ -221,10 +236,11 @@ class Group:
 
     # -- protocols -----------------------------------------------------------
 
-    def candidate_protocols(self) -> set[str]:
-        """Protocols every member supports."""
-        counts = Counter(name for m in self.members.values() for name in set(m.protocol_names()))
-        return {name for name, n in counts.items() if n == len(self.members)}
+    def candidate_protocols(self, members: Iterable[Member] | None = None) -> set[str]:
+        """Protocols every member (of ``members``, the group's by default) supports."""
+        chosen = list(self.members.values() if members is None else members)
+        counts = Counter(name for m in chosen for name in set(m.protocol_names()))
+        return {name for name, n in counts.items() if n == len(chosen)}
 
     def supports_protocols(self, protocol_type: str, names: Iterable[str]) -> bool:
         wanted = set(names)
@@ -232,18 +248,21 @@ class Group:
             return bool(protocol_type) and bool(wanted)
         return protocol_type == self.protocol_type and bool(wanted & self.candidate_protocols())
 
-    def select_protocol(self) -> str:
-        candidates = self.candidate_protocols()
+    def select_protocol(self, replacing: Mapping[str, Member] | None = None) -> str:
+        """The protocol most members prefer (with members of ``replacing`` swapped in)."""
+        swap = replacing or {}
+        members = [swap.get(mid, m) for mid, m in self.members.items()]
+        candidates = self.candidate_protocols(members)
         if not candidates:
             raise IllegalStateTransition(
                 f"group {self.group_id}: no protocol every member supports"
             )
-        votes = Counter(m.vote(candidates) for m in self.members.values())
+        votes = Counter(m.vote(candidates) for m in members)
         # Ties go to the protocol first in the leader's (or first member's) preferences.
-        order = next(iter(self.members.values())).protocol_names()
+        order = members[0].protocol_names()
         leader = self.members.get(self.leader_id or "")
         if leader is not None:
-            order = leader.protocol_names()
+            order = swap.get(leader.member_id, leader).protocol_names()
         rank = {name: i for i, name in enumerate(order)}
         return min(votes, key=lambda name: (-votes[name], rank.get(name, len(rank))))
 
@@ -303,9 +322,19 @@ class Group:
 
     # -- persistence -----------------------------------------------------------
 
-    def to_record(self, assignments: dict[str, bytes] | None = None) -> GroupRecord:
-        """The group metadata record (with ``assignments`` instead of the current ones)."""
+    def to_record(
+        self,
+        assignments: Mapping[str, bytes] | None = None,
+        replacing: Mapping[str, Member] | None = None,
+    ) -> GroupRecord:
+        """The group metadata record, as it would be with ``assignments`` instead of the
+        current ones and the members of ``replacing`` (by current member id) swapped in."""
         protocol = self.protocol_name
+        swap = replacing or {}
+        leader = self.leader_id
+        if leader is not None and leader in swap:
+            leader = swap[leader].member_id
+        chosen = [swap.get(mid, m) for mid, m in self.members.items()]
         members = [
             MemberRecord(
                 member_id=m.member_id,
@@ -319,13 +348,13 @@ class Group:
                 if assignments is None
                 else assignments.get(m.member_id, b""),
             )
-            for m in self.members.values()
+            for m in chosen
         ]
         return GroupRecord(
             protocol_type=self.protocol_type or "",
             generation=self.generation_id,
             protocol=protocol,
-            leader=self.leader_id,
+            leader=leader,
             state_timestamp=self.state_timestamp,
             members=members,
         )

@@ -5,30 +5,33 @@
 min(``offsets.topic.replication.factor``, live brokers)), appending keyed
 records to one partition (a commit is one batch: all its offsets or none),
 and reading a partition back from its start at load time. What the records
-mean is the coordinator's business (see `records`).
+mean is the coordinator's business (see `records`); how a storage failure
+is answered by the group APIs is here (`api_error`).
+
+Writes are awaitable: the coordinator changes a group only once its record
+is stored. `append` writes to the log at once, so writes reach it in the
+order the coordinator made them, and the future it gives is done once the
+write is committed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, TypeVar
 
-from kbroker._kbroker import (
-    KBrokerError,
-    OffsetOutOfRangeError,
-    build_batch,
-    decode_records,
-    validate_batches,
-)
+from kbroker._kbroker import OffsetOutOfRangeError, build_batch, decode_records
 from kbroker.config import as_int
 from kbroker.coordinator.records import OFFSETS_TOPIC
-from kbroker.errors import PartitionError
+from kbroker.futures import then
+from kbroker.log import TopicPartition
 from kbroker.protocol.errors import ErrorCode
+from kbroker.replication.replica_manager import AppendResult
 
 if TYPE_CHECKING:
-    from kbroker.broker import Broker
+    from kbroker.coordinator.host import CoordinatorHost
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +43,44 @@ _CONTROL = 0x20
 _MAX_DECOMPRESSED = 256 << 20
 
 Record = tuple[bytes, bytes | None]
+T = TypeVar("T")
+
+# Storage failures as the group APIs report them (Kafka's mapping).
+GROUP_ERRORS = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+}
+OFFSET_ERRORS = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+}
+
+
+def api_error(code: ErrorCode, mapping: Mapping[ErrorCode, ErrorCode]) -> ErrorCode:
+    """A storage failure as a group API answers it (``mapping``: GROUP_ or OFFSET_ERRORS)."""
+    if code == ErrorCode.NONE:
+        return code
+    return mapping.get(code, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+
+def answered(value: T) -> asyncio.Future[T]:
+    """An answer known at once, as the future a write would give."""
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
 
 
 class OffsetsStore:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: CoordinatorHost) -> None:
         self.broker = broker
 
     def partition_count(self) -> int | None:
         """Partitions of the topic, or None while it does not exist."""
-        topic = self.broker.metadata.topics().get(OFFSETS_TOPIC)
+        topic = self.broker.metadata_cache.topic(OFFSETS_TOPIC)
         return None if topic is None else len(topic.partitions)
 
     def create(self) -> int:
@@ -72,41 +104,46 @@ class OffsetsStore:
 
     # -- writes ------------------------------------------------------------------
 
-    def append(self, index: int, records: list[Record], now_ms: int) -> ErrorCode:
-        """Appends ``records`` (key, value-or-tombstone) as one batch; NONE or the failure."""
+    def append(self, index: int, records: list[Record], now_ms: int) -> asyncio.Future[ErrorCode]:
+        """Appends ``records`` (key, value-or-tombstone) to partition ``index`` as one batch.
+
+        The batch reaches the log before this returns, so writes keep the
+        order they were made in; the future is done once the replicas have
+        it (acks=all, at most ``offsets.commit.timeout.ms``), with NONE or
+        the failure.
+        """
         if not records:
-            return ErrorCode.NONE
-        partition = self.broker.partition(OFFSETS_TOPIC, index)
-        if partition is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            return answered(ErrorCode.NONE)
         no_headers: list[tuple[str, bytes | None]] = []
         batch: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]] = [
             (key, value, no_headers) for key, value in records
         ]
-        data = build_batch(batch, 0, 0, now_ms)
-        max_bytes = as_int(self.broker.topic_config(OFFSETS_TOPIC)["max.message.bytes"])
-        if len(data) > max_bytes:
-            return ErrorCode.MESSAGE_TOO_LARGE
-        try:
-            infos = validate_batches(data, max_bytes)
-            partition.append_as_leader(data, infos, -1, 1, False)
-        except PartitionError as exc:
-            log.warning("append to %s-%d failed: %s", OFFSETS_TOPIC, index, exc)
-            return exc.code
-        except OSError as exc:
-            self.broker.logs.errors.failed("append to", partition.tp, exc)
-            return ErrorCode.KAFKA_STORAGE_ERROR
-        except KBrokerError as exc:
-            log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, index, exc)
-            return ErrorCode.KAFKA_STORAGE_ERROR
-        self.broker.logs.errors.succeeded("append to", partition.tp)
-        return ErrorCode.NONE
+        tp = TopicPartition(OFFSETS_TOPIC, index)
+        write = self.broker.replica_manager.append_records(
+            {tp: build_batch(batch, 0, 0, now_ms)},
+            -1,
+            self.broker.config.get_int("offsets.commit.timeout.ms"),
+        )
+
+        def outcome(results: Mapping[TopicPartition, AppendResult]) -> ErrorCode:
+            result = results[tp]
+            if result.error not in (ErrorCode.NONE, ErrorCode.KAFKA_STORAGE_ERROR):
+                # (Storage errors are logged by the replica manager.)
+                log.warning("append to %s failed: %s", tp, result.message or result.error.name)
+            return result.error
+
+        return then(write, outcome)
 
     # -- reads ---------------------------------------------------------------------
 
+    def is_empty(self, index: int) -> bool:
+        """Nothing to read back in partition ``index`` (or it is not on this broker)."""
+        partition = self.broker.replica_manager.get_partition(TopicPartition(OFFSETS_TOPIC, index))
+        return partition is None or partition.log.log_start_offset >= partition.high_watermark
+
     async def read_partition(self, index: int) -> AsyncIterator[list[Record]]:
         """Yields the keyed records of one partition, oldest first, a chunk at a time."""
-        partition = self.broker.partition(OFFSETS_TOPIC, index)
+        partition = self.broker.replica_manager.get_partition(TopicPartition(OFFSETS_TOPIC, index))
         if partition is None:
             return
         buffer = as_int(self.broker.config["offsets.load.buffer.size"])

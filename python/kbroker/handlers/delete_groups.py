@@ -1,14 +1,16 @@
 """DeleteGroups (42): removes empty groups with their committed offsets.
 
 A group with members gets NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND.
+The answer waits until the tombstones are stored.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from kbroker.network.request import RequestContext
-from kbroker.protocol import ApiKey
+from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import DeleteGroupsResponse
 
 if TYPE_CHECKING:
@@ -17,7 +19,11 @@ if TYPE_CHECKING:
 
 def handle_delete_groups(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     names = list(dict.fromkeys(request.groups_names))
-    results = broker.coordinator.delete_groups(names)
+    return _respond(broker.coordinator.delete_groups(names), names)
+
+
+async def _respond(deleted: asyncio.Future[dict[str, ErrorCode]], names: list[str]) -> Any:
+    results = await deleted
     return DeleteGroupsResponse(
         throttle_time_ms=0,
         results=[DeleteGroupsResponse.Result(group_id=g, error_code=results[g]) for g in names],

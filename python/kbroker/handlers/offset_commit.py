@@ -4,15 +4,16 @@ Members commit within their generation (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID
 and REBALANCE_IN_PROGRESS otherwise); consumers that assign partitions
 themselves commit with generation -1 to an empty group. v2-4 may ask for a
 retention time; the metadata string and (v6+) leader epoch are kept and
-returned by OffsetFetch.
+returned by OffsetFetch. The answer waits until the commit is stored.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from kbroker.network.request import RequestContext
-from kbroker.protocol import ApiKey
+from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import OffsetCommitResponse
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def handle_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> A
             indexes.append(p.partition_index)
         order.append((topic.name, indexes))
     retention = request.retention_time_ms if 2 <= version <= 4 else -1
-    results = broker.coordinator.commit_offsets(
+    stored = broker.coordinator.offsets.commit_offsets(
         request.group_id,
         request.member_id,
         request.group_instance_id if version >= 7 else None,
@@ -46,6 +47,13 @@ def handle_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> A
         offsets,
         retention,
     )
+    return _respond(stored, order)
+
+
+async def _respond(
+    stored: asyncio.Future[dict[tuple[str, int], ErrorCode]], order: list[tuple[str, list[int]]]
+) -> Any:
+    results = await stored
     return OffsetCommitResponse(
         throttle_time_ms=0,
         topics=[

@@ -1,11 +1,13 @@
 """OffsetDelete (47): removes committed offsets of topics a group no longer consumes.
 
 Partitions of topics the group's members subscribe to get
-GROUP_SUBSCRIBED_TO_TOPIC; an unknown group gets GROUP_ID_NOT_FOUND.
+GROUP_SUBSCRIBED_TO_TOPIC; an unknown group gets GROUP_ID_NOT_FOUND. The
+answer waits until the tombstones are stored.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from kbroker.network.request import RequestContext
@@ -23,7 +25,14 @@ def handle_offset_delete(broker: Broker, ctx: RequestContext, request: Any) -> A
     wanted = list(
         dict.fromkeys((t.name, p.partition_index) for t in request.topics for p in t.partitions)
     )
-    error, results = broker.coordinator.delete_offsets(request.group_id, wanted)
+    return _respond(broker.coordinator.offsets.delete_offsets(request.group_id, wanted), wanted)
+
+
+async def _respond(
+    deleted: asyncio.Future[tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]],
+    wanted: list[tuple[str, int]],
+) -> Any:
+    error, results = await deleted
     if error != ErrorCode.NONE:
         return OffsetDeleteResponse(error_code=error, throttle_time_ms=0, topics=[])
     topics: dict[str, list[Any]] = {}

@@ -46,14 +46,12 @@ def _topics(fetched: list[FetchedOffset], error: ErrorCode = ErrorCode.NONE) -> 
 
 def handle_offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
-    coordinator = broker.coordinator
+    offsets = broker.coordinator.offsets
     require_stable = version >= 7 and request.require_stable
     if version >= 8:
         groups = []
         for g in request.groups:
-            error, fetched = coordinator.fetch_offsets(
-                g.group_id, _wanted(g.topics), require_stable
-            )
+            error, fetched = offsets.fetch_offsets(g.group_id, _wanted(g.topics), require_stable)
             groups.append(
                 OffsetFetchResponse.Group(
                     group_id=g.group_id, topics=_topics(fetched), error_code=error
@@ -61,7 +59,7 @@ def handle_offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> An
             )
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
     wanted = _wanted(request.topics)
-    error, fetched = coordinator.fetch_offsets(request.group_id, wanted, require_stable)
+    error, fetched = offsets.fetch_offsets(request.group_id, wanted, require_stable)
     if version < 2:
         # No top-level error before v2: every partition carries it.
         if error != ErrorCode.NONE:

@@ -294,9 +294,6 @@ class ReplicaManager:
         else:
             self.fetch_purgatory.try_complete_else_watch(op, {f.tp for f in fetches})
         return done
-        op = DelayedFetch(self, params, fetches, done)
-        self.fetch_purgatory.try_complete_else_watch(op, {f.tp for f in fetches})
-        return done
 
     def read_from_local_log(
         self, params: FetchParams, fetches: list[FetchPartition]

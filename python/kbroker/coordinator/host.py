@@ -1,0 +1,34 @@
+"""`CoordinatorHost`: what the group coordinator uses of the broker it runs in.
+
+The coordinator reads settings and topics, appends to and reads
+``__consumer_offsets`` through the replica manager, reports storage failures,
+and creates its topic on first use; naming those here (instead of the
+`Broker` class) keeps the coordinator below the broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from kbroker.config import BrokerConfig
+from kbroker.log import LogManager
+from kbroker.metadata_cache import MetadataCache
+from kbroker.metadata_types import TopicMetadata
+from kbroker.replication.replica_manager import ReplicaManager
+
+
+class CoordinatorHost(Protocol):
+    config: BrokerConfig
+    metadata_cache: MetadataCache
+    replica_manager: ReplicaManager
+    logs: LogManager
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: Mapping[str, str | None] | None = None,
+        internal: bool = False,
+    ) -> TopicMetadata: ...
