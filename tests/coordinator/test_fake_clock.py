@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import heapq
 import itertools
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -24,6 +25,7 @@ from kbroker.coordinator import GroupCoordinator, GroupState, JoinRequest, JoinR
 from kbroker.coordinator.consumer_protocol import encode_subscription
 from kbroker.coordinator.records import OFFSETS_TOPIC
 from kbroker.coordinator.store import Record
+from kbroker.log import TopicPartition
 from kbroker.protocol import ErrorCode
 
 E = ErrorCode
@@ -469,6 +471,38 @@ def test_resignation_unloads_and_election_loads_a_partitions_groups(tmp_path: Pa
 
             co.on_resigned(index, epoch + 1)  # stale: ignored
             assert co.heartbeat("g", "", None, 2) != E.NOT_COORDINATOR
+
+    run(body())
+
+
+def test_leadership_moves_of_offsets_partitions_reach_the_coordinator(tmp_path: Path) -> None:
+    """The replica manager's transitions of a ``__consumer_offsets`` partition (its
+    leader epoch the coordinator epoch) unload and load the partition's groups; other
+    topics' transitions do not touch them."""
+
+    async def body() -> None:
+        async with coordinator(tmp_path) as (co, _, broker):
+            broker.create_topic("t", 1, 1)
+            await co.offsets.commit_offsets("g", "", None, -1, {("t", 0): (4, -1, None)})
+            index = co.cache.partition_of("g")
+            tp = TopicPartition(OFFSETS_TOPIC, index)
+            rm = broker.replica_manager
+            state = rm.get_partition(tp).state  # type: ignore[union-attr]
+
+            moved = dataclasses.replace(state, leader=1, leader_epoch=state.leader_epoch + 1)
+            rm.make_follower(tp, moved)
+            assert co.offsets.fetch_offsets("g", None)[0] == E.NOT_COORDINATOR
+            # Another topic's partition changing leader leaves the groups alone.
+            t0 = TopicPartition("t", 0)
+            t_state = rm.get_partition(t0).state  # type: ignore[union-attr]
+            rm.make_follower(t0, dataclasses.replace(t_state, leader=1, leader_epoch=9))
+            assert co.offsets.fetch_offsets("g", None)[0] == E.NOT_COORDINATOR
+
+            back = dataclasses.replace(state, leader=0, leader_epoch=state.leader_epoch + 2)
+            rm.make_leader(tp, back)
+            assert co.offsets.fetch_offsets("g", None)[0] == E.COORDINATOR_LOAD_IN_PROGRESS
+            await settle()
+            assert co.offsets.fetch_offsets("g", None)[1][0].committed.offset == 4  # type: ignore[union-attr]
 
     run(body())
 
