@@ -97,7 +97,8 @@ class Broker:
         # topic -> (broker config generation, its overrides, effective config)
         self._effective: dict[str, tuple[int, dict[str, Value], TopicConfig]] = {}
         self._background: list[asyncio.Task[None]] = []
-        # Topics whose logs are being created, and their partitions (not yet in the replica manager).
+        # Topics whose logs are being created, and their partitions (not yet in the
+        # replica manager).
         self._creating: set[str] = set()
         self._reserved_partitions = 0
         self._admin_thread = ThreadPoolExecutor(1, thread_name_prefix="topic-admin")
@@ -170,7 +171,8 @@ class Broker:
                     lg.dir / PARTITION_METADATA_FILE,
                     f"the directory belongs to topic id {dir_id}, but topic {tp.topic!r} has id "
                     f"{topic.topic_id}",
-                    "move the directory out of the data directory (to keep its data aside) and start again",
+                    "move the directory out of the data directory (to keep its data aside) "
+                    "and start again",
                 )
             if tp.partition not in topic.partitions:
                 missing = range(len(topic.partitions), tp.partition + 1)
@@ -591,7 +593,8 @@ class Broker:
         if total <= current:
             raise TopicError(
                 ErrorCode.INVALID_PARTITIONS,
-                f"topic {name!r} has {current} partitions; the new count must be larger, not {total}",
+                f"topic {name!r} has {current} partitions; the new count must be larger, "
+                f"not {total}",
             )
         if total > MAX_PARTITIONS_PER_TOPIC:
             raise TopicError(

@@ -213,7 +213,8 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         "max.broker.partitions",
         _S.INT,
         100_000,
-        "Most partitions this broker serves (KIP-578's name); CreateTopics and CreatePartitions beyond it are refused with POLICY_VIOLATION.",
+        "Most partitions this broker serves (KIP-578's name); CreateTopics and CreatePartitions "
+        "beyond it are refused with POLICY_VIOLATION.",
         min=1,
     ),
     Setting(
@@ -379,7 +380,8 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         "log.max.open.files",
         _S.INT,
         None,
-        "Most segment files kept open at once; idle ones are closed and reopened on use. Unset: half the RLIMIT_NOFILE soft limit at start (kbroker's own setting).",
+        "Most segment files kept open at once; idle ones are closed and reopened on use. Unset: "
+        "half the RLIMIT_NOFILE soft limit at start (kbroker's own setting).",
         nullable=True,
         min=16,
         read_only=True,
@@ -427,7 +429,12 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         "queued.max.request.bytes",
         _S.LONG,
         268435456,
-        "Memory for requests, shared by all connections: a request's whole size is reserved when its size header is read, and a connection stops reading while the pool cannot grant it. Requests over 1 MiB together get at most 3/4 of it (a lone one, all that is free), so huge slow uploads leave room for small requests. At least socket.request.max.bytes; -1 no bound (Kafka's default). 256 MiB bounds request memory whatever clients send, yet takes a request of the default largest size beside ordinary traffic.",
+        "Memory for requests, shared by all connections: a request's whole size is reserved when "
+        "its size header is read, and a connection stops reading while the pool cannot grant it. "
+        "Requests over 1 MiB together get at most 3/4 of it (a lone one, all that is free), so "
+        "huge slow uploads leave room for small requests. At least socket.request.max.bytes; -1 no"
+        " bound (Kafka's default). 256 MiB bounds request memory whatever clients send, yet takes "
+        "a request of the default largest size beside ordinary traffic.",
         min=-1,
         read_only=True,
     ),

@@ -157,7 +157,10 @@ class Group:
         self.pending_commits: Counter[tuple[str, int]] = Counter()
 
     def __repr__(self) -> str:
-        return f"Group({self.group_id!r}, {self.state.value}, generation {self.generation_id}, {len(self.members)} members)"
+        return (
+            f"Group({self.group_id!r}, {self.state.value}, generation {self.generation_id}, "
+            f"{len(self.members)} members)"
+        )
 
     # -- state ---------------------------------------------------------------
 
@@ -172,7 +175,8 @@ class Group:
     def transition(self, target: GroupState, now_ms: int) -> None:
         if self.state not in _VALID_PREVIOUS[target]:
             raise IllegalStateTransition(
-                f"group {self.group_id}: {self.state.value} -> {target.value} is not a valid transition"
+                f"group {self.group_id}: {self.state.value} -> {target.value} "
+                "is not a valid transition"
             )
         self.state = target
         self.state_timestamp = now_ms

@@ -125,7 +125,8 @@ class ProducerStateManager:
             if first_seq != 0:
                 raise ProducerStateError(
                     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                    f"producer {producer_id} new epoch {epoch} must start at sequence 0, not {first_seq}",
+                    f"producer {producer_id} new epoch {epoch} must start at sequence 0, "
+                    f"not {first_seq}",
                 )
             return None
         for meta in entry.batches:
