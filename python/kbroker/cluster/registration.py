@@ -23,6 +23,7 @@ from collections.abc import Callable
 from kbroker.cluster.errors import (
     BrokerIdInUseError,
     ZkConnectionLossError,
+    ZkDataError,
     ZkNodeExistsError,
     ZkNoNodeError,
     ZkTimeoutError,
@@ -192,7 +193,7 @@ class BrokerRegistrar:
                 e.connection_string
                 for e in decode_broker_registration(broker_id, existing).endpoints
             )
-        except Exception:
+        except ZkDataError:
             where = "unreadable registration"
         return BrokerIdInUseError(
             f"broker id {broker_id} is already registered in ZooKeeper at {self.path} "

@@ -30,7 +30,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kbroker.cluster.errors import ZkDataError
@@ -784,7 +784,7 @@ class FinalizedFeatures:
     """/feature: whether feature versioning is on (status 1) and each feature's finalized level."""
 
     enabled: bool
-    features: tuple[tuple[str, int], ...] = field(default=())
+    features: tuple[tuple[str, int], ...] = ()
 
 
 def encode_features(value: FinalizedFeatures) -> bytes:
