@@ -3,7 +3,8 @@
 # Safe to run again: every step checks before it acts.
 #   deploy/setup.sh           runtime only
 #   deploy/setup.sh test      also the test tools, real Kafka clients, the benchmark's
-#                             Apache Kafka jars (bench/kafka/fetch.sh), PySpark and
+#                             Apache Kafka jars (bench/kafka/fetch.sh; 3.9.1 too, for
+#                             the ZooKeeper-mode tests of tests/cluster), PySpark and
 #                             Spark's Kafka connector jars (python -m kbroker.spark)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +48,8 @@ say "building and installing kbroker ($spec)"
 if [ "$extras" = "test" ]; then
     if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then
         bench/kafka/fetch.sh || say "could not fetch Apache Kafka: the benchmark test runs kbroker alone"
+        # Kafka 3.9.1, the last release with ZooKeeper mode: the reference of tests/cluster.
+        bench/kafka/fetch.sh 3.9.1 || say "could not fetch Apache Kafka 3.9.1: its compatibility tests skip"
     else
         say "no java/mvn: the benchmark test runs kbroker alone"
     fi

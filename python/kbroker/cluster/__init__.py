@@ -1,0 +1,13 @@
+"""Cluster mode on ZooKeeper: the layer between a broker and a Kafka-compatible ZooKeeper tree.
+
+- `zk_data`: the znode paths and JSON of Kafka 3.9 (pure codecs, no I/O).
+- `zk`: `ZkClient`, an asyncio bridge over kazoo's threads, with watches and
+  session events delivered on the event loop.
+- `registration`: this broker's ephemeral registration, the cluster id and
+  the persistent paths every broker expects.
+- `producer_id_blocks`: producer-id blocks shared by every broker of a cluster.
+- `controller`: controller election and epoch fencing primitives.
+- `errors`: the exceptions of all of these.
+
+Nothing here imports the broker; the broker imports these.
+"""
