@@ -5,11 +5,13 @@ to a broker; ControlledShutdown (7) and AlterPartition (56) are a broker's reque
 to the controller. A single node has no controller, so no order can come from a
 current one (STALE_CONTROLLER_EPOCH, as Kafka answers an order from an older
 controller) and it is not the controller (NOT_CONTROLLER, as Kafka's non-controller
-brokers answer). Nothing changes either way, and each answer lists the partitions
-asked about in the layout Kafka's own error replies use.
+brokers answer). Nothing changes either way, and each answer is the one Kafka 3.9.1
+gives (tests/cluster/test_inter_broker_wire.py compares them field for field): a
+LeaderAndIsr refusal lists every partition asked about, a StopReplica refusal none.
 
 Cluster mode replaces the handler bodies with the controller and replica work; the
-`*_error` builders stay for its own refusals (stale epochs, authorization).
+`*_response` builders (every partition with one code) stay for its refusals and
+acknowledgements.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ TopicError = LeaderAndIsrResponse.TopicError
 StopReplicaError = StopReplicaResponse.PartitionError
 
 
-def leader_and_isr_error(request: Any, version: int, code: int) -> Any:
-    """Every partition of a LeaderAndIsr request refused with `code`."""
+def leader_and_isr_response(request: Any, version: int, code: int) -> Any:
+    """The answer to a LeaderAndIsr request: every partition in it with `code`."""
     if version < 2:
         errors = [
             IsrPartitionError(
@@ -76,8 +78,8 @@ def _stop_replica_partitions(request: Any, version: int) -> list[tuple[str, int]
     ]
 
 
-def stop_replica_error(request: Any, version: int, code: int) -> Any:
-    """Every partition of a StopReplica request refused with `code`."""
+def stop_replica_response(request: Any, version: int, code: int) -> Any:
+    """The answer to a StopReplica request: every partition in it with `code`."""
     return StopReplicaResponse(
         error_code=code,
         partition_errors=[
@@ -88,11 +90,12 @@ def stop_replica_error(request: Any, version: int, code: int) -> Any:
 
 
 def handle_leader_and_isr(broker: Broker, ctx: RequestContext, request: Any) -> Any:
-    return leader_and_isr_error(request, ctx.api_version, ErrorCode.STALE_CONTROLLER_EPOCH)
+    return leader_and_isr_response(request, ctx.api_version, ErrorCode.STALE_CONTROLLER_EPOCH)
 
 
 def handle_stop_replica(broker: Broker, ctx: RequestContext, request: Any) -> Any:
-    return stop_replica_error(request, ctx.api_version, ErrorCode.STALE_CONTROLLER_EPOCH)
+    # Kafka lists no partition when it refuses an old controller's StopReplica.
+    return StopReplicaResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH, partition_errors=[])
 
 
 def handle_update_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
@@ -100,7 +103,9 @@ def handle_update_metadata(broker: Broker, ctx: RequestContext, request: Any) ->
 
 
 def handle_controlled_shutdown(broker: Broker, ctx: RequestContext, request: Any) -> Any:
-    return ControlledShutdownResponse(error_code=ErrorCode.NOT_CONTROLLER, remaining_partitions=[])
+    # Kafka's non-controller answers with its "controller moved" error, code 11.
+    code = ErrorCode.STALE_CONTROLLER_EPOCH
+    return ControlledShutdownResponse(error_code=code, remaining_partitions=[])
 
 
 def handle_alter_partition(broker: Broker, ctx: RequestContext, request: Any) -> Any:
