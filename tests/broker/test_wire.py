@@ -45,7 +45,7 @@ def test_api_versions_advertises_produce_from_zero(wire: Wire) -> None:
     )
     ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert ranges[ApiKey.PRODUCE] == (0, 11)
-    assert ranges[ApiKey.FETCH] == (4, 16)
+    assert ranges[ApiKey.FETCH] == (4, 17)
     assert ranges[ApiKey.API_VERSIONS] == (0, 4)
     assert ranges[ApiKey.METADATA] == (0, 12)
 

@@ -120,6 +120,18 @@ def test_metadata_v0_and_v12_requests() -> None:
     assert encode_request(3, 12, 1, "c", req12)[4:] == frame12
 
 
+def test_controlled_shutdown_v0_has_no_client_id() -> None:
+    # header v0: api key 7, version 0, correlation id 5, then broker_id 2 at once
+    frame = bytes.fromhex("0007 0000 00000005 00000002")
+    header, body = decode_request(frame)
+    assert (header.header_version, header.client_id, header.correlation_id) == (0, None, 5)
+    assert (body.broker_id, body.broker_epoch) == (2, -1)
+    assert encode_request(7, 0, 5, "ignored", body) == b"\x00\x00\x00\x0c" + frame
+    # v1 has the usual header v1 with a client id
+    header, body = decode_request(bytes.fromhex("0007 0001 00000005 0001 78 00000002"))
+    assert (header.header_version, header.client_id, body.broker_id) == (1, "x", 2)
+
+
 def test_unknown_key_and_version_carry_the_header() -> None:
     with pytest.raises(UnknownApiKeyError) as e1:
         decode_request(struct.pack(">hhi", 999, 0, 5) + s16("c"))
@@ -242,9 +254,13 @@ def test_encoder_rejects_null_in_non_nullable_field() -> None:
 
 EXPECTED_RANGES = {
     0: (0, 11),
-    1: (4, 16),
+    1: (4, 17),
     2: (1, 8),
     3: (0, 12),
+    4: (0, 7),
+    5: (0, 4),
+    6: (0, 8),
+    7: (0, 3),
     8: (2, 9),
     9: (1, 9),
     10: (0, 4),
@@ -272,6 +288,7 @@ EXPECTED_RANGES = {
     45: (0, 0),
     46: (0, 0),
     47: (0, 0),
+    56: (0, 3),
     60: (0, 1),
 }
 
@@ -286,7 +303,7 @@ def test_advertised_is_apis_intersect_handlers() -> None:
     body = api_versions_response([0, 1])
     assert [(a.api_key, a.min_version, a.max_version) for a in body.api_keys] == [
         (0, 0, 11),
-        (1, 4, 16),
+        (1, 4, 17),
     ]
 
 
@@ -294,7 +311,21 @@ def test_kafka_python_reads_the_table_as_a_real_release() -> None:
     from kafka.protocol.broker_version_data import infer_broker_version_from_api_versions
 
     table = {k: (lo, hi) for k, lo, hi in advertised_versions(s.key for s in APIS)}
-    assert infer_broker_version_from_api_versions(table) == (3, 8)
+    # Fetch v17 (what a Kafka 3.9 follower sends) makes it read as 3.9.
+    assert infer_broker_version_from_api_versions(table) == (3, 9)
+
+
+def test_inter_broker_ranges_are_kafka_3_9s() -> None:
+    """LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown and AlterPartition have
+    the ranges of Kafka 3.9 as kafka-python records them (the real broker's own answer is
+    checked in tests/cluster/test_inter_broker_wire.py)."""
+    from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
+
+    kafka_3_9 = BROKER_API_VERSIONS[(3, 9)]
+    for key in (1, 4, 5, 6, 7, 56):
+        assert api(key).max_version == kafka_3_9[key][1], key
+    for key in (4, 5, 6, 7, 56):
+        assert (api(key).min_version, api(key).max_version) == kafka_3_9[key], key
 
 
 def test_header_versions_follow_the_flexible_rule() -> None:
@@ -304,6 +335,14 @@ def test_header_versions_follow_the_flexible_rule() -> None:
     assert [av.request_header_version(v) for v in (2, 3)] == [1, 2]
     assert [av.response_header_version(v) for v in (2, 3, 4)] == [0, 0, 0]
     assert not sasl.flexible(1)
+    # Inter-broker APIs: flexible from LeaderAndIsr v4, StopReplica v2, UpdateMetadata v6,
+    # ControlledShutdown v3 (whose v0 has the client-id-less header v0), AlterPartition v0.
+    for key, flex in [(4, 4), (5, 2), (6, 6), (7, 3), (56, 0)]:
+        spec = api(key)
+        for v in range(spec.min_version, spec.max_version + 1):
+            expected = 0 if (key, v) == (7, 0) else 2 if v >= flex else 1
+            assert spec.request_header_version(v) == expected, (key, v)
+            assert spec.response_header_version(v) == (1 if v >= flex else 0), (key, v)
 
 
 @pytest.mark.parametrize(

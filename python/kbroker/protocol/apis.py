@@ -13,7 +13,7 @@ from enum import IntEnum
 from typing import Any
 
 from .codec import Codec
-from .messages import admin, core, group, sasl
+from .messages import admin, core, group, inter_broker, sasl
 
 
 class ApiKey(IntEnum):
@@ -21,6 +21,10 @@ class ApiKey(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    LEADER_AND_ISR = 4
+    STOP_REPLICA = 5
+    UPDATE_METADATA = 6
+    CONTROLLED_SHUTDOWN = 7
     OFFSET_COMMIT = 8
     OFFSET_FETCH = 9
     FIND_COORDINATOR = 10
@@ -48,6 +52,7 @@ class ApiKey(IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
 
 
@@ -74,6 +79,9 @@ class ApiSpec:
         return self.flexible_from is not None and version >= self.flexible_from
 
     def request_header_version(self, version: int) -> int:
+        # ControlledShutdown v0 predates client ids: its header is v0.
+        if self.key == ApiKey.CONTROLLED_SHUTDOWN and version == 0:
+            return 0
         return 2 if self.flexible(version) else 1
 
     def response_header_version(self, version: int) -> int:
@@ -107,13 +115,28 @@ def _api(key: ApiKey, versions: str, flex: int | None, req: Any, resp: Any) -> A
 
 
 K = ApiKey
-# The ranges match one consistent set of Apache Kafka releases (3.8-era maxima
-# with the 4.0 minima of KIP-896), see COMPAT.md trap 3.
+# The client APIs' ranges match one consistent set of Apache Kafka releases
+# (3.8/3.9-era maxima with the 4.0 minima of KIP-896), see COMPAT.md trap 3.
+# Fetch goes to v17 because a Kafka 3.9 follower sends exactly that version.
+# The inter-broker APIs (LeaderAndIsr, StopReplica, UpdateMetadata,
+# ControlledShutdown, AlterPartition) have the full ranges a Kafka 3.9.1
+# ZooKeeper-mode broker advertises (tests/cluster/test_inter_broker_wire.py).
+IB = inter_broker
 APIS: tuple[ApiSpec, ...] = (
     _api(K.PRODUCE, "0-11", 9, core.ProduceRequest, core.ProduceResponse),
-    _api(K.FETCH, "4-16", 12, core.FetchRequest, core.FetchResponse),
+    _api(K.FETCH, "4-17", 12, core.FetchRequest, core.FetchResponse),
     _api(K.LIST_OFFSETS, "1-8", 6, core.ListOffsetsRequest, core.ListOffsetsResponse),
     _api(K.METADATA, "0-12", 9, core.MetadataRequest, core.MetadataResponse),
+    _api(K.LEADER_AND_ISR, "0-7", 4, IB.LeaderAndIsrRequest, IB.LeaderAndIsrResponse),
+    _api(K.STOP_REPLICA, "0-4", 2, IB.StopReplicaRequest, IB.StopReplicaResponse),
+    _api(K.UPDATE_METADATA, "0-8", 6, IB.UpdateMetadataRequest, IB.UpdateMetadataResponse),
+    _api(
+        K.CONTROLLED_SHUTDOWN,
+        "0-3",
+        3,
+        IB.ControlledShutdownRequest,
+        IB.ControlledShutdownResponse,
+    ),
     _api(K.OFFSET_COMMIT, "2-9", 8, group.OffsetCommitRequest, group.OffsetCommitResponse),
     _api(K.OFFSET_FETCH, "1-9", 6, group.OffsetFetchRequest, group.OffsetFetchResponse),
     _api(K.FIND_COORDINATOR, "0-4", 3, group.FindCoordinatorRequest, group.FindCoordinatorResponse),
@@ -171,6 +194,7 @@ APIS: tuple[ApiSpec, ...] = (
         admin.ListPartitionReassignmentsResponse,
     ),
     _api(K.OFFSET_DELETE, "0", None, group.OffsetDeleteRequest, group.OffsetDeleteResponse),
+    _api(K.ALTER_PARTITION, "0-3", 0, IB.AlterPartitionRequest, IB.AlterPartitionResponse),
     _api(K.DESCRIBE_CLUSTER, "0-1", 0, admin.DescribeClusterRequest, admin.DescribeClusterResponse),
 )
 

@@ -7,8 +7,8 @@ functions return complete frames *with* the size prefix, ready to write.
 Header versions are derived from the API table: request header v1 (classic)
 or v2 (flexible: + tagged fields; client_id stays a classic nullable string);
 response header v0 or v1 (flexible), except ApiVersions which always answers
-with v0. Request header v0 (no client_id) is only used by APIs kbroker does
-not declare, but can be produced by `encode_request_header`.
+with v0. Request header v0 (no client_id) is only used by ControlledShutdown
+v0, an inter-broker request older than client ids.
 """
 
 from __future__ import annotations
@@ -72,8 +72,11 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
     api_key, version, corr = _HDR.unpack_from(buf, 0)
     header = RequestHeader(api_key, version, corr)
     try:
-        header.client_id, pos = _read_client_id(buf, 8)
         spec = APIS_BY_KEY.get(api_key)
+        if spec is not None and spec.supports(version) and not spec.request_header_version(version):
+            header.header_version, pos = 0, 8  # no client_id (ControlledShutdown v0)
+        else:
+            header.client_id, pos = _read_client_id(buf, 8)
         if spec is None:
             raise UnknownApiKeyError(f"unknown api key {api_key}", header)
         if not spec.supports(version):

@@ -264,6 +264,8 @@ FetchRequest = message(
                             F("last_fetched_epoch", INT32, "12+", default=-1),
                             F("log_start_offset", INT64, "5+", default=-1),
                             F("partition_max_bytes", INT32),
+                            # A follower's log directory (KIP-853); zero when not sent.
+                            F("replica_directory_id", UUID, "17+", tag=0),
                         )
                     ),
                 ),

@@ -1,0 +1,123 @@
+"""The inter-broker APIs of a ZooKeeper-mode cluster, refused cleanly on a single node.
+
+LeaderAndIsr (4), StopReplica (5) and UpdateMetadata (6) are a controller's orders
+to a broker; ControlledShutdown (7) and AlterPartition (56) are a broker's requests
+to the controller. A single node has no controller, so no order can come from a
+current one (STALE_CONTROLLER_EPOCH, as Kafka answers an order from an older
+controller) and it is not the controller (NOT_CONTROLLER, as Kafka's non-controller
+brokers answer). Nothing changes either way, and each answer is the one Kafka 3.9.1
+gives (tests/cluster/test_inter_broker_wire.py compares them field for field): a
+LeaderAndIsr refusal lists every partition asked about, a StopReplica refusal none.
+
+Cluster mode replaces the handler bodies with the controller and replica work; the
+`*_response` builders (every partition with one code) stay for its refusals and
+acknowledgements.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kbroker.network.request import RequestContext
+from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages.inter_broker import (
+    AlterPartitionResponse,
+    ControlledShutdownResponse,
+    LeaderAndIsrResponse,
+    StopReplicaResponse,
+    UpdateMetadataResponse,
+)
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+IsrPartitionError = LeaderAndIsrResponse.LeaderAndIsrPartitionError
+TopicError = LeaderAndIsrResponse.TopicError
+StopReplicaError = StopReplicaResponse.PartitionError
+
+
+def leader_and_isr_response(request: Any, version: int, code: int) -> Any:
+    """The answer to a LeaderAndIsr request: every partition in it with `code`."""
+    if version < 2:
+        errors = [
+            IsrPartitionError(
+                topic_name=p.topic_name, partition_index=p.partition_index, error_code=code
+            )
+            for p in request.ungrouped_partition_states
+        ]
+        return LeaderAndIsrResponse(error_code=code, partition_errors=errors)
+    if version < 5:
+        errors = [
+            IsrPartitionError(
+                topic_name=t.topic_name, partition_index=p.partition_index, error_code=code
+            )
+            for t in request.topic_states
+            for p in t.partition_states
+        ]
+        return LeaderAndIsrResponse(error_code=code, partition_errors=errors)
+    topics = [
+        TopicError(
+            topic_id=t.topic_id,
+            partition_errors=[
+                IsrPartitionError(partition_index=p.partition_index, error_code=code)
+                for p in t.partition_states
+            ],
+        )
+        for t in request.topic_states
+    ]
+    return LeaderAndIsrResponse(error_code=code, topics=topics)
+
+
+def _stop_replica_partitions(request: Any, version: int) -> list[tuple[str, int]]:
+    if version == 0:
+        return [(p.topic_name, p.partition_index) for p in request.ungrouped_partitions]
+    if version < 3:
+        return [(t.name, i) for t in request.topics for i in t.partition_indexes]
+    return [
+        (t.topic_name, p.partition_index) for t in request.topic_states for p in t.partition_states
+    ]
+
+
+def stop_replica_response(request: Any, version: int, code: int) -> Any:
+    """The answer to a StopReplica request: every partition in it with `code`."""
+    return StopReplicaResponse(
+        error_code=code,
+        partition_errors=[
+            StopReplicaError(topic_name=topic, partition_index=index, error_code=code)
+            for topic, index in _stop_replica_partitions(request, version)
+        ],
+    )
+
+
+def handle_leader_and_isr(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    return leader_and_isr_response(request, ctx.api_version, ErrorCode.STALE_CONTROLLER_EPOCH)
+
+
+def handle_stop_replica(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    # Kafka lists no partition when it refuses an old controller's StopReplica.
+    return StopReplicaResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH, partition_errors=[])
+
+
+def handle_update_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    return UpdateMetadataResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
+
+
+def handle_controlled_shutdown(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    # Kafka's non-controller answers with its "controller moved" error, code 11.
+    code = ErrorCode.STALE_CONTROLLER_EPOCH
+    return ControlledShutdownResponse(error_code=code, remaining_partitions=[])
+
+
+def handle_alter_partition(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    return AlterPartitionResponse(
+        throttle_time_ms=0, error_code=ErrorCode.NOT_CONTROLLER, topics=[]
+    )
+
+
+HANDLERS = {
+    ApiKey.LEADER_AND_ISR: handle_leader_and_isr,
+    ApiKey.STOP_REPLICA: handle_stop_replica,
+    ApiKey.UPDATE_METADATA: handle_update_metadata,
+    ApiKey.CONTROLLED_SHUTDOWN: handle_controlled_shutdown,
+    ApiKey.ALTER_PARTITION: handle_alter_partition,
+}

@@ -1,0 +1,116 @@
+"""A real Apache Kafka 3.9.1 broker in ZooKeeper mode, on loopback, for cluster tests.
+
+The jars come from bench/kafka/fetch.sh (`bash bench/kafka/fetch.sh 3.9.1`); without
+them, or without java, the tests that need one are skipped, and only then. The broker
+runs on its own ZooKeeper chroot, logs to a file (log4j), and is killed on exit.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from bench.systems import kafka_lib
+from kazoo.client import KazooClient
+
+from tests.helpers import free_port
+
+KAFKA_ZK_VERSION = "3.9.1"
+
+
+def require_kafka() -> tuple[str, Path]:
+    """(java, the jar folder), or skip the test."""
+    java = shutil.which("java")
+    lib = kafka_lib(KAFKA_ZK_VERSION)
+    if java is None or not any(lib.glob(f"kafka_2.13-{KAFKA_ZK_VERSION}.jar")):
+        pytest.skip(f"needs java and Kafka {KAFKA_ZK_VERSION} (bash bench/kafka/fetch.sh 3.9.1)")
+    return java, lib
+
+
+@dataclass
+class KafkaZkBroker:
+    broker_id: int
+    port: int
+    chroot: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def output(self, tail: int = 60) -> str:
+        lines = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-tail:])
+
+
+@contextmanager
+def kafka_zk_broker(
+    zk_connect: str, chroot: str, root: Path, broker_id: int = 1, timeout: float = 45.0
+) -> Iterator[KafkaZkBroker]:
+    """Starts one ZooKeeper-mode broker and yields it once it is registered and listening."""
+    java, lib = require_kafka()
+    root.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    (root / "log4j.properties").write_text(
+        "log4j.rootLogger=INFO, out\n"
+        "log4j.appender.out=org.apache.log4j.ConsoleAppender\n"
+        "log4j.appender.out.layout=org.apache.log4j.PatternLayout\n"
+        "log4j.appender.out.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
+    )
+    (root / "server.properties").write_text(
+        f"broker.id={broker_id}\n"
+        f"zookeeper.connect={zk_connect}{chroot}\n"
+        f"listeners=PLAINTEXT://127.0.0.1:{port}\n"
+        f"log.dirs={root / 'logs'}\n"
+        "offsets.topic.replication.factor=1\n"
+        "transaction.state.log.replication.factor=1\n"
+        "group.initial.rebalance.delay.ms=0\n"
+        "auto.create.topics.enable=false\n"
+        "delete.topic.enable=true\n"
+    )
+    log = root / "kafka.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [
+                java,
+                "-Xmx512m",
+                "-XX:+UseSerialGC",
+                f"-Dlog4j.configuration=file:{root / 'log4j.properties'}",
+                "-cp",
+                f"{lib}/*",
+                "kafka.Kafka",
+                str(root / "server.properties"),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    broker = KafkaZkBroker(broker_id, port, chroot, proc, log)
+    zk = KazooClient(hosts=zk_connect, timeout=10)
+    try:
+        zk.start(timeout=10)
+        zk.ensure_path(chroot)
+        deadline = time.monotonic() + timeout
+        while not (
+            "started (kafka.server.KafkaServer)" in broker.output(400)
+            and zk.exists(f"{chroot}/brokers/ids/{broker_id}")
+        ):
+            if proc.poll() is not None:
+                raise RuntimeError(f"Kafka exited with {proc.returncode}:\n{broker.output()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Kafka did not start in {timeout}s:\n{broker.output()}")
+            time.sleep(0.2)
+        zk.stop()
+        zk.close()
+        yield broker
+    finally:
+        zk.stop()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(30)
