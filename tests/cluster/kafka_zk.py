@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,9 +52,15 @@ class KafkaZkBroker:
 
 @contextmanager
 def kafka_zk_broker(
-    zk_connect: str, chroot: str, root: Path, broker_id: int = 1, timeout: float = 45.0
+    zk_connect: str,
+    chroot: str,
+    root: Path,
+    broker_id: int = 1,
+    timeout: float = 45.0,
+    settings: Mapping[str, str] | None = None,
 ) -> Iterator[KafkaZkBroker]:
-    """Starts one ZooKeeper-mode broker and yields it once it is registered and listening."""
+    """Starts one ZooKeeper-mode broker and yields it once it is registered and listening;
+    ``settings`` are added to (or replace) the server.properties below."""
     java, lib = require_kafka()
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -64,17 +70,20 @@ def kafka_zk_broker(
         "log4j.appender.out.layout=org.apache.log4j.PatternLayout\n"
         "log4j.appender.out.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
     )
-    (root / "server.properties").write_text(
-        f"broker.id={broker_id}\n"
-        f"zookeeper.connect={zk_connect}{chroot}\n"
-        f"listeners=PLAINTEXT://127.0.0.1:{port}\n"
-        f"log.dirs={root / 'logs'}\n"
-        "offsets.topic.replication.factor=1\n"
-        "transaction.state.log.replication.factor=1\n"
-        "group.initial.rebalance.delay.ms=0\n"
-        "auto.create.topics.enable=false\n"
-        "delete.topic.enable=true\n"
-    )
+    properties = {
+        "broker.id": str(broker_id),
+        "zookeeper.connect": f"{zk_connect}{chroot}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "log.dirs": str(root / "logs"),
+        "offsets.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "auto.create.topics.enable": "false",
+        "delete.topic.enable": "true",
+        **(settings or {}),
+    }
+    (root / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
     log = root / "kafka.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen(
@@ -82,6 +91,7 @@ def kafka_zk_broker(
                 java,
                 "-Xmx512m",
                 "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
                 f"-Dlog4j.configuration=file:{root / 'log4j.properties'}",
                 "-cp",
                 f"{lib}/*",

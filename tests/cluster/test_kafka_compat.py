@@ -17,10 +17,7 @@ are missing. Select with ``-m kafka``.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -43,19 +40,12 @@ from confluent_kafka.admin import (
 from kbroker.cluster import zk_data as d
 from kbroker.cluster.zk import CreateOp, ZkClient, ZkSettings
 from tests.cluster.conftest import run
+from tests.cluster.kafka_zk import kafka_zk_broker, require_kafka
 from tests.helpers import free_port, wait_for
 from tests.zookeeper import ZooKeeperServer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
-KAFKA_VERSION = "3.9.1"
-KAFKA_LIB = Path(
-    os.environ.get(
-        "KBROKER_KAFKA39_LIB",
-        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-        / f"kbroker-bench/kafka-{KAFKA_VERSION}/lib",
-    )
-)
 BROKER_ID = 7
 
 
@@ -79,65 +69,15 @@ class KafkaBroker:
 def kafka39(
     zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[KafkaBroker]:
-    java = shutil.which("java")
-    if java is None or not (KAFKA_LIB / f"kafka_2.13-{KAFKA_VERSION}.jar").exists():
-        pytest.skip(f"needs java and Kafka {KAFKA_VERSION}'s jars: bench/kafka/fetch.sh 3.9.1")
-    home = tmp_path_factory.mktemp("kafka39")
-    broker = KafkaBroker(
-        free_port(), f"/kafka-{uuid.uuid4().hex[:8]}", zookeeper.connect, home / "server.log"
-    )
-    (home / "log4j.properties").write_text(
-        "log4j.rootLogger=INFO, file\n"
-        "log4j.appender.file=org.apache.log4j.FileAppender\n"
-        f"log4j.appender.file.File={broker.log}\n"
-        "log4j.appender.file.layout=org.apache.log4j.PatternLayout\n"
-        "log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
-    )
-    (home / "server.properties").write_text(
-        f"broker.id={BROKER_ID}\n"
-        f"zookeeper.connect={zookeeper.connect}{broker.chroot}\n"
-        "zookeeper.session.timeout.ms=10000\n"
-        f"listeners=PLAINTEXT://127.0.0.1:{broker.port}\n"
-        f"log.dirs={home / 'logs'}\n"
-        "offsets.topic.replication.factor=1\n"
-        "transaction.state.log.replication.factor=1\n"
-        "transaction.state.log.min.isr=1\n"
-        "group.initial.rebalance.delay.ms=0\n"
-        "auto.create.topics.enable=false\n"
-    )
-    proc = subprocess.Popen(
-        [
-            java,
-            "-Xmx512m",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-            f"-Dlog4j.configuration=file:{home / 'log4j.properties'}",
-            "-cp",
-            f"{KAFKA_LIB}/*",
-            "kafka.Kafka",
-            str(home / "server.properties"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-
-        def listening() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(
-                    f"Kafka exited:\n{broker.log.read_text(errors='replace')[-3000:]}"
-                )
-            try:
-                socket.create_connection(("127.0.0.1", broker.port), timeout=0.5).close()
-                return True
-            except OSError:
-                return False
-
-        wait_for(listening, "Kafka 3.9.1 to listen", timeout=45)
-        yield broker
-    finally:
-        proc.kill()
-        proc.wait(15)
+    chroot = f"/kafka-{uuid.uuid4().hex[:8]}"
+    with kafka_zk_broker(
+        zookeeper.connect,
+        chroot,
+        tmp_path_factory.mktemp("kafka39"),
+        broker_id=BROKER_ID,
+        settings={"zookeeper.session.timeout.ms": "10000"},
+    ) as kafka:
+        yield KafkaBroker(kafka.port, chroot, zookeeper.connect, kafka.log)
 
 
 def _uuid(kafka_uuid: Any) -> uuid.UUID:
@@ -205,7 +145,7 @@ def test_every_znode_kafka_writes_decodes(kafka39: KafkaBroker) -> None:
     admin.incremental_alter_configs([alter])[alter].result(30)
     # The cluster-wide default (/config/brokers/<default>): no Python client can name it.
     subprocess.run(
-        ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", f"{KAFKA_LIB}/*",
+        ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", f"{require_kafka()[1]}/*",
          "kafka.admin.ConfigCommand", "--bootstrap-server", kafka39.bootstrap,
          "--entity-type", "brokers", "--entity-default",
          "--alter", "--add-config", "log.cleaner.threads=3"],
