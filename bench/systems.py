@@ -17,7 +17,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -208,17 +210,40 @@ def kbroker_node(
     ]
     for key, value in settings.items():
         cmd += ["--set", f"{key}={value}"]
+    # KBROKER_BENCH_METRICS=SECONDS: metrics on, scraped every SECONDS (to measure their cost).
+    scrape_s = float(os.environ.get("KBROKER_BENCH_METRICS") or 0)
+    metrics_url = None
+    if scrape_s > 0:
+        metrics_port = free_port()
+        cmd += ["--metrics", f"127.0.0.1:{metrics_port}"]
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     log = open(log_path or os.devnull, "ab")  # noqa: SIM115 - closed in finally
     proc = subprocess.Popen(
         cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_pin(cpus)
     )
+    stop_scraping = threading.Event()
     try:
         _wait_for_port(port, proc, "kbroker")
+        if metrics_url is not None:
+            threading.Thread(
+                target=_scrape, args=(metrics_url, scrape_s, stop_scraping), daemon=True
+            ).start()
         yield Broker("kbroker", kbroker_version(), bootstrap, proc, data, settings)
     finally:
+        stop_scraping.set()
         _stop(proc)
         log.close()
         shutil.rmtree(data, ignore_errors=True)
+
+
+def _scrape(url: str, every_s: float, stop: threading.Event) -> None:
+    """Reads ``url`` every ``every_s`` seconds until ``stop``, as Prometheus would."""
+    while not stop.wait(every_s):
+        try:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                resp.read()
+        except OSError:
+            pass
 
 
 def kafka_properties(

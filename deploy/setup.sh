@@ -12,12 +12,14 @@ extras="${1:-}"
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
-# System packages: kcat (a real librdkafka client used by the tests) and
-# zookeeper (a real ZooKeeper server for the tests of `kbroker groups import-zk`).
+# System packages: kcat (a real librdkafka client used by the tests),
+# zookeeper (a real ZooKeeper server for the tests of `kbroker groups import-zk`)
+# and prometheus (a real Prometheus server, and promtool, for tests/metrics).
 need_apt=()
 if [ "$extras" = "test" ]; then
     command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
     [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
+    command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
     say "installing system packages: ${need_apt[*]}"

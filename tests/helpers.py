@@ -61,6 +61,8 @@ class BrokerProcess:
     log_path: Path | None = None
     # Runs in the child before exec (e.g. to lower its resource limits).
     preexec: Callable[[], None] | None = None
+    # More `kbroker serve` options (e.g. ["--log-format", "json"]).
+    args: list[str] = field(default_factory=list)
 
     @property
     def bootstrap(self) -> str:
@@ -70,6 +72,7 @@ class BrokerProcess:
         args = [*KBROKER, "serve", "--data-dir", str(self.data_dir), "--listen", self.bootstrap]
         for s in (*self.extra, *settings):
             args += ["--set", s]
+        args += self.args
         self.log_path = self.data_dir.parent / f"broker-{self.port}.log"
         out = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         self.proc = subprocess.Popen(

@@ -45,6 +45,7 @@ from kbroker.metadata import (
 )
 from kbroker.metadata_cache import BrokerInfo, MetadataCache
 from kbroker.metadata_types import TopicMetadata
+from kbroker.metrics.core import BrokerMetrics
 from kbroker.network.server import Dispatch, Server, ServerLimits
 from kbroker.producer_ids import ProducerIdAllocator
 from kbroker.replication.partition import Partition
@@ -76,8 +77,10 @@ def _listener(url: str) -> Endpoint:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, metrics: BrokerMetrics | None = None) -> None:
         self.config = config
+        # What the broker counts as it works (kbroker.metrics), when metrics are on.
+        self.metrics = metrics
         self.broker_id: int = config.get_int("broker.id")
         self.data_dir = Path(config.get_str("log.dirs"))
         self.listen = _listener(config.get_str("listeners"))
@@ -126,7 +129,11 @@ class Broker:
             max_open_files=self.config.get_optional_int("log.max.open.files"),
         )
         self.logs.open()
-        self.replica_manager = ReplicaManager(self.broker_id, self.logs, self.topic_config)
+        if self.metrics is not None:
+            self.logs.flush_observer = self.metrics.flushed
+        self.replica_manager = ReplicaManager(
+            self.broker_id, self.logs, self.topic_config, metrics=self.metrics
+        )
         self.replica_manager.add_listener(self.coordinator.on_leadership_change)
         self._reconcile_logs(store.loaded_existing)
         for topic in store.topics().values():
@@ -245,7 +252,8 @@ class Broker:
             max_queued_request_bytes=self.config.get_int("queued.max.request.bytes"),
             idle_timeout_ms=self.config.get_int("connections.max.idle.ms"),
         )
-        self.server = Server(dispatch, limits)
+        observer = None if self.metrics is None else self.metrics.listener("PLAINTEXT")
+        self.server = Server(dispatch, limits, observer)
         host, port = await self.server.start(self.listen.host, self.listen.port)
         if self.advertised.port == 0:
             self.advertised = Endpoint(self.advertised.host, port)
@@ -254,7 +262,10 @@ class Broker:
         )
         self.metadata_cache.controller_id = self.broker_id  # a single node controls itself
         cleaner = LogCleaner(
-            self.logs, lambda: CleanerSettings.from_broker(self.config), self._high_watermark
+            self.logs,
+            lambda: CleanerSettings.from_broker(self.config),
+            self._high_watermark,
+            on_pass=None if self.metrics is None else self._cleaner_pass,
         )
         self._background.append(
             asyncio.ensure_future(
@@ -295,6 +306,10 @@ class Broker:
         await asyncio.to_thread(self.logs.close)
         await asyncio.to_thread(self.metadata.close)
         log.info("kbroker %d stopped cleanly", self.broker_id)
+
+    def _cleaner_pass(self, stats: Any, dirty_ratio: float) -> None:
+        assert self.metrics is not None
+        self.metrics.cleaned(stats.bytes_read, stats.bytes_written, dirty_ratio, stats.elapsed_ms)
 
     # -- topics ----------------------------------------------------------------
 
@@ -576,6 +591,8 @@ class Broker:
         for topic in gone:
             self._unregister_topic(topic)
             self.coordinator.on_topic_deleted(topic.name)
+            if self.metrics is not None:
+                self.metrics.forget_topic(topic.name)
         tps = [TopicPartition(t.name, p) for t in gone for p in t.partitions]
         left = {tp.topic for tp in await self._in_admin_thread(self.logs.delete_all, tps)}
         for topic in gone:

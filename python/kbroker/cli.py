@@ -63,7 +63,21 @@ def main() -> None:
     "--zookeeper", default=None, help="ZooKeeper connect string; without it the node runs alone."
 )
 @click.option(
+    "--metrics",
+    "metrics_listen",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve /metrics, /healthz and /readyz here (metrics.listeners).",
+)
+@click.option(
     "--log-level", default="INFO", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"])
+)
+@click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(["text", "json"]),
+    help="json: one JSON object a line, for log shippers.",
 )
 def serve(
     data_dir: Path | None,
@@ -72,7 +86,9 @@ def serve(
     config_file: Path | None,
     settings: tuple[str, ...],
     zookeeper: str | None,
+    metrics_listen: str | None,
     log_level: str,
+    log_format: str,
 ) -> None:
     """Run a broker in the foreground until SIGTERM or SIGINT."""
     pairs: list[tuple[str, str]] = []
@@ -90,7 +106,13 @@ def serve(
             pairs.append(("advertised.listeners", f"PLAINTEXT://{advertise}"))
         if zookeeper is not None:
             pairs.append(("zookeeper.connect", zookeeper))
+        if metrics_listen is not None:
+            _host_port(metrics_listen, "--metrics")
+            pairs.append(("metrics.listeners", metrics_listen))
         config = BrokerConfig.from_strings(pairs)
+        metrics_at = config.get_optional_str("metrics.listeners")
+        if metrics_at is not None:
+            _host_port(metrics_at.rpartition("://")[2], "metrics.listeners")
     except UnsupportedSetting as exc:
         raise click.ClickException(str(exc)) from None
     except ConfigError as exc:
@@ -98,7 +120,7 @@ def serve(
 
     from kbroker.daemon import run_broker
 
-    sys.exit(run_broker(config, log_level))
+    sys.exit(run_broker(config, log_level, log_format))
 
 
 @main.command("dump-log")

@@ -566,6 +566,23 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         "How often idle producers are looked for (producer.id.expiration.ms).",
         min=1,
     ),
+    Setting(
+        "metrics.listeners",
+        _S.STRING,
+        None,
+        "HOST:PORT (or http://HOST:PORT) serving /metrics (Prometheus), /healthz and /readyz off "
+        "the event loop; unset: none (kbroker's own setting; --metrics).",
+        nullable=True,
+        read_only=True,
+    ),
+    Setting(
+        "metrics.partition.level.enable",
+        _S.BOOLEAN,
+        True,
+        "Export per-partition series (log size, segments, start and end offsets, consumer group "
+        "lag per partition); false keeps only the per-topic and per-group sums, for brokers with "
+        "very many partitions (kbroker's own setting).",
+    ),
 )
 
 TOPIC_SETTINGS: tuple[TopicSetting, ...] = (

@@ -10,12 +10,17 @@ import asyncio
 import logging
 import resource
 import signal
+from collections.abc import Iterable
 
+from kbroker import __version__
 from kbroker.broker import Broker
 from kbroker.config import BrokerConfig
 from kbroker.handlers import Dispatcher
 from kbroker.log.manager import DataDirLocked
 from kbroker.metadata import MetadataError, StateFileError
+from kbroker.metrics import BrokerMetrics, BrokerView, GroupLag, build_registry
+from kbroker.metrics.http import LoopWatch, MetricsServer, Readiness, SystemdNotifier
+from kbroker.metrics.logs import setup_logging
 
 log = logging.getLogger(__name__)
 
@@ -32,30 +37,82 @@ def raise_open_files_limit() -> None:
         log.info("raised the open files limit from %d to %d", soft, hard)
 
 
-def run_broker(config: BrokerConfig, log_level: str = "INFO") -> int:
-    """The daemon: runs until SIGTERM/SIGINT, then shuts down cleanly. Returns the exit code."""
-    logging.basicConfig(
-        level=getattr(logging, log_level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+def _metrics_address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition("://")[2].rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def broker_view(broker: Broker, started: list[bool]) -> BrokerView:
+    """What the metrics scrape reads of ``broker`` (nothing before its storage is open)."""
+
+    def partitions() -> Iterable[tuple[object, object]]:
+        return broker.replica_manager.all_partitions().items() if started else ()
+
+    def lag() -> list[GroupLag]:
+        return broker.coordinator.consumer_lag() if started else []
+
+    return BrokerView(
+        broker_id=broker.broker_id,
+        version=__version__,
+        data_dirs=lambda: [str(broker.data_dir)],
+        partitions=partitions,  # type: ignore[arg-type]
+        consumer_lag=lag,
+        partition_level=lambda: broker.config.get_bool("metrics.partition.level.enable"),
     )
+
+
+def run_broker(config: BrokerConfig, log_level: str = "INFO", log_format: str = "text") -> int:
+    """The daemon: runs until SIGTERM/SIGINT, then shuts down cleanly. Returns the exit code."""
+    setup_logging(log_level, log_format)
 
     raise_open_files_limit()
 
     async def main() -> int:
-        broker = Broker(config)
+        metrics_at = config.get_optional_str("metrics.listeners")
+        metrics = BrokerMetrics() if metrics_at else None
+        broker = Broker(config, metrics)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        # Set once the broker serves: storage open, listener up.
+        started: list[bool] = []
+        watch = LoopWatch(metrics)
+        watch.start()
+        readiness = Readiness()
+        readiness.add_check("storage open and serving", lambda: bool(started))
+        readiness.add_check("group coordinator loaded", lambda: not broker.coordinator.loading)
+        # Cluster mode: readiness.add_check("registered with the cluster", ...).
+        server: MetricsServer | None = None
+        if metrics is not None and metrics_at is not None:
+            server = MetricsServer(
+                build_registry(metrics, broker_view(broker, started)), watch, readiness
+            )
+            try:
+                host, port = server.start(*_metrics_address(metrics_at))
+            except OSError as exc:
+                log.error("cannot start: metrics listener %s: %s", metrics_at, exc)
+                return 1
+            log.info("metrics on http://%s:%d/metrics (and /healthz, /readyz)", host, port)
+        notifier = SystemdNotifier(watch, readiness, server.stall_s if server else 5.0)
+        notifier.start()
         try:
-            await broker.start(Dispatcher(broker).dispatch)
-        except (OSError, DataDirLocked, MetadataError, StateFileError) as exc:
-            log.error("cannot start: %s", exc)
-            return 1
-        await stop.wait()
-        log.info("shutting down")
-        await broker.stop()
-        return 0
+            try:
+                await broker.start(Dispatcher(broker, metrics).dispatch)
+            except (OSError, DataDirLocked, MetadataError, StateFileError) as exc:
+                log.error("cannot start: %s", exc)
+                return 1
+            started.append(True)
+            await stop.wait()
+            log.info("shutting down")
+            readiness.stopping = True
+            notifier.stopping()
+            await broker.stop()
+            return 0
+        finally:
+            watch.stop()
+            if server is not None:
+                server.stop()
 
     try:
         import uvloop

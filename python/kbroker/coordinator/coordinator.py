@@ -52,6 +52,7 @@ from kbroker.coordinator.records import OFFSETS_TOPIC, group_key, group_value
 from kbroker.coordinator.store import GROUP_ERRORS, OffsetsStore, answered, api_error
 from kbroker.log import TopicPartition
 from kbroker.log.log import now_ms
+from kbroker.metrics.state import GroupLag
 from kbroker.protocol.errors import ErrorCode
 from kbroker.replication.purgatory import Purgatory, Scheduler
 
@@ -193,6 +194,25 @@ class GroupCoordinator:
     @property
     def loading(self) -> bool:
         return self.cache.loading
+
+    def consumer_lag(self) -> list[GroupLag]:
+        """Each loaded group's committed offsets and their lag behind the high watermark
+        (what Burrow or kafka-lag-exporter compute), for the partitions this broker holds.
+
+        Safe from another thread (the metrics scrape): the dicts are copied in one
+        C-level step each and only plain attributes are read.
+        """
+        partitions = self.broker.replica_manager.all_partitions()
+        out: list[GroupLag] = []
+        for group_id, group in list(self.cache.groups.items()):
+            for (topic, index), committed in list(group.offsets.items()):
+                partition = partitions.get(TopicPartition(topic, index))
+                if partition is None:
+                    continue  # not here (deleted, or another broker's in cluster mode)
+                out.append(
+                    GroupLag(group_id, topic, index, committed.offset, partition.high_watermark)
+                )
+        return out
 
     def internal_topic_configs(self, name: str) -> dict[str, str]:
         """The settings of an internal topic this coordinator owns (none for others)."""

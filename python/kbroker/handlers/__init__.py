@@ -17,13 +17,17 @@ import importlib
 import inspect
 import logging
 import pkgutil
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from kbroker.futures import then
+from kbroker.metrics.core import BrokerMetrics
+from kbroker.metrics.requests import RequestTiming, new_timing
 from kbroker.network.request import RequestContext
 from kbroker.network.server import CloseConnection, ConnectionContext, Response
 from kbroker.protocol import (
+    APIS_BY_KEY,
     ApiKey,
     ProtocolDecodeError,
     RequestHeader,
@@ -59,15 +63,30 @@ def _registry() -> dict[int, Handler]:
     return handlers
 
 
+def _request_name(key: int, request: Any) -> str:
+    """The request's name as Kafka's RequestMetrics labels it."""
+    if key == ApiKey.FETCH:
+        replica = getattr(request, "replica_id", -1)
+        state = getattr(request, "replica_state", None)
+        if state is not None and getattr(state, "replica_id", -1) >= 0:
+            replica = state.replica_id
+        return "FetchFollower" if replica is not None and replica >= 0 else "FetchConsumer"
+    spec = APIS_BY_KEY.get(key)
+    return spec.name if spec is not None else str(key)
+
+
 class Dispatcher:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, metrics: BrokerMetrics | None = None) -> None:
         self.broker = broker
         self.handlers = _registry()
         broker.handled_api_keys = frozenset(self.handlers)
+        # Request metrics (and the kbroker.request log) when given.
+        self.metrics = metrics
 
     def dispatch(
         self, frame: memoryview, connection: ConnectionContext
     ) -> Response | Awaitable[Response]:
+        started = time.monotonic_ns()
         try:
             header, request = decode_request(frame)
         except UnsupportedVersionError as exc:
@@ -84,16 +103,56 @@ class Dispatcher:
         handler = self.handlers.get(header.api_key)
         if handler is None:
             raise CloseConnection(f"no handler for api key {header.api_key}")
-        body = handler(self.broker, RequestContext(header, connection), request)
+        ctx = RequestContext(header, connection, received_ns=connection.received_ns or started)
+        timing = new_timing(
+            self.metrics,
+            _request_name(header.api_key, request),
+            header.api_version,
+            header.correlation_id,
+            connection.received_ns or started,
+            started,
+        )
+        if timing is None:
+            return self._handle(handler, ctx, header, request)
+        timing.client_id = header.client_id or ""
+        timing.peer = connection.peer
+        timing.listener = ctx.listener
+        timing.principal = ctx.principal
+        result = self._handle(handler, ctx, header, request, timing)
+        timing.handled()
+        connection.on_sent = timing.sent
+        return result
+
+    def _handle(
+        self,
+        handler: Handler,
+        ctx: RequestContext,
+        header: RequestHeader,
+        request: Any,
+        timing: RequestTiming | None = None,
+    ) -> Response | Awaitable[Response]:
+        body = handler(self.broker, ctx, request)
         if isinstance(body, asyncio.Future):
             # Waiting in a purgatory: encoded when done, with no task per request.
-            return then(body, functools.partial(self._encode, header))
+            if timing is None:
+                return then(body, functools.partial(self._encode, header))
+            return then(body, functools.partial(self._encode_timed, header, timing))
         if inspect.isawaitable(body):
-            return self._finish(header, body)
+            return self._finish(header, body, timing)
         return self._encode(header, body)
 
-    async def _finish(self, header: RequestHeader, pending: Awaitable[Any]) -> Response:
-        return self._encode(header, await pending)
+    async def _finish(
+        self, header: RequestHeader, pending: Awaitable[Any], timing: RequestTiming | None
+    ) -> Response:
+        if timing is None:
+            return self._encode(header, await pending)
+        return self._encode_timed(header, timing, await pending)
+
+    @classmethod
+    def _encode_timed(cls, header: RequestHeader, timing: RequestTiming, body: Any) -> Response:
+        response = cls._encode(header, body)
+        timing.ready()
+        return response
 
     @staticmethod
     def _encode(header: RequestHeader, body: Any) -> Response:

@@ -65,8 +65,11 @@ class LogCleaner:
         logs: LogManager,
         settings: Callable[[], CleanerSettings],
         max_offset_for: MaxOffsetFor = _no_bound,
+        on_pass: Callable[[CleanStats, float], None] | None = None,
     ) -> None:
+        """``on_pass(stats, dirty_ratio)`` hears of each finished pass (cleaner metrics)."""
         self._logs = logs
+        self._on_pass = on_pass
         self._settings = settings
         self._max_offset_for = max_offset_for
         # Logs whose last pass failed, with the monotonic time they may retry.
@@ -110,6 +113,8 @@ class LogCleaner:
             )
             return None
         self._failed.pop(log_.tp, None)
+        if self._on_pass is not None:
+            self._on_pass(stats, info.dirty_ratio)
         log.info(
             "cleaned %s (dirty ratio %.2f): %d -> %d bytes, %d records removed, "
             "%d tombstones dropped, %d segments written in %d ms%s%s",

@@ -250,6 +250,10 @@ class Log:
         return self._log.size_bytes
 
     @property
+    def segment_count(self) -> int:
+        return self._log.segment_count
+
+    @property
     def segment_base_offsets(self) -> list[int]:
         return self._log.segment_base_offsets
 

@@ -133,6 +133,8 @@ class LogManager:
         self._lock = threading.Lock()
         self._lock_fd: int | None = None
         self.errors = StorageErrors()
+        # Told the duration (ns) of each time-based flush (flush metrics).
+        self.flush_observer: Callable[[int], None] | None = None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -275,7 +277,9 @@ class LogManager:
         """One pass of time-based flush and roll over every log."""
         for log_ in self.logs():
             try:
-                log_.maybe_flush()
+                started = time.monotonic_ns()
+                if log_.maybe_flush() and self.flush_observer is not None:
+                    self.flush_observer(time.monotonic_ns() - started)
                 log_.maybe_roll()
             except ValueError:
                 if self.get(log_.tp) is log_:

@@ -82,15 +82,30 @@ class CloseConnection(Exception):
     """Raised by a handler to drop the connection (after logging why)."""
 
 
+# Told when a response's write started and ended (monotonic ns): request metrics.
+Sent = Callable[[int, int], None]
+
+
+class ConnectionObserver(Protocol):
+    """Hears of the connections of a listener (metrics)."""
+
+    def opened(self) -> None: ...
+    def lost(self) -> None: ...
+
+
 class ConnectionContext:
     """What a handler may know about the connection a request came on."""
 
-    __slots__ = ("client_id", "conn_id", "peer")
+    __slots__ = ("client_id", "conn_id", "on_sent", "peer", "received_ns")
 
     def __init__(self, conn_id: int, peer: str) -> None:
         self.conn_id = conn_id
         self.peer = peer
         self.client_id: str | None = None
+        # When the last bytes were read (monotonic ns): a request's arrival.
+        self.received_ns = 0
+        # Set by the dispatcher for the request it is handling, taken by the connection.
+        self.on_sent: Sent | None = None
 
 
 Dispatch = Callable[[memoryview, ConnectionContext], "Response | Awaitable[Response]"]
@@ -189,6 +204,8 @@ class KafkaConnection(asyncio.Protocol):
         self._waiting_for_pool = False
         self._resume_handle: asyncio.Handle | None = None
         self._pending: collections.deque[asyncio.Future[Response] | Response] = collections.deque()
+        # Beside each item of self._pending: who hears when it is written.
+        self._on_sent: collections.deque[Sent | None] = collections.deque()
         self._pending_bytes = 0
         self._queued_response_bytes = 0
         self._writer_task: asyncio.Task[None] | None = None
@@ -213,9 +230,13 @@ class KafkaConnection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.transport.set_write_buffer_limits(high=self._server.limits.write_high_water)
         self._server.connections.add(self)
+        if self._server.observer is not None:
+            self._server.observer.opened()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._server.observer is not None and self in self._server.connections:
+            self._server.observer.lost()
         self._server.connections.discard(self)
         self._server.pool.forget(self)
         if self._resume_handle is not None:
@@ -229,6 +250,7 @@ class KafkaConnection(asyncio.Protocol):
             if isinstance(item, asyncio.Future) and not item.done():
                 item.cancel()
         self._pending.clear()
+        self._on_sent.clear()
         if self._writer_task is not None:
             self._writer_task.cancel()
         if self._write_resumed is not None:
@@ -251,6 +273,7 @@ class KafkaConnection(asyncio.Protocol):
         if self._closed:
             return
         self.last_active = time.monotonic()
+        self.ctx.received_ns = time.monotonic_ns()
         # Frames wholly inside `data` are handed on as slices of it (no copy);
         # only a frame split across reads, or frames left for later, are kept
         # in self._buf.
@@ -336,8 +359,9 @@ class KafkaConnection(asyncio.Protocol):
         """Dispatches one frame; ``size`` bytes of the pool are held for it
         until it has been answered."""
         pool = self._server.pool
+        ctx = self.ctx
         try:
-            result = self._server.dispatch(frame, self.ctx)
+            result = self._server.dispatch(frame, ctx)
         except CloseConnection as exc:
             pool.release(size)
             log.warning("closing %s: %s", self.ctx.peer, exc)
@@ -348,11 +372,15 @@ class KafkaConnection(asyncio.Protocol):
             log.exception("closing %s: request handler failed", self.ctx.peer)
             self.close()
             return
+        on_sent = ctx.on_sent
+        if on_sent is not None:
+            ctx.on_sent = None
         if isinstance(result, Awaitable):
             fut = asyncio.ensure_future(result)
             self._pending_bytes += size
             fut.add_done_callback(functools.partial(self._answered, size))
             self._pending.append(fut)
+            self._on_sent.append(on_sent)
             self._ensure_writer()
             return
         pool.release(size)
@@ -363,10 +391,19 @@ class KafkaConnection(asyncio.Protocol):
         ):
             # Behind earlier answers, or zero-copy: the writer task sends it in order.
             self._pending.append(result)
+            self._on_sent.append(on_sent)
             self._queued_response_bytes += _held_bytes(result)
             self._ensure_writer()
         elif result is not None:
-            self._write_now(result)
+            if on_sent is None:
+                self._write_now(result)
+            else:
+                start = time.monotonic_ns()
+                self._write_now(result)
+                on_sent(start, time.monotonic_ns())
+        elif on_sent is not None:
+            now = time.monotonic_ns()
+            on_sent(now, now)
 
     def _answered(self, size: int, fut: asyncio.Future[Response]) -> None:
         """An asynchronous request is done: its request bytes are no longer held."""
@@ -416,14 +453,21 @@ class KafkaConnection(asyncio.Protocol):
                 else:
                     response = head
                 self._pending.popleft()
+                on_sent = self._on_sent.popleft()
                 self._queued_response_bytes -= _held_bytes(response)
                 self._update_reading()
                 if response is None or self._closed:
+                    if on_sent is not None and not self._closed:
+                        now = time.monotonic_ns()
+                        on_sent(now, now)
                     continue
+                start = time.monotonic_ns() if on_sent is not None else 0
                 if not isinstance(response, bytes) and self._needs_sendfile(response):
                     await self._write_zero_copy(response)
                 else:
                     self._write_now(response)
+                if on_sent is not None and not self._closed:
+                    on_sent(start, time.monotonic_ns())
                 if self._write_paused and not self._closed:
                     await self._wait_write_resumed()
         except OSError as exc:
@@ -589,9 +633,15 @@ def _materialize(part: ResponsePart) -> bytes | bytearray | memoryview:
 class Server:
     """Listens on one address and owns its connections."""
 
-    def __init__(self, dispatch: Dispatch, limits: ServerLimits) -> None:
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        limits: ServerLimits,
+        observer: ConnectionObserver | None = None,
+    ) -> None:
         self.dispatch = dispatch
         self.limits = limits
+        self.observer = observer
         self.pool = RequestMemoryPool(limits.max_queued_request_bytes)
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.base_events.Server | None = None

@@ -39,6 +39,7 @@ from kbroker.errors import ErrorCode, KafkaError, PartitionError
 from kbroker.log import LogManager, TopicPartition
 from kbroker.log.compression import recompress_for_topic
 from kbroker.metadata_types import PartitionState
+from kbroker.metrics.core import BrokerMetrics
 from kbroker.replication.partition import Partition
 from kbroker.replication.purgatory import DelayedOperation, Purgatory, Scheduler
 
@@ -98,8 +99,11 @@ class ReplicaManager:
         logs: LogManager,
         topic_config: Callable[[str], TopicConfig],
         scheduler: Scheduler | None = None,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         self.broker_id = broker_id
+        # Bytes and records in and out per topic, when given.
+        self.metrics = metrics
         self.logs = logs
         self.topic_config = topic_config
         self._partitions: dict[TopicPartition, Partition] = {}
@@ -268,6 +272,8 @@ class ReplicaManager:
                 ErrorCode.KAFKA_STORAGE_ERROR, f"the broker could not write to its disk: {exc}"
             )
         self.logs.errors.succeeded("append to", tp)
+        if self.metrics is not None:
+            self.metrics.appended(tp.topic, len(data), sum(i.records for i in infos))
         return AppendResult(
             ErrorCode.NONE,
             None,
@@ -439,4 +445,9 @@ class DelayedFetch(DelayedOperation):
         except Exception as exc:  # answered as the connection's failure, never lost
             self._done.set_exception(exc)
             return
+        metrics = self._replicas.metrics
+        if metrics is not None:
+            for f, r in zip(self._fetches, results, strict=True):
+                if r.records is not None:
+                    metrics.fetched(f.tp.topic, len(r.records))
         self._done.set_result(results)
