@@ -6,24 +6,28 @@ Real logs in a temporary directory; time in the purgatories moves by hand.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from kbroker._kbroker import build_batch
 from kbroker.config import BrokerConfig, TopicConfig
 from kbroker.errors import ErrorCode
-from kbroker.log import LogManager, TopicPartition, log_config_from_topic
+from kbroker.log import Log, LogManager, TopicPartition, log_config_from_topic
 from kbroker.metadata_types import PartitionState
 from kbroker.replication.partition import Partition
 from kbroker.replication.replica_manager import (
     FetchParams,
     FetchPartition,
+    LeaderAndIsrOrder,
     ReadResult,
     ReplicaManager,
+    StopReplicaOrder,
 )
 from tests.replication.test_purgatory import ManualScheduler
 
 TP = TopicPartition("t", 0)
+E = ErrorCode
 BROKER = 1
 
 
@@ -240,3 +244,87 @@ async def _shutdown_answers_waiting_requests(fx: Fixture) -> None:
     assert fetch.done() and produce.done()
     assert produce.result()[TP].error == ErrorCode.REQUEST_TIMED_OUT
     assert fx.fetch(5).done()  # nothing waits after shutdown
+
+
+# -- the controller's orders --------------------------------------------------------------
+
+
+def _order(
+    leader: int, epoch: int, replicas: list[int] | None = None, topic_id: uuid.UUID | None = None
+) -> LeaderAndIsrOrder:
+    replicas = replicas or [BROKER, 2]
+    state = PartitionState(replicas=replicas, leader=leader, leader_epoch=epoch, isr=replicas)
+    return LeaderAndIsrOrder(TP, state, topic_id or TOPIC_ID, is_new=True)
+
+
+TOPIC_ID = uuid.UUID(int=7)
+
+
+def test_leader_and_isr_creates_leads_follows_and_fences(tmp_path: Path) -> None:
+    async def body(fx: Fixture) -> None:
+        rm = fx.replicas
+        opened: list[tuple[TopicPartition, uuid.UUID | None]] = []
+
+        def open_log(tp: TopicPartition, topic_id: uuid.UUID | None) -> Log:
+            opened.append((tp, topic_id))
+            return fx.logs.get_or_create(tp)
+
+        assert rm.become_leader_or_follower(3, [_order(BROKER, 0)], open_log) == {TP: E.NONE}
+        assert opened == [(TP, TOPIC_ID)] and rm.leader_partition(TP).leader_epoch == 0
+        assert fx.events == [(TP, True, 0)]
+        # The same epoch again, or an older one: refused, nothing changes.
+        assert rm.become_leader_or_follower(3, [_order(2, 0)], open_log) == {
+            TP: E.STALE_CONTROLLER_EPOCH
+        }
+        assert rm.leader_partition(TP).is_leader
+        # A newer epoch led by another broker: this one follows; clients are told so.
+        assert rm.become_leader_or_follower(3, [_order(2, 1)], open_log) == {TP: E.NONE}
+        assert fx.events[-1] == (TP, False, 1)
+        result = await rm.append_records({TP: batch()}, 1, 1000)
+        assert result[TP].error == E.NOT_LEADER_OR_FOLLOWER
+        # Another topic id for the same name: refused.
+        other = _order(BROKER, 5, topic_id=uuid.UUID(int=8))
+        assert rm.become_leader_or_follower(3, [other], open_log) == {TP: E.INCONSISTENT_TOPIC_ID}
+        # Not one of the replicas.
+        assert rm.become_leader_or_follower(3, [_order(2, 6, [2, 3])], open_log) == {
+            TP: E.UNKNOWN_TOPIC_OR_PARTITION
+        }
+        # An older controller's order is refused whole.
+        assert rm.become_leader_or_follower(2, [_order(BROKER, 9)], open_log) is None
+        assert len(opened) == 1
+
+    run(tmp_path, body)
+
+
+def test_leader_and_isr_on_a_full_disk_answers_storage_error(tmp_path: Path) -> None:
+    async def body(fx: Fixture) -> None:
+        def broken(tp: TopicPartition, topic_id: uuid.UUID | None) -> Log:
+            raise OSError(28, "No space left on device")
+
+        errors = fx.replicas.become_leader_or_follower(1, [_order(BROKER, 0)], broken)
+        assert errors == {TP: E.KAFKA_STORAGE_ERROR} and TP not in fx.replicas
+
+    run(tmp_path, body)
+
+
+def test_stop_replica_stops_serving_and_deletes_when_told(tmp_path: Path) -> None:
+    async def body(fx: Fixture) -> None:
+        rm = fx.replicas
+        rm.become_leader_or_follower(
+            4, [_order(BROKER, 2)], lambda tp, _id: fx.logs.get_or_create(tp)
+        )
+        assert (await rm.append_records({TP: batch()}, 1, 1000))[TP].error == E.NONE
+        log_dir = fx.logs.get(TP).dir  # type: ignore[union-attr]
+        # An order for an epoch not newer than the partition's is fenced.
+        assert rm.stop_replicas(4, [StopReplicaOrder(TP, 2, delete=False)]) == {
+            TP: E.FENCED_LEADER_EPOCH
+        }
+        assert rm.stop_replicas(3, [StopReplicaOrder(TP, 9, delete=False)]) is None
+        assert rm.stop_replicas(4, [StopReplicaOrder(TP, 3, delete=False)]) == {TP: E.NONE}
+        assert TP not in rm and log_dir.exists()  # stopped, the log kept
+        assert fx.events[-1] == (TP, False, 2)
+        # The topic is deleted: its log goes, though the partition is no longer served.
+        assert rm.stop_replicas(4, [StopReplicaOrder(TP, -2, delete=True)]) == {TP: E.NONE}
+        assert not log_dir.exists() and fx.logs.get(TP) is None
+
+    run(tmp_path, body)

@@ -11,7 +11,10 @@
   high watermark (or the last stable offset), and waits in the fetch
   purgatory for ``min_bytes`` (`DelayedFetch`).
 - `make_leader` / `make_follower` are the leadership transitions; listeners
-  (the group coordinator) hear of them.
+  (the group coordinator) hear of them. In a cluster the controller orders
+  them: `become_leader_or_follower` applies its LeaderAndIsr and
+  `stop_replicas` its StopReplica, each fenced by the controller's epoch and
+  each partition's leader epoch.
 
 Both purgatories are keyed by partition; a partition calls back when its
 high watermark or log end moves, which wakes exactly the operations
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -36,7 +40,7 @@ from kbroker._kbroker import (
 )
 from kbroker.config import TopicConfig
 from kbroker.errors import ErrorCode, KafkaError, PartitionError
-from kbroker.log import LogManager, TopicPartition
+from kbroker.log import Log, LogManager, TopicPartition
 from kbroker.log.compression import recompress_for_topic
 from kbroker.metadata_types import PartitionState
 from kbroker.metrics.core import BrokerMetrics
@@ -91,6 +95,33 @@ class ReadResult:
 
 LeadershipListener = Callable[[TopicPartition, bool, int], None]
 
+# Opens (or creates) a partition's log, its directory naming the topic id (when known).
+LogOpener = Callable[[TopicPartition, "uuid.UUID | None"], Log]
+
+# StopReplica's leader epochs that stop a partition whatever its epoch: the topic is
+# being deleted (Kafka's EpochDuringDelete), or the request carries none (NoEpoch).
+EPOCH_DURING_DELETE = -2
+NO_EPOCH = -1
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsrOrder:
+    """One partition of a controller's LeaderAndIsr request."""
+
+    tp: TopicPartition
+    state: PartitionState
+    topic_id: uuid.UUID | None = None
+    is_new: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StopReplicaOrder:
+    """One partition of a controller's StopReplica request."""
+
+    tp: TopicPartition
+    leader_epoch: int
+    delete: bool
+
 
 class ReplicaManager:
     def __init__(
@@ -113,6 +144,10 @@ class ReplicaManager:
         self._listeners: list[LeadershipListener] = []
         # Shutting down: no request waits any more.
         self._closing = False
+        # The highest controller epoch heard from: orders of older controllers are refused.
+        self.controller_epoch = -1
+        # Topic ids of the partitions served (the controller names them in its orders).
+        self._topic_ids: dict[TopicPartition, uuid.UUID] = {}
 
     # -- partitions ----------------------------------------------------------
 
@@ -174,6 +209,114 @@ class ReplicaManager:
         if was_leader:
             self._notify(tp, False, state.leader_epoch)
         self._on_progress(tp)
+
+    # -- the controller's orders -----------------------------------------------
+
+    def _accepts_controller(self, controller_epoch: int) -> bool:
+        """False for an order of a controller older than one already heard from."""
+        if controller_epoch < self.controller_epoch:
+            log.warning(
+                "ignoring an order of controller epoch %d: epoch %d is current",
+                controller_epoch,
+                self.controller_epoch,
+            )
+            return False
+        self.controller_epoch = controller_epoch
+        return True
+
+    def become_leader_or_follower(
+        self, controller_epoch: int, orders: Iterable[LeaderAndIsrOrder], open_log: LogOpener
+    ) -> dict[TopicPartition, ErrorCode] | None:
+        """Applies a controller's LeaderAndIsr: each partition's error (NONE: applied), or
+        None when the whole request comes from an old controller (STALE_CONTROLLER_EPOCH).
+
+        A partition takes a state only in a newer leader epoch than it has (an older
+        or the same one: STALE_CONTROLLER_EPOCH), only if this broker is one of its
+        replicas (else UNKNOWN_TOPIC_OR_PARTITION), and only for the topic id it
+        knows (else INCONSISTENT_TOPIC_ID). A partition new to this broker has its
+        log opened or created.
+        """
+        if not self._accepts_controller(controller_epoch):
+            return None
+        errors: dict[TopicPartition, ErrorCode] = {}
+        for order in orders:
+            errors[order.tp] = self._apply_order(order, open_log)
+        return errors
+
+    def _apply_order(self, order: LeaderAndIsrOrder, open_log: LogOpener) -> ErrorCode:
+        tp, state = order.tp, order.state
+        partition = self._partitions.get(tp)
+        known_id = self._topic_ids.get(tp)
+        if order.topic_id is not None and known_id is not None and known_id != order.topic_id:
+            log.error(
+                "%s: the controller names topic id %s, this broker has %s",
+                tp,
+                order.topic_id,
+                known_id,
+            )
+            return ErrorCode.INCONSISTENT_TOPIC_ID
+        current = -1 if partition is None else partition.leader_epoch
+        if state.leader_epoch <= current:
+            log.info(
+                "%s: ignoring leader epoch %d, not newer than %d", tp, state.leader_epoch, current
+            )
+            return ErrorCode.STALE_CONTROLLER_EPOCH
+        if self.broker_id not in state.replicas:
+            log.warning(
+                "%s: ignoring a state whose replicas %s do not include this broker",
+                tp,
+                state.replicas,
+            )
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if partition is None:
+            try:
+                lg = open_log(tp, order.topic_id)
+            except OSError as exc:
+                self.logs.errors.failed("opening", tp, exc)
+                return ErrorCode.KAFKA_STORAGE_ERROR
+            if order.topic_id is not None:
+                self._topic_ids[tp] = order.topic_id
+            new = order.is_new and lg.log_end_offset == 0
+            self.add_partition(Partition(lg, state, self.broker_id, new=new))
+            self._on_progress(tp)
+        elif state.leader == self.broker_id:
+            self.make_leader(tp, state)
+        else:
+            self.make_follower(tp, state)
+        log.info(
+            "%s: %s in leader epoch %d (isr %s)",
+            tp,
+            "leading" if state.leader == self.broker_id else f"following {state.leader}",
+            state.leader_epoch,
+            state.isr,
+        )
+        return ErrorCode.NONE
+
+    def stop_replicas(
+        self, controller_epoch: int, orders: Iterable[StopReplicaOrder]
+    ) -> dict[TopicPartition, ErrorCode] | None:
+        """Applies a controller's StopReplica: each partition's error, or None when the
+        request comes from an old controller. A stopped partition is no longer served;
+        with ``delete`` its log is removed too (also when it was not served)."""
+        if not self._accepts_controller(controller_epoch):
+            return None
+        errors: dict[TopicPartition, ErrorCode] = {}
+        to_delete: list[TopicPartition] = []
+        for order in orders:
+            partition = self._partitions.get(order.tp)
+            if partition is not None:
+                epoch = order.leader_epoch
+                if epoch not in (EPOCH_DURING_DELETE, NO_EPOCH) and epoch <= partition.leader_epoch:
+                    errors[order.tp] = ErrorCode.FENCED_LEADER_EPOCH
+                    continue
+                self.remove_partitions([order.tp])
+            if order.delete:
+                to_delete.append(order.tp)
+                self._topic_ids.pop(order.tp, None)
+            errors[order.tp] = ErrorCode.NONE
+        for tp in self.logs.delete_all(to_delete):
+            errors[tp] = ErrorCode.KAFKA_STORAGE_ERROR
+        return errors
 
     def _notify(self, tp: TopicPartition, leads: bool, leader_epoch: int) -> None:
         for listener in self._listeners:
