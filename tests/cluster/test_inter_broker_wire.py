@@ -32,7 +32,14 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from kbroker.handlers.inter_broker import leader_and_isr_response, stop_replica_response
+from kbroker.handlers.inter_broker import (
+    leader_and_isr_orders,
+    leader_and_isr_response,
+    stop_replica_orders,
+    stop_replica_response,
+)
+from kbroker.log import TopicPartition
+from kbroker.metadata_types import PartitionState
 from kbroker.protocol import APIS, ApiKey, ErrorCode, RequestHeader, api_versions_response
 from kbroker.protocol.messages.admin import CreateTopicsRequest, DeleteTopicsRequest
 from kbroker.protocol.messages.core import ApiVersionsRequest, FetchResponse, MetadataRequest
@@ -44,6 +51,7 @@ from kbroker.protocol.messages.inter_broker import (
     UpdateMetadataRequest,
     UpdateMetadataResponse,
 )
+from kbroker.replication.replica_manager import LeaderAndIsrOrder, StopReplicaOrder
 from kbroker.tools.client import BrokerClient
 from tests.cluster.kafka_zk import KafkaZkBroker, kafka_zk_broker, require_kafka
 from tests.cluster.wire_probe import Received, WireProbe
@@ -241,6 +249,15 @@ def test_the_controllers_bytes(kafka: KafkaZkBroker, zk: KazooClient, probe: Wir
     assert [(x.broker_id, x.host_name, x.port) for x in order.live_leaders] == [
         (2, "127.0.0.1", probe.port)
     ]
+    # ... and as the replica manager's order.
+    assert leader_and_isr_orders(order, 7) == [
+        LeaderAndIsrOrder(
+            TopicPartition(TOPIC, 0),
+            PartitionState([2, 1], 2, 0, [2, 1], controller_epoch, version=0),
+            topic_id,
+            is_new=True,
+        )
+    ]
     # then UpdateMetadata with the new partition, on the same connection, in that order
     after = probe.wait_for(
         lambda r: r.header.api_key == ApiKey.UPDATE_METADATA and r.body.topic_states != [],
@@ -316,6 +333,9 @@ def test_the_controllers_bytes(kafka: KafkaZkBroker, zk: KazooClient, probe: Wir
             [sp] = st.partition_states
             # -2: the leader epoch Kafka's controller uses while a topic is deleted
             assert (st.topic_name, sp.partition_index, sp.leader_epoch) == (TOPIC, 0, -2)
+            assert stop_replica_orders(b, 4) == [
+                StopReplicaOrder(TopicPartition(TOPIC, 0), -2, delete)
+            ]
 
         # 6. ControlledShutdown of broker 2 at every version (v0 has header v0), then stale.
         for version in range(4):

@@ -11,13 +11,16 @@ LeaderAndIsr refusal lists every partition asked about, a StopReplica refusal no
 
 Cluster mode replaces the handler bodies with the controller and replica work; the
 `*_response` builders (every partition with one code) stay for its refusals and
-acknowledgements.
+acknowledgements, and `leader_and_isr_orders` / `stop_replica_orders` turn a
+request of any version into the replica manager's orders.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kbroker.log import TopicPartition
+from kbroker.metadata_types import PartitionState
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.inter_broker import (
@@ -27,6 +30,7 @@ from kbroker.protocol.messages.inter_broker import (
     StopReplicaResponse,
     UpdateMetadataResponse,
 )
+from kbroker.replication.replica_manager import LeaderAndIsrOrder, StopReplicaOrder
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
@@ -87,6 +91,52 @@ def stop_replica_response(request: Any, version: int, code: int) -> Any:
             for topic, index in _stop_replica_partitions(request, version)
         ],
     )
+
+
+def leader_and_isr_orders(request: Any, version: int) -> list[LeaderAndIsrOrder]:
+    """The partitions of a LeaderAndIsr request as the replica manager's orders."""
+    grouped: list[tuple[str, Any, list[Any]]]
+    if version < 2:
+        grouped = [(p.topic_name, None, [p]) for p in request.ungrouped_partition_states]
+    else:
+        grouped = [
+            (t.topic_name, t.topic_id if version >= 5 else None, t.partition_states)
+            for t in request.topic_states
+        ]
+    return [
+        LeaderAndIsrOrder(
+            TopicPartition(topic, p.partition_index),
+            PartitionState(
+                replicas=list(p.replicas),
+                leader=p.leader,
+                leader_epoch=p.leader_epoch,
+                isr=list(p.isr),
+                controller_epoch=p.controller_epoch,
+                version=p.partition_epoch,
+            ),
+            topic_id,
+            bool(version >= 1 and p.is_new),
+        )
+        for topic, topic_id, parts in grouped
+        for p in parts
+    ]
+
+
+def stop_replica_orders(request: Any, version: int) -> list[StopReplicaOrder]:
+    """The partitions of a StopReplica request as the replica manager's orders (before v3
+    the request names no leader epoch, and one delete flag covers every partition)."""
+    if version < 3:
+        return [
+            StopReplicaOrder(TopicPartition(topic, index), -1, bool(request.delete_partitions))
+            for topic, index in _stop_replica_partitions(request, version)
+        ]
+    return [
+        StopReplicaOrder(
+            TopicPartition(t.topic_name, p.partition_index), p.leader_epoch, p.delete_partition
+        )
+        for t in request.topic_states
+        for p in t.partition_states
+    ]
 
 
 def handle_leader_and_isr(broker: Broker, ctx: RequestContext, request: Any) -> Any:
