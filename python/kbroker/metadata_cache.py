@@ -2,20 +2,25 @@
 
 Handlers (Metadata, Fetch by topic id, FindCoordinator, admin requests)
 read topics, partition states, brokers and the controller here and never
-write. Only the metadata backend writes: today the local store
-(`kbroker.metadata.LocalMetadataStore`) as it records each change, in
-cluster mode the ZooKeeper backend as it hears of changes. One dict per
-fact, no I/O.
+write. Only the metadata backend writes: on a single node the local store
+(`kbroker.metadata.LocalMetadataStore`) as it records each change; in a
+cluster the controller's UpdateMetadata requests (`update_from_controller`).
+One dict per fact, no I/O.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from kbroker.metadata_types import PartitionState, TopicMetadata
+from kbroker.topics import INTERNAL_TOPICS
+
+# The leader a controller gives the partitions of a topic being deleted (Kafka's
+# LeaderDuringDelete): the partition leaves the cache.
+LEADER_DURING_DELETE = -2
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +82,44 @@ class MetadataCache:
 
     def remove_broker(self, broker_id: int) -> None:
         self._brokers.pop(broker_id, None)
+
+    # -- the controller's view (cluster mode) ------------------------------------------
+
+    def update_from_controller(
+        self,
+        controller_id: int,
+        brokers: Iterable[BrokerInfo],
+        partitions: Iterable[ControllerPartitionState],
+    ) -> list[tuple[str, int]]:
+        """Applies an UpdateMetadata: the live brokers replace the known ones, each
+        partition's state replaces its old one, and partitions led by
+        LEADER_DURING_DELETE leave (a topic with none left goes). Returns the
+        partitions removed."""
+        self.controller_id = controller_id
+        self._brokers = {b.broker_id: b for b in brokers}
+        removed: list[tuple[str, int]] = []
+        for p in partitions:
+            topic = self._topics.get(p.topic)
+            if p.state.leader == LEADER_DURING_DELETE:
+                if topic is not None and topic.partitions.pop(p.partition, None) is not None:
+                    removed.append((p.topic, p.partition))
+                    if not topic.partitions:
+                        self.remove_topic(p.topic)
+                continue
+            if topic is None or (p.topic_id is not None and topic.topic_id != p.topic_id):
+                topic_id = p.topic_id if p.topic_id is not None else uuid.uuid4()
+                topic = TopicMetadata(p.topic, topic_id, {}, internal=p.topic in INTERNAL_TOPICS)
+                self.put_topic(topic)
+            topic.partitions[p.partition] = p.state
+        return removed
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerPartitionState:
+    """One partition of an UpdateMetadata request."""
+
+    topic: str
+    partition: int
+    state: PartitionState
+    # Absent before UpdateMetadata v7.
+    topic_id: uuid.UUID | None = None

@@ -25,6 +25,8 @@ class PartitionState:
     # The version of the stored state it was read from (a znode's version in
     # cluster mode): a conditional write of the next state names it. Not persisted.
     version: int = 0
+    # Replicas on brokers that are not alive (cluster mode, from the controller). Not persisted.
+    offline_replicas: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -37,8 +37,10 @@ from kbroker.handlers.inter_broker import (
     leader_and_isr_response,
     stop_replica_orders,
     stop_replica_response,
+    update_metadata_contents,
 )
 from kbroker.log import TopicPartition
+from kbroker.metadata_cache import MetadataCache
 from kbroker.metadata_types import PartitionState
 from kbroker.protocol import APIS, ApiKey, ErrorCode, RequestHeader, api_versions_response
 from kbroker.protocol.messages.admin import CreateTopicsRequest, DeleteTopicsRequest
@@ -266,6 +268,18 @@ def test_the_controllers_bytes(kafka: KafkaZkBroker, zk: KazooClient, probe: Wir
     assert after.connection == lai.connection == first.connection
     assert [r.header.correlation_id for r in (first, lai, after)] == [0, 1, 2]
     assert partition_states(after.body) == [(TOPIC, topic_id, 0, 2, 0, [2, 1], 0, [2, 1], [])]
+    # ... and as the metadata cache takes it.
+    cache = MetadataCache()
+    cache.update_from_controller(1, *update_metadata_contents(after.body, 8))
+    assert [(b.broker_id, b.port) for b in cache.alive_brokers()] == [
+        (1, kafka.port),
+        (2, probe.port),
+    ]
+    known = cache.topic(TOPIC)
+    assert known is not None and known.topic_id == topic_id and cache.controller_id == 1
+    assert cache.partition_state(TOPIC, 0) == PartitionState(
+        [2, 1], 2, 0, [2, 1], controller_epoch, version=0
+    )
 
     # 3. Broker 1 follows broker 2: Fetch v17 with the follower's fields, on its own connection.
     fetch = probe.wait_for(of(ApiKey.FETCH), "a follower's Fetch")
@@ -312,8 +326,20 @@ def test_the_controllers_bytes(kafka: KafkaZkBroker, zk: KazooClient, probe: Wir
         )
         assert (stale.error_code, stale.topics) == (ErrorCode.STALE_BROKER_EPOCH, [])
 
-        # 5. Deleting the topic: StopReplica v4, first keeping the replica, then deleting it.
+        # 5. Deleting the topic: UpdateMetadata with leader -2 (the topic leaves the cache),
+        # then StopReplica v4, first keeping the replica, then deleting it.
         assert delete_topic(c, TOPIC) == ErrorCode.NONE
+        deleting = probe.wait_for(
+            lambda r: (
+                r.header.api_key == ApiKey.UPDATE_METADATA
+                and [s[3] for s in partition_states(r.body)] == [-2]
+            ),
+            "UpdateMetadata deleting the topic",
+        )
+        assert cache.update_from_controller(1, *update_metadata_contents(deleting.body, 8)) == [
+            (TOPIC, 0)
+        ]
+        assert cache.topic(TOPIC) is None
         for delete in (False, True):
             stop = probe.wait_for(
                 lambda r, d=delete: (

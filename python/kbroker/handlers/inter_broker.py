@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kbroker.log import TopicPartition
+from kbroker.metadata_cache import BrokerInfo, ControllerPartitionState
 from kbroker.metadata_types import PartitionState
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
@@ -137,6 +138,49 @@ def stop_replica_orders(request: Any, version: int) -> list[StopReplicaOrder]:
         for t in request.topic_states
         for p in t.partition_states
     ]
+
+
+def update_metadata_contents(
+    request: Any, version: int
+) -> tuple[list[BrokerInfo], list[ControllerPartitionState]]:
+    """An UpdateMetadata request of any version as the metadata cache takes it: the live
+    brokers (each at its first endpoint) and the partition states."""
+    brokers = []
+    for b in request.live_brokers:
+        if version == 0:
+            host, port = b.v0_host, b.v0_port
+        elif b.endpoints:
+            host, port = b.endpoints[0].host, b.endpoints[0].port
+        else:
+            continue  # no endpoint a client could reach
+        brokers.append(BrokerInfo(b.id, host, port, b.rack if version >= 2 else None))
+    grouped: list[tuple[str, Any, list[Any]]]
+    if version < 5:
+        grouped = [(p.topic_name, None, [p]) for p in request.ungrouped_partition_states]
+    else:
+        grouped = [
+            (t.topic_name, t.topic_id if version >= 7 else None, t.partition_states)
+            for t in request.topic_states
+        ]
+    partitions = [
+        ControllerPartitionState(
+            topic,
+            p.partition_index,
+            PartitionState(
+                replicas=list(p.replicas),
+                leader=p.leader,
+                leader_epoch=p.leader_epoch,
+                isr=list(p.isr),
+                controller_epoch=p.controller_epoch,
+                version=p.zk_version,
+                offline_replicas=list(p.offline_replicas) if version >= 4 else [],
+            ),
+            topic_id,
+        )
+        for topic, topic_id, parts in grouped
+        for p in parts
+    ]
+    return brokers, partitions
 
 
 def handle_leader_and_isr(broker: Broker, ctx: RequestContext, request: Any) -> Any:

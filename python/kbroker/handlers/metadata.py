@@ -42,7 +42,7 @@ def _topic_entry(topic: TopicMetadata) -> Any:
                 leader_epoch=s.leader_epoch,
                 replica_nodes=s.replicas,
                 isr_nodes=s.isr,
-                offline_replicas=[],
+                offline_replicas=s.offline_replicas,
             )
             for p, s in sorted(topic.partitions.items())
         ],

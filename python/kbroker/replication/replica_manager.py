@@ -212,8 +212,9 @@ class ReplicaManager:
 
     # -- the controller's orders -----------------------------------------------
 
-    def _accepts_controller(self, controller_epoch: int) -> bool:
-        """False for an order of a controller older than one already heard from."""
+    def accepts_controller(self, controller_epoch: int) -> bool:
+        """False for an order of a controller older than one already heard from (also
+        UpdateMetadata's: one epoch for every order)."""
         if controller_epoch < self.controller_epoch:
             log.warning(
                 "ignoring an order of controller epoch %d: epoch %d is current",
@@ -236,7 +237,7 @@ class ReplicaManager:
         knows (else INCONSISTENT_TOPIC_ID). A partition new to this broker has its
         log opened or created.
         """
-        if not self._accepts_controller(controller_epoch):
+        if not self.accepts_controller(controller_epoch):
             return None
         errors: dict[TopicPartition, ErrorCode] = {}
         for order in orders:
@@ -298,7 +299,7 @@ class ReplicaManager:
         """Applies a controller's StopReplica: each partition's error, or None when the
         request comes from an old controller. A stopped partition is no longer served;
         with ``delete`` its log is removed too (also when it was not served)."""
-        if not self._accepts_controller(controller_epoch):
+        if not self.accepts_controller(controller_epoch):
             return None
         errors: dict[TopicPartition, ErrorCode] = {}
         to_delete: list[TopicPartition] = []
