@@ -36,6 +36,8 @@ class LiveBroker:
     host: str
     port: int
     rack: str | None = None
+    # Every advertised listener: (listener name, host, port, security protocol name).
+    endpoints: tuple[tuple[str, str, int, str], ...] = ()
 
 
 @dataclass(slots=True)

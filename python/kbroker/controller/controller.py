@@ -1,0 +1,344 @@
+"""`Controller`: the work of the elected controller, one event at a time.
+
+Elected (see `kbroker.cluster.controller`), the controller reads the cluster
+from ZooKeeper into a `ControllerContext` and then follows it through
+watches on ``/brokers/ids`` and ``/brokers/topics``. Each event is handled
+to the end before the next (one task drains the queue), and each follows
+one pattern: plan transitions from the context (no I/O), write them to
+ZooKeeper fenced by the controller epoch and each state's version, record
+what was written, and only then tell the brokers (LeaderAndIsr to the
+partitions' replicas, UpdateMetadata to every live broker).
+
+What it handles today: brokers joining (full metadata to them; their
+partitions' orders; offline partitions elected) and leaving (their
+partitions elected elsewhere from the ISR, or left without a leader;
+dead replicas out of the ISR), new topics and partitions (first states).
+A write refused because another controller was elected stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+
+from kbroker.cluster import zk_data as zd
+from kbroker.cluster.controller import ControllerEpoch, fenced_multi
+from kbroker.cluster.errors import (
+    ControllerMovedError,
+    ZkDataError,
+    ZkError,
+    ZkMultiError,
+    ZkNoNodeError,
+)
+from kbroker.cluster.zk import CreateOp, SetDataOp, Stat, WatchEvent, ZkClient
+from kbroker.controller import requests
+from kbroker.controller.channel import ControllerChannel
+from kbroker.controller.context import (
+    ControllerContext,
+    LiveBroker,
+    TopicAssignment,
+    Transition,
+)
+from kbroker.log import TopicPartition
+from kbroker.protocol import ApiKey
+
+log = logging.getLogger(__name__)
+
+Event = Callable[[], Awaitable[None]]
+
+
+class Controller:
+    def __init__(
+        self,
+        zk: ZkClient,
+        broker_id: int,
+        epoch: ControllerEpoch,
+        allow_unclean: Callable[[str], bool] = lambda _topic: False,
+        channel: ControllerChannel | None = None,
+    ) -> None:
+        self.zk = zk
+        self.epoch = epoch
+        self.ctx = ControllerContext(controller_id=broker_id, epoch=epoch.epoch)
+        self.allow_unclean = allow_unclean
+        self.channel = channel or ControllerChannel(broker_id)
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._watches: list[object] = []
+        # Set when the controller stopped on its own (another one was elected).
+        self.moved = asyncio.Event()
+
+    # -- life ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Loads the cluster, starts following it, and brings every partition online."""
+        for path in (zd.BROKER_IDS_PATH, zd.TOPICS_PATH):
+            await self.zk.ensure_path(path)
+        self._watches.append(
+            await self.zk.watch(
+                zd.BROKER_IDS_PATH, self._queue(self._brokers_changed), children=True
+            )
+        )
+        self._watches.append(
+            await self.zk.watch(zd.TOPICS_PATH, self._queue(self._topics_changed), children=True)
+        )
+        self._task = asyncio.ensure_future(self._run())
+        self._events.put_nowait(self._startup)
+        log.info("controller %d: started in epoch %d", self.ctx.controller_id, self.ctx.epoch)
+
+    async def stop(self) -> None:
+        for watch in self._watches:
+            watch.cancel()  # type: ignore[attr-defined]
+        self._watches.clear()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.channel.close()
+
+    async def idle(self) -> None:
+        """Returns once every event queued so far is handled (for tests and shutdown)."""
+        done = asyncio.get_running_loop().create_future()
+
+        async def mark() -> None:
+            done.set_result(None)
+
+        self._events.put_nowait(mark)
+        await done
+
+    def _queue(self, handler: Event) -> Callable[[WatchEvent], None]:
+        return lambda _event: self._events.put_nowait(handler)
+
+    async def _run(self) -> None:
+        while True:
+            handler = await self._events.get()
+            try:
+                await handler()
+            except ControllerMovedError as exc:
+                log.warning("controller %d: %s; stepping down", self.ctx.controller_id, exc)
+                self.moved.set()
+                return
+            except ZkError as exc:
+                # ZooKeeper away: the watches re-deliver once it is back.
+                log.warning("controller %d: ZooKeeper failed (%s)", self.ctx.controller_id, exc)
+            except Exception:
+                log.exception("controller %d: handling an event failed", self.ctx.controller_id)
+
+    # -- reading ZooKeeper -----------------------------------------------------------
+
+    async def _read_brokers(self) -> dict[int, LiveBroker]:
+        live: dict[int, LiveBroker] = {}
+        for child in await self.zk.get_children(zd.BROKER_IDS_PATH):
+            try:
+                broker_id = int(child)
+                data, stat = await self.zk.get(zd.broker_path(broker_id))
+                reg = zd.decode_broker_registration(broker_id, data)
+            except (ValueError, ZkDataError, ZkNoNodeError) as exc:
+                log.warning("controller: skipping broker registration %r: %s", child, exc)
+                continue
+            plain = reg.plaintext or (reg.endpoints[0] if reg.endpoints else None)
+            if plain is None:
+                log.warning("controller: broker %d registered no endpoint; skipped", broker_id)
+                continue
+            live[broker_id] = LiveBroker(
+                broker_id,
+                stat.czxid,
+                plain.host,
+                plain.port,
+                reg.rack,
+                tuple((e.listener, e.host, e.port, e.security_protocol) for e in reg.endpoints),
+            )
+        return live
+
+    async def _read_topic(self, name: str) -> TopicAssignment | None:
+        try:
+            data, _ = await self.zk.get(zd.topic_path(name))
+            assignment = zd.decode_topic_assignment(data)
+        except ZkNoNodeError:
+            return None
+        except ZkDataError as exc:
+            log.warning("controller: skipping topic %r: %s", name, exc)
+            return None
+        if assignment.topic_id is None:
+            log.warning("controller: topic %r has no topic id; skipped", name)
+            return None
+        return TopicAssignment(name, assignment.topic_id, assignment.replicas())
+
+    async def _read_states(self, topic: TopicAssignment) -> None:
+        for p, replicas in topic.partitions.items():
+            tp = TopicPartition(topic.name, p)
+            try:
+                data, stat = await self.zk.get(zd.partition_state_path(topic.name, p))
+                state = zd.decode_partition_state(data, stat.version)
+            except ZkNoNodeError:
+                continue
+            except ZkDataError as exc:
+                log.warning("controller: unreadable state of %s: %s", tp, exc)
+                continue
+            self.ctx.states[tp] = state.to_partition_state(replicas)
+
+    # -- events ------------------------------------------------------------------
+
+    async def _startup(self) -> None:
+        self.ctx.live = await self._read_brokers()
+        for name in await self.zk.get_children(zd.TOPICS_PATH):
+            topic = await self._read_topic(name)
+            if topic is not None:
+                self.ctx.topics[name] = topic
+                await self._read_states(topic)
+        for b in self.ctx.live.values():
+            self.channel.add_broker(b)
+        everything = list(self.ctx.partitions())
+        self._send_update_metadata(self.ctx.live, everything)
+        for b in self.ctx.live.values():
+            self._send_leader_and_isr_to(b, [tp for tp in everything if tp in self.ctx.states])
+        await self._bring_online(self.ctx.offline_partitions())
+
+    async def _brokers_changed(self) -> None:
+        now = await self._read_brokers()
+        joined = {i: b for i, b in now.items() if self.ctx.live.get(i) != b}
+        left = [i for i in self.ctx.live if i not in now]
+        # A broker that restarted between two reads has a new epoch: it joins again.
+        restarted = [i for i in joined if i in self.ctx.live]
+        self.ctx.live = now
+        for i in left:
+            self.channel.remove_broker(i)
+        for b in joined.values():
+            self.channel.add_broker(b)
+        if left or restarted:
+            log.info("controller: brokers %s left", sorted(left + restarted))
+            gone = left
+            planned = self.ctx.plan_offline_elections(
+                [tp for tp in self.ctx.offline_partitions() if tp in self.ctx.states],
+                self.allow_unclean,
+            )
+            written = await self._write(planned)
+            written += await self._write(self.ctx.plan_remove_from_isr(gone))
+            self._announce(written)
+        if joined:
+            log.info("controller: brokers %s joined", sorted(joined))
+            # Everything to the new brokers; the others learn of them.
+            everything = list(self.ctx.partitions())
+            self._send_update_metadata(joined, everything)
+            others = {i: b for i, b in now.items() if i not in joined}
+            self._send_update_metadata(others, [])
+            for b in joined.values():
+                mine = [tp for tp in self.ctx.partitions_on([b.broker_id]) if tp in self.ctx.states]
+                self._send_leader_and_isr_to(b, mine)
+            await self._bring_online(self.ctx.offline_partitions())
+
+    async def _topics_changed(self) -> None:
+        names = set(await self.zk.get_children(zd.TOPICS_PATH))
+        created: list[TopicPartition] = []
+        for name in sorted(names):
+            topic = await self._read_topic(name)
+            if topic is None:
+                continue
+            known = self.ctx.topics.get(name)
+            if known is not None and known.topic_id == topic.topic_id:
+                added = [p for p in topic.partitions if p not in known.partitions]
+                known.partitions.update({p: topic.partitions[p] for p in added})
+                created += [TopicPartition(name, p) for p in added]
+                continue
+            if known is not None:
+                continue  # a topic made again under the same name: its deletion comes first
+            self.ctx.topics[name] = topic
+            await self._read_states(topic)
+            fresh = [TopicPartition(name, p) for p in topic.partitions]
+            created += [tp for tp in fresh if tp not in self.ctx.states]
+        if created:
+            log.info("controller: %d new partitions", len(created))
+            await self._bring_online(created)
+
+    # -- writing and telling -------------------------------------------------------------
+
+    async def _bring_online(self, tps: Iterable[TopicPartition]) -> None:
+        tps = list(tps)
+        if not tps:
+            return
+        written = await self._write(self.ctx.plan_offline_elections(tps, self.allow_unclean))
+        self._announce(written)
+
+    async def _write(self, transitions: list[Transition]) -> list[Transition]:
+        """Writes each transition's state (fenced); records and returns those written."""
+        results = await asyncio.gather(*(self._write_one(t) for t in transitions))
+        written = []
+        for t, stat in zip(transitions, results, strict=True):
+            if stat is not None:
+                self.ctx.apply(t, stat.version)
+                written.append(t)
+        return written
+
+    async def _write_one(self, t: Transition) -> Stat | None:
+        tp = t.tp
+        data = zd.encode_partition_state(zd.LeaderAndIsr.from_partition_state(t.state))
+        path = zd.partition_state_path(tp.topic, tp.partition)
+        try:
+            if t.new:
+                await self.zk.ensure_path(zd.partition_path(tp.topic, tp.partition))
+                [_] = await fenced_multi(self.zk, self.epoch, [CreateOp(path, data)])
+                return await self.zk.exists(path)
+            [stat] = await fenced_multi(
+                self.zk, self.epoch, [SetDataOp(path, data, t.state.version)]
+            )
+        except ZkMultiError as exc:
+            # Changed under us (a leader's ISR update): read it again, plan again later.
+            log.info("controller: %s not written (%s); re-reading its state", tp, exc)
+            topic = self.ctx.topics.get(tp.topic)
+            if topic is not None:
+                await self._read_states(topic)
+            return None
+        assert isinstance(stat, Stat)
+        log.info(
+            "controller: %s: leader %d, epoch %d, isr %s (%s)",
+            tp,
+            t.state.leader,
+            t.state.leader_epoch,
+            t.state.isr,
+            t.why,
+        )
+        return stat
+
+    def _announce(self, written: list[Transition]) -> None:
+        """LeaderAndIsr to each live replica of the partitions written; UpdateMetadata to all."""
+        if not written:
+            return
+        by_broker: dict[int, list[TopicPartition]] = {}
+        for t in written:
+            for r in self.ctx.replicas(t.tp):
+                if r in self.ctx.live:
+                    by_broker.setdefault(r, []).append(t.tp)
+        new = frozenset(t.tp for t in written if t.new)
+        for broker_id, tps in by_broker.items():
+            self._send_leader_and_isr_to(self.ctx.live[broker_id], tps, new)
+        self._send_update_metadata(self.ctx.live, [t.tp for t in written])
+
+    def _send_leader_and_isr_to(
+        self,
+        broker: LiveBroker,
+        tps: list[TopicPartition],
+        new: frozenset[TopicPartition] = frozenset(),
+    ) -> None:
+        if not tps:
+            return
+        ctx, epoch = self.ctx, broker.epoch
+        self.channel.send(
+            broker.broker_id,
+            ApiKey.LEADER_AND_ISR,
+            requests.LEADER_AND_ISR_VERSION,
+            lambda: requests.leader_and_isr(ctx, tps, epoch, new),
+        )
+
+    def _send_update_metadata(
+        self, brokers: dict[int, LiveBroker], tps: list[TopicPartition]
+    ) -> None:
+        ctx = self.ctx
+        for b in brokers.values():
+            epoch = b.epoch
+            self.channel.send(
+                b.broker_id,
+                ApiKey.UPDATE_METADATA,
+                requests.UPDATE_METADATA_VERSION,
+                lambda epoch=epoch: requests.update_metadata(ctx, tps, epoch),  # type: ignore[misc]
+            )

@@ -1,0 +1,143 @@
+"""The controller's orders as Kafka 3.9's inter-broker requests: UpdateMetadata v8 and
+LeaderAndIsr v7, built from the `ControllerContext`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from kbroker.controller.context import ControllerContext, LiveBroker
+from kbroker.log import TopicPartition
+from kbroker.protocol.messages.inter_broker import (
+    LeaderAndIsrPartitionState,
+    LeaderAndIsrRequest,
+    UpdateMetadataPartitionState,
+    UpdateMetadataRequest,
+)
+
+UPDATE_METADATA_VERSION = 8
+LEADER_AND_ISR_VERSION = 7
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+
+
+def _endpoints(b: LiveBroker) -> list[Any]:
+    endpoints = b.endpoints or (("PLAINTEXT", b.host, b.port, "PLAINTEXT"),)
+    return [
+        UpdateMetadataRequest.Broker.Endpoint(
+            port=port,
+            host=host,
+            listener=listener,
+            security_protocol=SECURITY_PROTOCOL_IDS.get(protocol, 0),
+        )
+        for listener, host, port, protocol in endpoints
+    ]
+
+
+def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for tp in sorted(set(tps)):
+        out.setdefault(tp.topic, []).append(tp.partition)
+    return out
+
+
+def update_metadata(
+    ctx: ControllerContext, tps: Iterable[TopicPartition], broker_epoch: int
+) -> Any:
+    """UpdateMetadata v8 for one broker: every live broker and the states of ``tps``."""
+    live = set(ctx.live)
+    topics = []
+    for name, partitions in _by_topic(tps).items():
+        topic = ctx.topics.get(name)
+        if topic is None:
+            continue
+        states = []
+        for p in partitions:
+            state = ctx.states.get(TopicPartition(name, p))
+            if state is None:
+                continue
+            replicas = topic.partitions.get(p, state.replicas)
+            states.append(
+                UpdateMetadataPartitionState(
+                    partition_index=p,
+                    controller_epoch=state.controller_epoch,
+                    leader=state.leader,
+                    leader_epoch=state.leader_epoch,
+                    isr=list(state.isr),
+                    zk_version=state.version,
+                    replicas=list(replicas),
+                    offline_replicas=[r for r in replicas if r not in live],
+                )
+            )
+        if states:
+            topics.append(
+                UpdateMetadataRequest.TopicState(
+                    topic_name=name, topic_id=topic.topic_id, partition_states=states
+                )
+            )
+    return UpdateMetadataRequest(
+        controller_id=ctx.controller_id,
+        is_kraft_controller=False,
+        controller_epoch=ctx.epoch,
+        broker_epoch=broker_epoch,
+        topic_states=topics,
+        live_brokers=[
+            UpdateMetadataRequest.Broker(id=b.broker_id, endpoints=_endpoints(b), rack=b.rack)
+            for b in sorted(ctx.live.values(), key=lambda b: b.broker_id)
+        ],
+    )
+
+
+def leader_and_isr(
+    ctx: ControllerContext,
+    tps: Iterable[TopicPartition],
+    broker_epoch: int,
+    new: frozenset[TopicPartition] = frozenset(),
+) -> Any:
+    """LeaderAndIsr v7 for one broker: the states of ``tps`` (its replicas)."""
+    topics = []
+    leaders: set[int] = set()
+    for name, partitions in _by_topic(tps).items():
+        topic = ctx.topics.get(name)
+        if topic is None:
+            continue
+        states = []
+        for p in partitions:
+            tp = TopicPartition(name, p)
+            state = ctx.states.get(tp)
+            if state is None:
+                continue
+            leaders.add(state.leader)
+            states.append(
+                LeaderAndIsrPartitionState(
+                    partition_index=p,
+                    controller_epoch=state.controller_epoch,
+                    leader=state.leader,
+                    leader_epoch=state.leader_epoch,
+                    isr=list(state.isr),
+                    partition_epoch=state.version,
+                    replicas=list(topic.partitions.get(p, state.replicas)),
+                    adding_replicas=[],
+                    removing_replicas=[],
+                    is_new=tp in new,
+                    leader_recovery_state=0,
+                )
+            )
+        if states:
+            topics.append(
+                LeaderAndIsrRequest.TopicState(
+                    topic_name=name, topic_id=topic.topic_id, partition_states=states
+                )
+            )
+    return LeaderAndIsrRequest(
+        controller_id=ctx.controller_id,
+        is_kraft_controller=False,
+        controller_epoch=ctx.epoch,
+        broker_epoch=broker_epoch,
+        type=0,
+        topic_states=topics,
+        live_leaders=[
+            LeaderAndIsrRequest.LiveLeader(broker_id=b.broker_id, host_name=b.host, port=b.port)
+            for b in sorted(ctx.live.values(), key=lambda b: b.broker_id)
+            if b.broker_id in leaders
+        ],
+    )
