@@ -12,7 +12,7 @@ import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -38,8 +38,12 @@ class KafkaZkBroker:
     broker_id: int
     port: int
     chroot: str
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | None
     log: Path
+    zk_connect: str = ""
+    cmd: list[str] = field(default_factory=list)
+    # Where this run's output starts in the log (a restart appends).
+    log_offset: int = 0
 
     @property
     def bootstrap(self) -> str:
@@ -48,6 +52,47 @@ class KafkaZkBroker:
     def output(self, tail: int = 60) -> str:
         lines = self.log.read_text(errors="replace").splitlines()
         return "\n".join(lines[-tail:])
+
+    def launch(self) -> None:
+        self.log_offset = self.log.stat().st_size if self.log.exists() else 0
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT)
+
+    def wait_started(self, timeout: float = 45.0) -> None:
+        """Until this run logged its start and registered in ZooKeeper."""
+        zk = KazooClient(hosts=self.zk_connect + self.chroot, timeout=10)
+        try:
+            zk.start(timeout=10)
+            deadline = time.monotonic() + timeout
+            while True:
+                with open(self.log, "rb") as f:
+                    f.seek(self.log_offset)
+                    started = b"started (kafka.server.KafkaServer)" in f.read()
+                if started and zk.exists(f"/brokers/ids/{self.broker_id}"):
+                    return
+                if self.proc is None or self.proc.poll() is not None:
+                    code = None if self.proc is None else self.proc.returncode
+                    raise RuntimeError(f"Kafka exited with {code}:\n{self.output()}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"Kafka did not start in {timeout}s:\n{self.output()}")
+                time.sleep(0.2)
+        finally:
+            zk.stop()
+            zk.close()
+
+    def kill(self) -> None:
+        """kill -9, and wait for the process to be gone."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(30)
+
+    def restart(self, timeout: float = 45.0) -> None:
+        """Starts the killed broker again on its data and port."""
+        self.kill()
+        self.launch()
+        self.wait_started(timeout)
 
 
 @contextmanager
@@ -85,42 +130,28 @@ def kafka_zk_broker(
     }
     (root / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
     log = root / "kafka.log"
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [
-                java,
-                "-Xmx512m",
-                "-XX:+UseSerialGC",
-                "-XX:TieredStopAtLevel=1",
-                f"-Dlog4j.configuration=file:{root / 'log4j.properties'}",
-                "-cp",
-                f"{lib}/*",
-                "kafka.Kafka",
-                str(root / "server.properties"),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    broker = KafkaZkBroker(broker_id, port, chroot, proc, log)
+    cmd = [
+        java,
+        "-Xmx512m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        f"-Dlog4j.configuration=file:{root / 'log4j.properties'}",
+        "-cp",
+        f"{lib}/*",
+        "kafka.Kafka",
+        str(root / "server.properties"),
+    ]
     zk = KazooClient(hosts=zk_connect, timeout=10)
+    zk.start(timeout=10)
     try:
-        zk.start(timeout=10)
         zk.ensure_path(chroot)
-        deadline = time.monotonic() + timeout
-        while not (
-            "started (kafka.server.KafkaServer)" in broker.output(400)
-            and zk.exists(f"{chroot}/brokers/ids/{broker_id}")
-        ):
-            if proc.poll() is not None:
-                raise RuntimeError(f"Kafka exited with {proc.returncode}:\n{broker.output()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"Kafka did not start in {timeout}s:\n{broker.output()}")
-            time.sleep(0.2)
-        zk.stop()
-        zk.close()
-        yield broker
     finally:
         zk.stop()
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(30)
+        zk.close()
+    broker = KafkaZkBroker(broker_id, port, chroot, None, log, zk_connect, cmd)
+    broker.launch()
+    try:
+        broker.wait_started(timeout)
+        yield broker
+    finally:
+        broker.kill()

@@ -183,8 +183,7 @@ def test_create_serve_and_fail_over(
     # Broker 1 caught up as a follower of rf2-0 (its ISR holds both).
     wait_for(lambda: set(state_of(zk, "rf2", 0).isr) == {1, 2}, "rf2-0's ISR", timeout=30)
 
-    b2.proc.kill()
-    b2.proc.wait(10)
+    b2.kill()
     killed = time.monotonic()
     wait_for(lambda: leader_of(admin, "rf2", 0) == 1, "broker 1 to lead rf2-0", timeout=40)
     assert produce(b1.bootstrap, "rf2", 0, 10, "b") == 10
@@ -193,5 +192,12 @@ def test_create_serve_and_fail_over(
     assert (rf2.leader, rf2.isr) == (1, (1,))
     assert (rf1.leader, rf1.isr) == (-1, (2,))
     assert consume(b1.bootstrap, "rf2", 1, 60) == 60
+
+    # Broker 2 comes back: its offline partition is led again (it is its ISR), and it
+    # follows rf2-0 again.
+    b2.restart()
+    wait_for(lambda: leader_of(admin, "rf1", 1) == 2, "rf1-1 back online", timeout=40)
+    assert produce(b1.bootstrap, "rf1", 1, 5, "c") == 5
+    assert consume(b2.bootstrap, "rf1", 2, 45) == 45
     print(f"\n[{who}] topics created in {created_s:.2f}s; kill -9 to an acks=all write "
           f"on the new leader {failover_s:.2f}s")  # fmt: skip
