@@ -13,7 +13,9 @@ created (their assignment znodes written, as the controller's input) and get
 leaders; records go in and come back through the brokers;
 then broker 2 is killed (kill -9): the factor-2 partition it led is led by
 broker 1 from its ISR and takes acks=all writes again; the factor-1 partition on
-broker 2 goes offline (leader -1, its last ISR member kept).
+broker 2 goes offline (leader -1, its last ISR member kept). Broker 2 restarts:
+that partition is led again. Then the factor-1 topic is deleted: clients stop
+seeing it, both brokers delete its logs, and its znodes go.
 """
 
 from __future__ import annotations
@@ -89,8 +91,11 @@ def state_of(zk: KazooClient, topic: str, partition: int) -> zd.LeaderAndIsr:
 
 
 def leader_of(admin: AdminClient, topic: str, partition: int) -> int:
+    """The partition's leader as the broker's metadata says, -1 while it has none."""
     md = admin.list_topics(topic, timeout=10)
-    return md.topics[topic].partitions[partition].leader
+    known = md.topics.get(topic)
+    part = None if known is None else known.partitions.get(partition)
+    return -1 if part is None else part.leader
 
 
 def produce(bootstrap: str, topic: str, partition: int, n: int, tag: str) -> int:
@@ -188,9 +193,14 @@ def test_create_serve_and_fail_over(
     wait_for(lambda: leader_of(admin, "rf2", 0) == 1, "broker 1 to lead rf2-0", timeout=40)
     assert produce(b1.bootstrap, "rf2", 0, 10, "b") == 10
     failover_s = time.monotonic() - killed
-    rf2, rf1 = state_of(zk, "rf2", 0), state_of(zk, "rf1", 1)
+    rf2 = state_of(zk, "rf2", 0)
     assert (rf2.leader, rf2.isr) == (1, (1,))
-    assert (rf1.leader, rf1.isr) == (-1, (2,))
+    # (Written after the elections: the partition nobody can lead loses its leader.)
+    wait_for(
+        lambda: (state_of(zk, "rf1", 1).leader, state_of(zk, "rf1", 1).isr) == (-1, (2,)),
+        "rf1-1 without a leader, its last ISR member kept",
+        timeout=20,
+    )
     assert consume(b1.bootstrap, "rf2", 1, 60) == 60
 
     # Broker 2 comes back: its offline partition is led again (it is its ISR), and it
@@ -199,5 +209,27 @@ def test_create_serve_and_fail_over(
     wait_for(lambda: leader_of(admin, "rf1", 1) == 2, "rf1-1 back online", timeout=40)
     assert produce(b1.bootstrap, "rf1", 1, 5, "c") == 5
     assert consume(b2.bootstrap, "rf1", 2, 45) == 45
-    print(f"\n[{who}] topics created in {created_s:.2f}s; kill -9 to an acks=all write "
-          f"on the new leader {failover_s:.2f}s")  # fmt: skip
+
+    # rf1 is deleted (its deletion znode, the controller's input): clients stop seeing it,
+    # both brokers delete its logs, and its znodes go.
+    zk.create(zd.delete_topic_path("rf1"), makepath=True)
+    deleting = time.monotonic()
+
+    def deleted() -> bool:
+        gone = "rf1" not in admin.list_topics(timeout=10).topics
+        logs = [
+            d.name
+            for b in (b1, b2)
+            for d in (b.log.parent / "logs").glob("rf1-*")
+            if not d.name.endswith("-delete")  # renamed: deleted (the files go later)
+        ]
+        return gone and not logs and zk.exists(zd.topic_path("rf1")) is None
+
+    wait_for(deleted, "rf1 to be deleted everywhere", timeout=60)
+    deleted_s = time.monotonic() - deleting
+    assert zk.get_children(zd.DELETE_TOPICS_PATH) == []
+    assert consume(b1.bootstrap, "rf2", 1, 60) == 60  # the other topic is untouched
+    print(
+        f"\n[{who}] topics created in {created_s:.2f}s; kill -9 to an acks=all write on the "
+        f"new leader {failover_s:.2f}s; topic deleted everywhere in {deleted_s:.2f}s"
+    )

@@ -31,6 +31,8 @@ class _Outbound:
     version: int
     # Built when sent: the request names the broker's epoch as it is then.
     build: Callable[[], Any]
+    # Told the broker's answer (on the loop), if anyone listens.
+    on_response: Callable[[Any], None] | None = None
 
 
 class _BrokerQueue:
@@ -60,6 +62,13 @@ class _BrokerQueue:
                         exc,
                     )
                     await asyncio.sleep(self.retry_backoff_s)
+            if out.on_response is not None:
+                try:
+                    out.on_response(response)
+                except Exception:
+                    log.exception(
+                        "controller: handling broker %d's answer failed", self.broker.broker_id
+                    )
             code = getattr(response, "error_code", 0)
             if code:
                 log.warning(
@@ -103,12 +112,21 @@ class ControllerChannel:
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
-    def send(self, broker_id: int, api_key: ApiKey, version: int, build: Callable[[], Any]) -> None:
+    def send(
+        self,
+        broker_id: int,
+        api_key: ApiKey,
+        version: int,
+        build: Callable[[], Any],
+        on_response: Callable[[Any], None] | None = None,
+    ) -> None:
+        """Queues a request to ``broker_id`` (built when sent); ``on_response`` is told
+        the answer. Nothing is sent to a broker without a channel (not live)."""
         queue = self._brokers.get(broker_id)
         if queue is None:
             log.debug("controller: no channel to broker %d for %s", broker_id, api_key.name)
             return
-        queue.queue.put_nowait(_Outbound(api_key, version, build))
+        queue.queue.put_nowait(_Outbound(api_key, version, build, on_response))
 
     async def close(self) -> None:
         queues = list(self._brokers.values())

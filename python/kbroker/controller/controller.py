@@ -12,8 +12,11 @@ partitions' replicas, UpdateMetadata to every live broker).
 What it handles today: brokers joining (full metadata to them; their
 partitions' orders; offline partitions elected) and leaving (their
 partitions elected elsewhere from the ISR, or left without a leader;
-dead replicas out of the ISR), new topics and partitions (first states).
-A write refused because another controller was elected stops it.
+dead replicas out of the ISR), new topics (first states), and topic
+deletion (``/admin/delete_topics``: brokers stop and delete the replicas,
+and the topic's znodes go once every replica confirmed, so a replica on a
+dead broker is deleted when it is back). A write refused because another
+controller was elected stops it.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from kbroker.cluster.errors import (
     ZkMultiError,
     ZkNoNodeError,
 )
-from kbroker.cluster.zk import CreateOp, SetDataOp, Stat, WatchEvent, ZkClient
+from kbroker.cluster.zk import CreateOp, DeleteOp, SetDataOp, Stat, WatchEvent, ZkClient
 from kbroker.controller import requests
 from kbroker.controller.channel import ControllerChannel
 from kbroker.controller.context import (
@@ -68,6 +71,8 @@ class Controller:
         self._watches: list[object] = []
         # Set when the controller stopped on its own (another one was elected).
         self.moved = asyncio.Event()
+        # Topics being deleted -> replicas (broker, partition) not yet confirmed deleted.
+        self._undeleted: dict[str, set[tuple[int, TopicPartition]]] = {}
 
     # -- life ----------------------------------------------------------------------
 
@@ -83,6 +88,9 @@ class Controller:
         self._watches.append(
             await self.zk.watch(zd.TOPICS_PATH, self._queue(self._topics_changed), children=True)
         )
+        await self.zk.ensure_path(zd.DELETE_TOPICS_PATH)
+        deletions = self._queue(self._deletions_changed)
+        self._watches.append(await self.zk.watch(zd.DELETE_TOPICS_PATH, deletions, children=True))
         self._task = asyncio.ensure_future(self._run())
         self._events.put_nowait(self._startup)
         log.info("controller %d: started in epoch %d", self.ctx.controller_id, self.ctx.epoch)
@@ -194,6 +202,7 @@ class Controller:
         for b in self.ctx.live.values():
             self._send_leader_and_isr_to(b, [tp for tp in everything if tp in self.ctx.states])
         await self._bring_online(self.ctx.offline_partitions())
+        await self._deletions_changed()
 
     async def _brokers_changed(self) -> None:
         now = await self._read_brokers()
@@ -250,6 +259,86 @@ class Controller:
         if created:
             log.info("controller: %d new partitions", len(created))
             await self._bring_online(created)
+
+    # -- topic deletion --------------------------------------------------------------------
+
+    async def _deletions_changed(self) -> None:
+        for name in sorted(await self.zk.get_children(zd.DELETE_TOPICS_PATH)):
+            if name in self.ctx.deleting:
+                continue
+            if name not in self.ctx.topics:
+                # Nothing (left) to delete: the request is done.
+                log.info("controller: deletion of unknown topic %r dropped", name)
+                await self._delete_quietly(zd.delete_topic_path(name))
+                continue
+            log.info("controller: deleting topic %s", name)
+            self.ctx.deleting.add(name)
+            tps = [tp for tp in self.ctx.partitions() if tp.topic == name]
+            self._undeleted[name] = {(r, tp) for tp in tps for r in self.ctx.replicas(tp)}
+            # Clients stop seeing the topic (leader -2 in every broker's cache) ...
+            self._send_update_metadata(self.ctx.live, tps, frozenset({name}))
+            # ... and each live replica stops, then deletes its log.
+            for b in self.ctx.live.values():
+                theirs = [tp for r, tp in self._undeleted[name] if r == b.broker_id]
+                self._send_stop_replicas(b, name, theirs)
+            if not self._undeleted[name]:
+                await self._finish_deletion(name)
+
+    def _send_stop_replicas(self, broker: LiveBroker, name: str, tps: list[TopicPartition]) -> None:
+        if not tps:
+            return
+        ctx, epoch, broker_id = self.ctx, broker.epoch, broker.broker_id
+
+        def deleted(response: object) -> None:
+            done = [
+                TopicPartition(e.topic_name, e.partition_index)
+                for e in getattr(response, "partition_errors", [])
+                if e.error_code == 0
+            ]
+            if getattr(response, "error_code", 0) == 0 and done:
+                self._events.put_nowait(lambda: self._replicas_deleted(name, broker_id, done))
+
+        for delete in (False, True):
+            self.channel.send(
+                broker_id,
+                ApiKey.STOP_REPLICA,
+                requests.STOP_REPLICA_VERSION,
+                lambda delete=delete: requests.stop_replica(ctx, tps, epoch, delete),  # type: ignore[misc]
+                deleted if delete else None,
+            )
+
+    async def _replicas_deleted(self, name: str, broker_id: int, tps: list[TopicPartition]) -> None:
+        undeleted = self._undeleted.get(name)
+        if undeleted is None:
+            return
+        undeleted.difference_update((broker_id, tp) for tp in tps)
+        if not undeleted:
+            await self._finish_deletion(name)
+
+    async def _finish_deletion(self, name: str) -> None:
+        """Every replica is gone: the topic's znodes go (fenced), then the topic."""
+        topic = self.ctx.topics[name]
+        ops: list[DeleteOp] = []
+        for p in topic.partitions:
+            ops.append(DeleteOp(zd.partition_state_path(name, p)))
+            ops.append(DeleteOp(zd.partition_path(name, p)))
+        ops.append(DeleteOp(zd.partitions_path(name)))
+        ops.append(DeleteOp(zd.topic_path(name)))
+        existing = [op for op in ops if await self.zk.exists(op.path) is not None]
+        if existing:
+            await fenced_multi(self.zk, self.epoch, existing)
+        await self._delete_quietly(zd.topic_config_path(name))
+        await self._delete_quietly(zd.delete_topic_path(name))
+        for p in topic.partitions:
+            self.ctx.states.pop(TopicPartition(name, p), None)
+        del self.ctx.topics[name]
+        self.ctx.deleting.discard(name)
+        self._undeleted.pop(name, None)
+        log.info("controller: topic %s deleted", name)
+
+    async def _delete_quietly(self, path: str) -> None:
+        with contextlib.suppress(ZkNoNodeError):
+            await self.zk.delete(path)
 
     # -- writing and telling -------------------------------------------------------------
 
@@ -331,14 +420,18 @@ class Controller:
         )
 
     def _send_update_metadata(
-        self, brokers: dict[int, LiveBroker], tps: list[TopicPartition]
+        self,
+        brokers: dict[int, LiveBroker],
+        tps: list[TopicPartition],
+        deleting: frozenset[str] | None = None,
     ) -> None:
         ctx = self.ctx
+        gone = frozenset(ctx.deleting) if deleting is None else deleting
         for b in brokers.values():
             epoch = b.epoch
             self.channel.send(
                 b.broker_id,
                 ApiKey.UPDATE_METADATA,
                 requests.UPDATE_METADATA_VERSION,
-                lambda epoch=epoch: requests.update_metadata(ctx, tps, epoch),  # type: ignore[misc]
+                lambda epoch=epoch: requests.update_metadata(ctx, tps, epoch, gone),  # type: ignore[misc]
             )

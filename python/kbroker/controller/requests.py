@@ -11,12 +11,17 @@ from kbroker.log import TopicPartition
 from kbroker.protocol.messages.inter_broker import (
     LeaderAndIsrPartitionState,
     LeaderAndIsrRequest,
+    StopReplicaRequest,
     UpdateMetadataPartitionState,
     UpdateMetadataRequest,
 )
 
 UPDATE_METADATA_VERSION = 8
 LEADER_AND_ISR_VERSION = 7
+STOP_REPLICA_VERSION = 4
+# The leader (UpdateMetadata) and leader epoch (StopReplica) of a topic being deleted.
+LEADER_DURING_DELETE = -2
+EPOCH_DURING_DELETE = -2
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 
@@ -41,9 +46,13 @@ def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
 
 
 def update_metadata(
-    ctx: ControllerContext, tps: Iterable[TopicPartition], broker_epoch: int
+    ctx: ControllerContext,
+    tps: Iterable[TopicPartition],
+    broker_epoch: int,
+    deleting: frozenset[str] = frozenset(),
 ) -> Any:
-    """UpdateMetadata v8 for one broker: every live broker and the states of ``tps``."""
+    """UpdateMetadata v8 for one broker: every live broker and the states of ``tps``
+    (partitions of the topics ``deleting`` with leader LEADER_DURING_DELETE)."""
     live = set(ctx.live)
     topics = []
     for name, partitions in _by_topic(tps).items():
@@ -60,7 +69,7 @@ def update_metadata(
                 UpdateMetadataPartitionState(
                     partition_index=p,
                     controller_epoch=state.controller_epoch,
-                    leader=state.leader,
+                    leader=LEADER_DURING_DELETE if name in deleting else state.leader,
                     leader_epoch=state.leader_epoch,
                     isr=list(state.isr),
                     zk_version=state.version,
@@ -139,5 +148,29 @@ def leader_and_isr(
             LeaderAndIsrRequest.LiveLeader(broker_id=b.broker_id, host_name=b.host, port=b.port)
             for b in sorted(ctx.live.values(), key=lambda b: b.broker_id)
             if b.broker_id in leaders
+        ],
+    )
+
+
+def stop_replica(
+    ctx: ControllerContext, tps: Iterable[TopicPartition], broker_epoch: int, delete: bool
+) -> Any:
+    """StopReplica v4 for one broker: its replicas of ``tps`` (of topics being deleted)."""
+    return StopReplicaRequest(
+        controller_id=ctx.controller_id,
+        is_kraft_controller=False,
+        controller_epoch=ctx.epoch,
+        broker_epoch=broker_epoch,
+        topic_states=[
+            StopReplicaRequest.TopicState(
+                topic_name=name,
+                partition_states=[
+                    StopReplicaRequest.TopicState.PartitionState(
+                        partition_index=p, leader_epoch=EPOCH_DURING_DELETE, delete_partition=delete
+                    )
+                    for p in partitions
+                ],
+            )
+            for name, partitions in _by_topic(tps).items()
         ],
     )
