@@ -8,14 +8,15 @@ the broker that defined the protocol. The same scenario runs twice:
 - ``kbroker``: kbroker's `Controller`, elected first on the chroot, so the Kafka
   brokers join as ordinary brokers and obey it.
 
-Scenario: two brokers; a topic of replication factor 2 and one of factor 1 are
-created (their assignment znodes written, as the controller's input) and get
-leaders; records go in and come back through the brokers;
-then broker 2 is killed (kill -9): the factor-2 partition it led is led by
-broker 1 from its ISR and takes acks=all writes again; the factor-1 partition on
-broker 2 goes offline (leader -1, its last ISR member kept). Broker 2 restarts:
-that partition is led again. Then the factor-1 topic is deleted: clients stop
-seeing it, both brokers delete its logs, and its znodes go.
+Scenario: two brokers; topics of replication factor 2 and 1 are created (their
+assignment znodes written, as the controller's input) and get leaders; records
+go in and come back through the brokers; broker 2 is killed (kill -9): the
+factor-2 partition it led is led by broker 1 from its ISR and takes acks=all
+writes again, and a factor-1 partition on broker 2 goes offline (leader -1, its
+last ISR member kept). A topic with a replica on each broker is deleted while
+broker 2 is down: clients stop seeing it and broker 1 deletes its replica, but
+the deletion ends only when broker 2, back, has deleted its own; the offline
+partition is led again.
 """
 
 from __future__ import annotations
@@ -169,10 +170,10 @@ def test_create_serve_and_fail_over(
     started = time.monotonic()
     # Topics are made as an assignment znode, the controller's input (a ZooKeeper-mode
     # CreateTopics is answered only by the controller, and ours has no listener).
-    for name, replicas in (("rf2", {0: [2, 1]}), ("rf1", {0: [1], 1: [2]})):
+    for name, replicas in (("rf2", {0: [2, 1]}), ("rf1", {0: [1], 1: [2]}), ("solo", {0: [2]})):
         assignment = zd.TopicAssignment.of(replicas, uuid.uuid4())
         zk.create(zd.topic_path(name), zd.encode_topic_assignment(assignment), makepath=True)
-    for name, count in (("rf2", 1), ("rf1", 2)):
+    for name, count in (("rf2", 1), ("rf1", 2), ("solo", 1)):
         wait_for(lambda n=name, c=count: all(leader_of(admin, n, p) >= 0 for p in range(c))
                  if n in admin.list_topics(timeout=10).topics else False,
                  f"{name} to have leaders", timeout=30)  # fmt: skip
@@ -185,6 +186,7 @@ def test_create_serve_and_fail_over(
     assert produce(b1.bootstrap, "rf1", 0, 20, "a") + produce(b1.bootstrap, "rf1", 1, 20, "a") == 40
     assert consume(b1.bootstrap, "rf2", 1, 50) == 50
     assert consume(b2.bootstrap, "rf1", 2, 40) == 40
+    assert produce(b1.bootstrap, "solo", 0, 20, "a") == 20
     # Broker 1 caught up as a follower of rf2-0 (its ISR holds both).
     wait_for(lambda: set(state_of(zk, "rf2", 0).isr) == {1, 2}, "rf2-0's ISR", timeout=30)
 
@@ -197,39 +199,48 @@ def test_create_serve_and_fail_over(
     assert (rf2.leader, rf2.isr) == (1, (1,))
     # (Written after the elections: the partition nobody can lead loses its leader.)
     wait_for(
-        lambda: (state_of(zk, "rf1", 1).leader, state_of(zk, "rf1", 1).isr) == (-1, (2,)),
-        "rf1-1 without a leader, its last ISR member kept",
+        lambda: (state_of(zk, "solo", 0).leader, state_of(zk, "solo", 0).isr) == (-1, (2,)),
+        "solo-0 without a leader, its last ISR member kept",
         timeout=20,
     )
     assert consume(b1.bootstrap, "rf2", 1, 60) == 60
 
-    # Broker 2 comes back: its offline partition is led again (it is its ISR), and it
-    # follows rf2-0 again.
-    b2.restart()
-    wait_for(lambda: leader_of(admin, "rf1", 1) == 2, "rf1-1 back online", timeout=40)
-    assert produce(b1.bootstrap, "rf1", 1, 5, "c") == 5
-    assert consume(b2.bootstrap, "rf1", 2, 45) == 45
-
-    # rf1 is deleted (its deletion znode, the controller's input): clients stop seeing it,
-    # both brokers delete its logs, and its znodes go.
+    # rf1 is deleted while broker 2, holding rf1-1, is down (its deletion znode, the
+    # controller's input): clients stop seeing it and broker 1 deletes rf1-0 at once;
+    # the topic's znodes stay until broker 2 has deleted its replica too.
     zk.create(zd.delete_topic_path("rf1"), makepath=True)
     deleting = time.monotonic()
 
-    def deleted() -> bool:
-        gone = "rf1" not in admin.list_topics(timeout=10).topics
-        logs = [
-            d.name
-            for b in (b1, b2)
-            for d in (b.log.parent / "logs").glob("rf1-*")
-            if not d.name.endswith("-delete")  # renamed: deleted (the files go later)
+    def logs(b: KafkaZkBroker) -> list[str]:
+        # A directory renamed to "...-delete" is deleted (Kafka removes its files later).
+        return [
+            d.name for d in (b.log.parent / "logs").glob("rf1-*") if not d.name.endswith("-delete")
         ]
-        return gone and not logs and zk.exists(zd.topic_path("rf1")) is None
 
-    wait_for(deleted, "rf1 to be deleted everywhere", timeout=60)
+    wait_for(
+        lambda: "rf1" not in admin.list_topics(timeout=10).topics and not logs(b1),
+        "rf1 gone from clients and broker 1",
+        timeout=30,
+    )
     deleted_s = time.monotonic() - deleting
+    time.sleep(1)
+    assert zk.exists(zd.topic_path("rf1")) is not None  # waiting for broker 2's replica
+    assert logs(b2) == ["rf1-1"]
+
+    # Broker 2 comes back: its offline partition (solo-0) is led again, it follows rf2-0
+    # again, and it deletes its rf1 replica, which ends the deletion.
+    b2.restart()
+    wait_for(lambda: leader_of(admin, "solo", 0) == 2, "solo-0 back online", timeout=40)
+    assert produce(b1.bootstrap, "solo", 0, 5, "c") == 5
+    assert consume(b2.bootstrap, "solo", 1, 25) == 25
+    wait_for(
+        lambda: not logs(b2) and zk.exists(zd.topic_path("rf1")) is None,
+        "rf1's last replica and its znodes deleted",
+        timeout=40,
+    )
     assert zk.get_children(zd.DELETE_TOPICS_PATH) == []
-    assert consume(b1.bootstrap, "rf2", 1, 60) == 60  # the other topic is untouched
+    assert consume(b1.bootstrap, "rf2", 1, 60) == 60  # the other topics are untouched
     print(
         f"\n[{who}] topics created in {created_s:.2f}s; kill -9 to an acks=all write on the "
-        f"new leader {failover_s:.2f}s; topic deleted everywhere in {deleted_s:.2f}s"
+        f"new leader {failover_s:.2f}s; deleted topic gone from clients in {deleted_s:.2f}s"
     )

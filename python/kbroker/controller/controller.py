@@ -233,8 +233,16 @@ class Controller:
             others = {i: b for i, b in now.items() if i not in joined}
             self._send_update_metadata(others, [])
             for b in joined.values():
-                mine = [tp for tp in self.ctx.partitions_on([b.broker_id]) if tp in self.ctx.states]
+                mine = [
+                    tp
+                    for tp in self.ctx.partitions_on([b.broker_id])
+                    if tp in self.ctx.states and tp.topic not in self.ctx.deleting
+                ]
                 self._send_leader_and_isr_to(b, mine)
+                # Deletions waiting for this broker's replicas go on.
+                for name, undeleted in self._undeleted.items():
+                    theirs = [tp for r, tp in undeleted if r == b.broker_id]
+                    self._send_stop_replicas(b, name, theirs)
             await self._bring_online(self.ctx.offline_partitions())
 
     async def _topics_changed(self) -> None:
