@@ -10,7 +10,8 @@ the broker that defined the protocol. The same scenario runs twice:
 
 Scenario: two brokers; topics of replication factor 2 and 1 are created (their
 assignment znodes written, as the controller's input) and get leaders; records
-go in and come back through the brokers; broker 2 is killed (kill -9): the
+go in and come back through the brokers; a partition is added to a topic (its
+assignment rewritten) and gets a leader; broker 2 is killed (kill -9): the
 factor-2 partition it led is led by broker 1 from its ISR and takes acks=all
 writes again, and a factor-1 partition on broker 2 goes offline (leader -1, its
 last ISR member kept). A topic with a replica on each broker is deleted while
@@ -190,6 +191,14 @@ def test_create_serve_and_fail_over(
     # Broker 1 caught up as a follower of rf2-0 (its ISR holds both).
     wait_for(lambda: set(state_of(zk, "rf2", 0).isr) == {1, 2}, "rf2-0's ISR", timeout=30)
 
+    # A partition is added to rf2 (its assignment rewritten, as CreatePartitions does).
+    data, stat = zk.get(zd.topic_path("rf2"))
+    grown = zd.decode_topic_assignment(data)
+    more = zd.TopicAssignment.of({**grown.replicas(), 1: [1, 2]}, grown.topic_id)
+    zk.set(zd.topic_path("rf2"), zd.encode_topic_assignment(more), version=stat.version)
+    wait_for(lambda: leader_of(admin, "rf2", 1) == 1, "rf2-1 led by broker 1", timeout=30)
+    assert produce(b1.bootstrap, "rf2", 1, 7, "a") == 7
+
     b2.kill()
     killed = time.monotonic()
     wait_for(lambda: leader_of(admin, "rf2", 0) == 1, "broker 1 to lead rf2-0", timeout=40)
@@ -203,7 +212,7 @@ def test_create_serve_and_fail_over(
         "solo-0 without a leader, its last ISR member kept",
         timeout=20,
     )
-    assert consume(b1.bootstrap, "rf2", 1, 60) == 60
+    assert consume(b1.bootstrap, "rf2", 2, 67) == 67
 
     # rf1 is deleted while broker 2, holding rf1-1, is down (its deletion znode, the
     # controller's input): clients stop seeing it and broker 1 deletes rf1-0 at once;
@@ -239,7 +248,7 @@ def test_create_serve_and_fail_over(
         timeout=40,
     )
     assert zk.get_children(zd.DELETE_TOPICS_PATH) == []
-    assert consume(b1.bootstrap, "rf2", 1, 60) == 60  # the other topics are untouched
+    assert consume(b1.bootstrap, "rf2", 2, 67) == 67  # the other topics are untouched
     print(
         f"\n[{who}] topics created in {created_s:.2f}s; kill -9 to an acks=all write on the "
         f"new leader {failover_s:.2f}s; deleted topic gone from clients in {deleted_s:.2f}s"

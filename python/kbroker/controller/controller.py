@@ -73,6 +73,8 @@ class Controller:
         self.moved = asyncio.Event()
         # Topics being deleted -> replicas (broker, partition) not yet confirmed deleted.
         self._undeleted: dict[str, set[tuple[int, TopicPartition]]] = {}
+        # A watch on each known topic's assignment (partitions added to it).
+        self._topic_watches: dict[str, object] = {}
 
     # -- life ----------------------------------------------------------------------
 
@@ -96,9 +98,10 @@ class Controller:
         log.info("controller %d: started in epoch %d", self.ctx.controller_id, self.ctx.epoch)
 
     async def stop(self) -> None:
-        for watch in self._watches:
+        for watch in [*self._watches, *self._topic_watches.values()]:
             watch.cancel()  # type: ignore[attr-defined]
         self._watches.clear()
+        self._topic_watches.clear()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -195,6 +198,7 @@ class Controller:
             if topic is not None:
                 self.ctx.topics[name] = topic
                 await self._read_states(topic)
+                await self._follow_topic(name)
         for b in self.ctx.live.values():
             self.channel.add_broker(b)
         everything = list(self.ctx.partitions())
@@ -262,11 +266,44 @@ class Controller:
                 continue  # a topic made again under the same name: its deletion comes first
             self.ctx.topics[name] = topic
             await self._read_states(topic)
+            await self._follow_topic(name)
             fresh = [TopicPartition(name, p) for p in topic.partitions]
             created += [tp for tp in fresh if tp not in self.ctx.states]
         if created:
             log.info("controller: %d new partitions", len(created))
             await self._bring_online(created)
+
+    async def _follow_topic(self, name: str) -> None:
+        if name not in self._topic_watches:
+            changed = self._queue(lambda: self._topic_modified(name))
+            self._topic_watches[name] = await self.zk.watch(zd.topic_path(name), changed)
+
+    async def _topic_modified(self, name: str) -> None:
+        """A topic's assignment changed: partitions added to it get their first states.
+        (Moving existing partitions is a reassignment, which is not handled yet.)"""
+        known = self.ctx.topics.get(name)
+        topic = await self._read_topic(name)
+        if known is None or topic is None or topic.topic_id != known.topic_id:
+            return
+        if name in self.ctx.deleting:
+            return
+        added = {p: r for p, r in topic.partitions.items() if p not in known.partitions}
+        moved = [
+            p
+            for p, r in topic.partitions.items()
+            if p in known.partitions and r != known.partitions[p]
+        ]
+        if moved:
+            log.warning(
+                "controller: %s: replicas of partitions %s changed; reassignment is not "
+                "supported yet, ignored",
+                name,
+                moved,
+            )
+        if added:
+            known.partitions.update(added)
+            log.info("controller: %s: %d partitions added", name, len(added))
+            await self._bring_online([TopicPartition(name, p) for p in sorted(added)])
 
     # -- topic deletion --------------------------------------------------------------------
 
@@ -340,6 +377,9 @@ class Controller:
         for p in topic.partitions:
             self.ctx.states.pop(TopicPartition(name, p), None)
         del self.ctx.topics[name]
+        watch = self._topic_watches.pop(name, None)
+        if watch is not None:
+            watch.cancel()  # type: ignore[attr-defined]
         self.ctx.deleting.discard(name)
         self._undeleted.pop(name, None)
         log.info("controller: topic %s deleted", name)
