@@ -71,6 +71,7 @@ class Controller:
         self._watches: list[object] = []
         # Set when the controller stopped on its own (another one was elected).
         self.moved = asyncio.Event()
+        self.stopped = False
         # Topics being deleted -> replicas (broker, partition) not yet confirmed deleted.
         self._undeleted: dict[str, set[tuple[int, TopicPartition]]] = {}
         # A watch on each known topic's assignment (partitions added to it).
@@ -98,6 +99,7 @@ class Controller:
         log.info("controller %d: started in epoch %d", self.ctx.controller_id, self.ctx.epoch)
 
     async def stop(self) -> None:
+        self.stopped = True
         for watch in [*self._watches, *self._topic_watches.values()]:
             watch.cancel()  # type: ignore[attr-defined]
         self._watches.clear()
