@@ -203,33 +203,30 @@ class Controller:
                 await self._follow_topic(name)
         for b in self.ctx.live.values():
             self.channel.add_broker(b)
-        everything = list(self.ctx.partitions())
-        self._send_update_metadata(self.ctx.live, everything)
+        self._send_update_metadata(self.ctx.live, list(self.ctx.partitions()))
         for b in self.ctx.live.values():
-            self._send_leader_and_isr_to(b, [tp for tp in everything if tp in self.ctx.states])
+            self._send_leader_and_isr_to(b, self._served_by(b.broker_id))
         await self._bring_online(self.ctx.offline_partitions())
         await self._deletions_changed()
 
     async def _brokers_changed(self) -> None:
         now = await self._read_brokers()
         joined = {i: b for i, b in now.items() if self.ctx.live.get(i) != b}
+        # (A broker that restarted between two reads has a new epoch: it joins again.)
         left = [i for i in self.ctx.live if i not in now]
-        # A broker that restarted between two reads has a new epoch: it joins again.
-        restarted = [i for i in joined if i in self.ctx.live]
         self.ctx.live = now
         for i in left:
             self.channel.remove_broker(i)
         for b in joined.values():
             self.channel.add_broker(b)
-        if left or restarted:
-            log.info("controller: brokers %s left", sorted(left + restarted))
-            gone = left
+        if left:
+            log.info("controller: brokers %s left", sorted(left))
             planned = self.ctx.plan_offline_elections(
                 [tp for tp in self.ctx.offline_partitions() if tp in self.ctx.states],
                 self.allow_unclean,
             )
             written = await self._write(planned)
-            written += await self._write(self.ctx.plan_remove_from_isr(gone))
+            written += await self._write(self.ctx.plan_remove_from_isr(left))
             self._announce(written)
         if joined:
             log.info("controller: brokers %s joined", sorted(joined))
@@ -239,17 +236,21 @@ class Controller:
             others = {i: b for i, b in now.items() if i not in joined}
             self._send_update_metadata(others, [])
             for b in joined.values():
-                mine = [
-                    tp
-                    for tp in self.ctx.partitions_on([b.broker_id])
-                    if tp in self.ctx.states and tp.topic not in self.ctx.deleting
-                ]
-                self._send_leader_and_isr_to(b, mine)
+                self._send_leader_and_isr_to(b, self._served_by(b.broker_id))
                 # Deletions waiting for this broker's replicas go on.
                 for name, undeleted in self._undeleted.items():
                     theirs = [tp for r, tp in undeleted if r == b.broker_id]
                     self._send_stop_replicas(b, name, theirs)
             await self._bring_online(self.ctx.offline_partitions())
+
+    def _served_by(self, broker_id: int) -> list[TopicPartition]:
+        """The partitions a broker should serve now: its replicas with a state, but not
+        those of topics being deleted."""
+        return [
+            tp
+            for tp in self.ctx.partitions_on([broker_id])
+            if tp in self.ctx.states and tp.topic not in self.ctx.deleting
+        ]
 
     async def _topics_changed(self) -> None:
         names = set(await self.zk.get_children(zd.TOPICS_PATH))
@@ -401,26 +402,29 @@ class Controller:
 
     async def _write(self, transitions: list[Transition]) -> list[Transition]:
         """Writes each transition's state (fenced); records and returns those written."""
-        results = await asyncio.gather(*(self._write_one(t) for t in transitions))
+        versions = await asyncio.gather(*(self._write_one(t) for t in transitions))
         written = []
-        for t, stat in zip(transitions, results, strict=True):
-            if stat is not None:
-                self.ctx.apply(t, stat.version)
+        for t, version in zip(transitions, versions, strict=True):
+            if version is not None:
+                self.ctx.apply(t, version)
                 written.append(t)
         return written
 
-    async def _write_one(self, t: Transition) -> Stat | None:
+    async def _write_one(self, t: Transition) -> int | None:
+        """Writes one transition's state; its znode's version now, or None if not written."""
         tp = t.tp
         data = zd.encode_partition_state(zd.LeaderAndIsr.from_partition_state(t.state))
         path = zd.partition_state_path(tp.topic, tp.partition)
         try:
             if t.new:
                 await self.zk.ensure_path(zd.partition_path(tp.topic, tp.partition))
-                [_] = await fenced_multi(self.zk, self.epoch, [CreateOp(path, data)])
-                return await self.zk.exists(path)
-            [stat] = await fenced_multi(
-                self.zk, self.epoch, [SetDataOp(path, data, t.state.version)]
-            )
+                await fenced_multi(self.zk, self.epoch, [CreateOp(path, data)])
+                version = 0  # a znode is created at version 0
+            else:
+                update = SetDataOp(path, data, t.state.version)
+                [stat] = await fenced_multi(self.zk, self.epoch, [update])
+                assert isinstance(stat, Stat)
+                version = stat.version
         except ZkMultiError as exc:
             # Changed under us (a leader's ISR update): read it again, plan again later.
             log.info("controller: %s not written (%s); re-reading its state", tp, exc)
@@ -428,7 +432,6 @@ class Controller:
             if topic is not None:
                 await self._read_states(topic)
             return None
-        assert isinstance(stat, Stat)
         log.info(
             "controller: %s: leader %d, epoch %d, isr %s (%s)",
             tp,
@@ -437,7 +440,7 @@ class Controller:
             t.state.isr,
             t.why,
         )
-        return stat
+        return version
 
     def _announce(self, written: list[Transition]) -> None:
         """LeaderAndIsr to each live replica of the partitions written; UpdateMetadata to all."""

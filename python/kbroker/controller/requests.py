@@ -3,11 +3,12 @@ LeaderAndIsr v7, built from the `ControllerContext`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from kbroker.controller.context import ControllerContext, LiveBroker
+from kbroker.controller.context import ControllerContext, LiveBroker, TopicAssignment
 from kbroker.log import TopicPartition
+from kbroker.metadata_types import PartitionState
 from kbroker.protocol.messages.inter_broker import (
     LeaderAndIsrPartitionState,
     LeaderAndIsrRequest,
@@ -45,6 +46,20 @@ def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
     return out
 
 
+def _states_by_topic(
+    ctx: ControllerContext, tps: Iterable[TopicPartition]
+) -> Iterator[tuple[TopicAssignment, list[tuple[int, PartitionState]]]]:
+    """The known states of ``tps``, grouped by topic (topics and partitions sorted)."""
+    for name, partitions in _by_topic(tps).items():
+        topic = ctx.topics.get(name)
+        if topic is None:
+            continue
+        known = [(p, ctx.states.get(TopicPartition(name, p))) for p in partitions]
+        states = [(p, state) for p, state in known if state is not None]
+        if states:
+            yield topic, states
+
+
 def update_metadata(
     ctx: ControllerContext,
     tps: Iterable[TopicPartition],
@@ -55,21 +70,15 @@ def update_metadata(
     (partitions of the topics ``deleting`` with leader LEADER_DURING_DELETE)."""
     live = set(ctx.live)
     topics = []
-    for name, partitions in _by_topic(tps).items():
-        topic = ctx.topics.get(name)
-        if topic is None:
-            continue
-        states = []
-        for p in partitions:
-            state = ctx.states.get(TopicPartition(name, p))
-            if state is None:
-                continue
+    for topic, states in _states_by_topic(ctx, tps):
+        partitions = []
+        for p, state in states:
             replicas = topic.partitions.get(p, state.replicas)
-            states.append(
+            partitions.append(
                 UpdateMetadataPartitionState(
                     partition_index=p,
                     controller_epoch=state.controller_epoch,
-                    leader=LEADER_DURING_DELETE if name in deleting else state.leader,
+                    leader=LEADER_DURING_DELETE if topic.name in deleting else state.leader,
                     leader_epoch=state.leader_epoch,
                     isr=list(state.isr),
                     zk_version=state.version,
@@ -77,12 +86,11 @@ def update_metadata(
                     offline_replicas=[r for r in replicas if r not in live],
                 )
             )
-        if states:
-            topics.append(
-                UpdateMetadataRequest.TopicState(
-                    topic_name=name, topic_id=topic.topic_id, partition_states=states
-                )
+        topics.append(
+            UpdateMetadataRequest.TopicState(
+                topic_name=topic.name, topic_id=topic.topic_id, partition_states=partitions
             )
+        )
     return UpdateMetadataRequest(
         controller_id=ctx.controller_id,
         is_kraft_controller=False,
@@ -105,18 +113,11 @@ def leader_and_isr(
     """LeaderAndIsr v7 for one broker: the states of ``tps`` (its replicas)."""
     topics = []
     leaders: set[int] = set()
-    for name, partitions in _by_topic(tps).items():
-        topic = ctx.topics.get(name)
-        if topic is None:
-            continue
-        states = []
-        for p in partitions:
-            tp = TopicPartition(name, p)
-            state = ctx.states.get(tp)
-            if state is None:
-                continue
+    for topic, states in _states_by_topic(ctx, tps):
+        partitions = []
+        for p, state in states:
             leaders.add(state.leader)
-            states.append(
+            partitions.append(
                 LeaderAndIsrPartitionState(
                     partition_index=p,
                     controller_epoch=state.controller_epoch,
@@ -127,16 +128,15 @@ def leader_and_isr(
                     replicas=list(topic.partitions.get(p, state.replicas)),
                     adding_replicas=[],
                     removing_replicas=[],
-                    is_new=tp in new,
+                    is_new=TopicPartition(topic.name, p) in new,
                     leader_recovery_state=0,
                 )
             )
-        if states:
-            topics.append(
-                LeaderAndIsrRequest.TopicState(
-                    topic_name=name, topic_id=topic.topic_id, partition_states=states
-                )
+        topics.append(
+            LeaderAndIsrRequest.TopicState(
+                topic_name=topic.name, topic_id=topic.topic_id, partition_states=partitions
             )
+        )
     return LeaderAndIsrRequest(
         controller_id=ctx.controller_id,
         is_kraft_controller=False,
