@@ -17,6 +17,8 @@ request of any version into the replica manager's orders.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from kbroker.log import TopicPartition
@@ -94,16 +96,23 @@ def stop_replica_response(request: Any, version: int, code: int) -> Any:
     )
 
 
+def _partition_states(
+    request: Any, version: int, grouped_from: int, ids_from: int
+) -> Iterator[tuple[str, uuid.UUID | None, Any]]:
+    """(topic, topic id or None, partition state) of a LeaderAndIsr or UpdateMetadata
+    request: ungrouped partitions before ``grouped_from``, topic ids from ``ids_from``."""
+    if version < grouped_from:
+        for p in request.ungrouped_partition_states:
+            yield p.topic_name, None, p
+        return
+    for t in request.topic_states:
+        topic_id = t.topic_id if version >= ids_from else None
+        for p in t.partition_states:
+            yield t.topic_name, topic_id, p
+
+
 def leader_and_isr_orders(request: Any, version: int) -> list[LeaderAndIsrOrder]:
     """The partitions of a LeaderAndIsr request as the replica manager's orders."""
-    grouped: list[tuple[str, Any, list[Any]]]
-    if version < 2:
-        grouped = [(p.topic_name, None, [p]) for p in request.ungrouped_partition_states]
-    else:
-        grouped = [
-            (t.topic_name, t.topic_id if version >= 5 else None, t.partition_states)
-            for t in request.topic_states
-        ]
     return [
         LeaderAndIsrOrder(
             TopicPartition(topic, p.partition_index),
@@ -118,8 +127,7 @@ def leader_and_isr_orders(request: Any, version: int) -> list[LeaderAndIsrOrder]
             topic_id,
             bool(version >= 1 and p.is_new),
         )
-        for topic, topic_id, parts in grouped
-        for p in parts
+        for topic, topic_id, p in _partition_states(request, version, 2, 5)
     ]
 
 
@@ -154,14 +162,6 @@ def update_metadata_contents(
         else:
             continue  # no endpoint a client could reach
         brokers.append(BrokerInfo(b.id, host, port, b.rack if version >= 2 else None))
-    grouped: list[tuple[str, Any, list[Any]]]
-    if version < 5:
-        grouped = [(p.topic_name, None, [p]) for p in request.ungrouped_partition_states]
-    else:
-        grouped = [
-            (t.topic_name, t.topic_id if version >= 7 else None, t.partition_states)
-            for t in request.topic_states
-        ]
     partitions = [
         ControllerPartitionState(
             topic,
@@ -177,8 +177,7 @@ def update_metadata_contents(
             ),
             topic_id,
         )
-        for topic, topic_id, parts in grouped
-        for p in parts
+        for topic, topic_id, p in _partition_states(request, version, 5, 7)
     ]
     return brokers, partitions
 
