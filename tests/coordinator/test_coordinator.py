@@ -17,10 +17,12 @@ import pytest
 
 from kbroker.broker import Broker
 from kbroker.config import BrokerConfig
-from kbroker.coordinator import GroupState, JoinRequest, JoinResult, SyncResult
+from kbroker.coordinator import GroupCoordinator, GroupState, JoinRequest, JoinResult, SyncResult
 from kbroker.coordinator.consumer_protocol import encode_assignment, encode_subscription
 from kbroker.coordinator.group import Group, Member
+from kbroker.log.log import now_ms
 from kbroker.protocol import ErrorCode
+from kbroker.replication.purgatory import Scheduler
 
 E = ErrorCode
 SUB_T = encode_subscription(["t"])
@@ -28,8 +30,13 @@ SUB_T = encode_subscription(["t"])
 
 @contextlib.asynccontextmanager
 async def running(
-    data: Path, *settings: tuple[str, str], clock: Callable[[], int] | None = None
+    data: Path,
+    *settings: tuple[str, str],
+    clock: Callable[[], int] | None = None,
+    scheduler: Scheduler | None = None,
 ) -> AsyncIterator[Broker]:
+    """A broker's storage and group coordinator in process (no listener); ``clock`` and
+    ``scheduler`` replace the coordinator's time."""
     config = BrokerConfig.from_strings(
         [
             ("log.dirs", str(data)),
@@ -40,8 +47,8 @@ async def running(
         ]
     )
     broker = Broker(config)
-    if clock is not None:
-        broker.coordinator.clock = clock
+    if clock is not None or scheduler is not None:
+        broker.coordinator = GroupCoordinator(broker, clock=clock or now_ms, scheduler=scheduler)
     broker.open_storage()
     await broker.coordinator.start()
     try:

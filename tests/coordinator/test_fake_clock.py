@@ -15,18 +15,18 @@ import contextlib
 import dataclasses
 import heapq
 import itertools
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 from kbroker.broker import Broker
-from kbroker.config import BrokerConfig
 from kbroker.coordinator import GroupCoordinator, GroupState, JoinRequest, JoinResult, SyncResult
 from kbroker.coordinator.consumer_protocol import encode_subscription
 from kbroker.coordinator.records import OFFSETS_TOPIC
 from kbroker.coordinator.store import Record
 from kbroker.log import TopicPartition
 from kbroker.protocol import ErrorCode
+from tests.coordinator.test_coordinator import run, running
 
 E = ErrorCode
 SUB_T = encode_subscription(["t"])
@@ -100,30 +100,9 @@ class GatedStore:
 async def coordinator(
     data: Path, *settings: tuple[str, str]
 ) -> AsyncIterator[tuple[GroupCoordinator, FakeClock, Broker]]:
-    config = BrokerConfig.from_strings(
-        [
-            ("log.dirs", str(data)),
-            ("group.initial.rebalance.delay.ms", "0"),
-            ("group.min.session.timeout.ms", "10"),
-            ("offsets.topic.num.partitions", "4"),
-            *settings,
-        ]
-    )
-    broker = Broker(config)
     clock = FakeClock()
-    co = broker.coordinator = GroupCoordinator(broker, clock=clock.now, scheduler=clock)
-    broker.open_storage()
-    await co.start()
-    try:
-        yield co, clock, broker
-    finally:
-        await co.stop()
-        broker.replica_manager.shutdown()
-        broker.logs.close()
-
-
-def run(coro: Coroutine[Any, Any, None]) -> None:
-    asyncio.run(asyncio.wait_for(coro, 30))
+    async with running(data, *settings, clock=clock.now, scheduler=clock) as broker:
+        yield broker.coordinator, clock, broker
 
 
 async def settle() -> None:
