@@ -11,8 +11,6 @@ of test_roundtrip.py and test_robustness.py, which cover them through APIS:
 from __future__ import annotations
 
 import struct
-import time
-import tracemalloc
 import uuid
 from typing import Any
 
@@ -20,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kbproto_helpers import message_st
+from tests.protocol.test_robustness import bounded_decode
 
 from kbroker.protocol import ApiKey, ProtocolDecodeError, api, decode_request, encode_request
 from kbroker.protocol.codec import Codec
@@ -200,34 +199,22 @@ def test_fetch_v17_replica_directory_id_is_partition_tag_zero() -> None:
 # -- hostile sizes ----------------------------------------------------------------------
 
 
-def _bounded(frame: bytes) -> None:
-    with pytest.raises(ProtocolDecodeError):
-        decode_request(frame)  # compiles the codec first: only the decode itself is measured
-    tracemalloc.start()
-    t0 = time.perf_counter()
-    with pytest.raises(ProtocolDecodeError):
-        decode_request(frame)
-    elapsed = time.perf_counter() - t0
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    assert elapsed < 0.05
-    assert peak < 64 * 1024
-
-
 def test_huge_counts_fail_fast() -> None:
     # LeaderAndIsr v1 (classic): 2^31-1 ungrouped partition states
-    _bounded(encode_request_header(4, 1, 1, "c", 1) + struct.pack(">iii", 1, 1, 2**31 - 1))
+    bounded_decode(encode_request_header(4, 1, 1, "c", 1) + struct.pack(">iii", 1, 1, 2**31 - 1))
     # LeaderAndIsr v7 (compact): topic states counted 2^32 - 1
     head = struct.pack(">i?iqb", 1, False, 1, 1, 0)
-    _bounded(encode_request_header(4, 7, 1, "c", 2) + head + b"\xff\xff\xff\xff\x0f")
+    bounded_decode(encode_request_header(4, 7, 1, "c", 2) + head + b"\xff\xff\xff\xff\x0f")
     # UpdateMetadata v5: 2^31-1 live brokers after no topics
-    _bounded(encode_request_header(6, 5, 1, "c", 1) + struct.pack(">iiqii", 1, 1, 1, 0, 2**31 - 1))
+    bounded_decode(
+        encode_request_header(6, 5, 1, "c", 1) + struct.pack(">iiqii", 1, 1, 1, 0, 2**31 - 1)
+    )
     # StopReplica v3: a partition-state count far past the bytes that follow
     body = struct.pack(">iiq", 1, 1, 1) + b"\x02\x02t" + b"\xfe\xff\xff\xff\x07"
-    _bounded(encode_request_header(5, 3, 1, "c", 2) + body)
+    bounded_decode(encode_request_header(5, 3, 1, "c", 2) + body)
     # AlterPartition v3: new_isr_with_epochs counted 2^31
     body = struct.pack(">iq", 2, 1) + b"\x02" + bytes(16) + b"\x02" + struct.pack(">ii", 0, 0)
-    _bounded(encode_request_header(56, 3, 1, "c", 2) + body + b"\x80\x80\x80\x80\x08")
+    bounded_decode(encode_request_header(56, 3, 1, "c", 2) + body + b"\x80\x80\x80\x80\x08")
 
 
 def test_truncated_leader_and_isr_request_names_the_message() -> None:
