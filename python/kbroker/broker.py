@@ -12,12 +12,13 @@ import asyncio
 import functools
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kbroker.cluster_member import ClusterMember, MemberSettings
 from kbroker.config import (
     BrokerConfig,
     ConfigError,
@@ -43,11 +44,11 @@ from kbroker.metadata import (
     MetadataStore,
     StateFileError,
 )
-from kbroker.metadata_cache import BrokerInfo, MetadataCache
+from kbroker.metadata_cache import BrokerInfo, ControllerPartitionState, MetadataCache
 from kbroker.metadata_types import TopicMetadata
 from kbroker.metrics.core import BrokerMetrics
 from kbroker.network.server import Dispatch, Server, ServerLimits
-from kbroker.producer_ids import ProducerIdAllocator
+from kbroker.producer_ids import ProducerIdAllocator, ProducerIds
 from kbroker.replication.partition import Partition
 from kbroker.replication.producer_state import expire_producers_periodically
 from kbroker.replication.replica_manager import ReplicaManager
@@ -92,7 +93,7 @@ class Broker:
         self.logs: LogManager
         self.replica_manager: ReplicaManager
         self.server: Server | None = None
-        self.producer_ids: ProducerIdAllocator
+        self.producer_ids: ProducerIds
         self.coordinator = GroupCoordinator(self)
         # Filled by the Dispatcher: the APIs ApiVersions advertises.
         self.handled_api_keys: frozenset[int] = frozenset()
@@ -107,6 +108,16 @@ class Broker:
         self._admin_thread = ThreadPoolExecutor(1, thread_name_prefix="topic-admin")
         # collision_key(name) -> name, of every topic
         self._collisions: dict[str, str] = {}
+        # A broker of a ZooKeeper cluster (zookeeper.connect), or None for a single node.
+        self.cluster: ClusterMember | None = None
+        if config.get_optional_str("zookeeper.connect"):
+            self.cluster = ClusterMember(
+                MemberSettings.from_config(config),
+                self.metadata_cache,
+                allow_unclean=lambda topic: bool(
+                    self.topic_config(topic)["unclean.leader.election.enable"]
+                ),
+            )
 
     # -- start and stop ------------------------------------------------------
 
@@ -227,6 +238,71 @@ class Broker:
             "the metadata did not record it" if had_metadata else "the metadata files were missing",
         )
 
+    def open_cluster_storage(self) -> None:
+        """Opens (recovering) every partition log of a cluster member.
+
+        The logs are served once the controller names this broker a replica
+        (LeaderAndIsr); the topics come from the controller (UpdateMetadata).
+        """
+        assert self.cluster is not None
+        self.producer_ids = self.cluster.producer_ids
+        self.logs = LogManager(
+            self.data_dir,
+            self.log_config_for,
+            max_open_files=self.config.get_optional_int("log.max.open.files"),
+        )
+        self.logs.open()
+        if self.metrics is not None:
+            self.logs.flush_observer = self.metrics.flushed
+        self.replica_manager = ReplicaManager(
+            self.broker_id, self.logs, self.topic_config, metrics=self.metrics
+        )
+        self.replica_manager.add_listener(self.coordinator.on_leadership_change)
+
+    async def load_topic_configs(self, topics: Iterable[str]) -> None:
+        """Reads the overrides of ``topics`` not known yet (cluster mode), before their
+        logs open."""
+        assert self.cluster is not None
+        for name in topics:
+            if name in self._topic_configs:
+                continue
+            stored = await self.cluster.read_topic_configs(name)
+            self._topic_configs[name] = parse_stored_topic_configs(name, stored)
+
+    def open_log(self, tp: TopicPartition, topic_id: uuid.UUID | None) -> Log:
+        """Opens or creates the log of a partition the controller gives this broker."""
+        if topic_id is None:
+            topic = self.metadata_cache.topic(tp.topic)
+            topic_id = topic.topic_id if topic is not None else uuid.uuid4()
+        return self._open_log(tp, topic_id)
+
+    def apply_update_metadata(
+        self,
+        controller_id: int,
+        brokers: Iterable[BrokerInfo],
+        partitions: Iterable[ControllerPartitionState],
+    ) -> None:
+        """Takes a controller's UpdateMetadata into the cache, and follows what it changed:
+        groups of deleted topics, partitions added to topics, waiting admin requests."""
+        cache = self.metadata_cache
+        before = {name: len(t.partitions) for name, t in cache.topics().items()}
+        cache.update_from_controller(controller_id, brokers, partitions)
+        after = cache.topics()
+        for name in before.keys() - after.keys():
+            self._collisions.pop(collision_key(name), None)
+            self._topic_configs.pop(name, None)
+            self._effective.pop(name, None)
+            self.coordinator.on_topic_deleted(name)
+            if self.metrics is not None:
+                self.metrics.forget_topic(name)
+        for name, topic in after.items():
+            self._collisions.setdefault(collision_key(name), name)
+            count = before.get(name)
+            if count is not None and len(topic.partitions) > count:
+                self.coordinator.on_partitions_added(name)
+        if self.cluster is not None:
+            self.cluster.metadata_changed()
+
     def _open_partitions(self, topic: TopicMetadata) -> None:
         for p, state in topic.partitions.items():
             tp = TopicPartition(topic.name, p)
@@ -243,8 +319,16 @@ class Broker:
         return lg
 
     async def start(self, dispatch: Dispatch) -> None:
-        """Opens storage and starts serving; ``dispatch`` answers each request frame."""
-        self.open_storage()
+        """Opens storage and starts serving; ``dispatch`` answers each request frame.
+
+        A cluster member first connects to ZooKeeper (the cluster id checks the
+        data directory) and last registers, once clients can reach it.
+        """
+        if self.cluster is not None:
+            await self.cluster.connect()
+            self.open_cluster_storage()
+        else:
+            self.open_storage()
         # Before the listener: early group requests see the load in progress.
         await self.coordinator.start()
         limits = ServerLimits(
@@ -257,10 +341,11 @@ class Broker:
         host, port = await self.server.start(self.listen.host, self.listen.port)
         if self.advertised.port == 0:
             self.advertised = Endpoint(self.advertised.host, port)
-        self.metadata_cache.put_broker(
-            BrokerInfo(self.broker_id, self.advertised.host, self.advertised.port)
-        )
-        self.metadata_cache.controller_id = self.broker_id  # a single node controls itself
+        if self.cluster is None:
+            self.metadata_cache.put_broker(
+                BrokerInfo(self.broker_id, self.advertised.host, self.advertised.port)
+            )
+            self.metadata_cache.controller_id = self.broker_id  # a single node controls itself
         cleaner = LogCleaner(
             self.logs,
             lambda: CleanerSettings.from_broker(self.config),
@@ -282,12 +367,14 @@ class Broker:
                 )
             )
         )
+        if self.cluster is not None:
+            await self.cluster.join(self.advertised.host, self.advertised.port)
         log.info(
             "kbroker %d serving on %s:%d (cluster %s, %d partitions)",
             self.broker_id,
             host,
             port,
-            self.metadata.cluster_id,
+            self.metadata_cache.cluster_id,
             len(self.replica_manager),
         )
 
@@ -296,6 +383,8 @@ class Broker:
         # First: members waiting in JoinGroup/SyncGroup are answered NOT_COORDINATOR,
         # waiting fetches and produces are answered now, not at their timeouts.
         await self.coordinator.stop()
+        if self.cluster is not None:
+            await self.cluster.leave()
         if self.server is not None:
             await self.server.stop(before_drain=self.replica_manager.shutdown)
         else:
@@ -304,7 +393,8 @@ class Broker:
             task.cancel()
         await asyncio.to_thread(self._admin_thread.shutdown)
         await asyncio.to_thread(self.logs.close)
-        await asyncio.to_thread(self.metadata.close)
+        if self.cluster is None:
+            await asyncio.to_thread(self.metadata.close)
         log.info("kbroker %d stopped cleanly", self.broker_id)
 
     def _cleaner_pass(self, stats: Any, dirty_ratio: float) -> None:
@@ -350,7 +440,7 @@ class Broker:
             raise TopicError(
                 ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name!r} is not a legal topic name"
             )
-        if name in self.metadata.topics() or name in self._creating:
+        if name in self.metadata_cache.topics() or name in self._creating:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         if num_partitions == -1:
             num_partitions = self.config.get_int("num.partitions")
@@ -369,7 +459,9 @@ class Broker:
             raise TopicError(
                 ErrorCode.INVALID_REPLICATION_FACTOR, "the replication factor must be at least 1"
             )
-        if replication_factor > 1:
+        if self.cluster is not None:
+            self.cluster.check_replication_factor(replication_factor)
+        elif replication_factor > 1:
             raise TopicError(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
                 f"replication factor {replication_factor} is larger than the 1 available broker",
@@ -386,7 +478,12 @@ class Broker:
         return other if other != name else None
 
     def check_partition_budget(self, adding: int) -> None:
-        """Refuses ``adding`` more partitions when this broker would then serve more than it may."""
+        """Refuses ``adding`` more partitions when this broker would then serve more than it may.
+
+        (A cluster places partitions on several brokers: not checked there yet.)
+        """
+        if self.cluster is not None:
+            return
         limit = self.config.get_int("max.broker.partitions")
         have = len(self.replica_manager) + self._reserved_partitions
         if have + adding > limit:
@@ -413,6 +510,11 @@ class Broker:
         partitions, rf, parsed = self.check_new_topic(
             name, num_partitions, replication_factor, configs or {}
         )
+        if self.cluster is not None:
+            self.cluster.create_in_background(
+                NewTopic(name, partitions, rf, configs or {}, parsed, internal)
+            )
+            raise TopicError(ErrorCode.LEADER_NOT_AVAILABLE, f"topic {name!r} is being created")
         self.check_partition_budget(partitions)
         topic_id = uuid.uuid4()
         tps = [TopicPartition(name, p) for p in range(partitions)]
@@ -460,11 +562,17 @@ class Broker:
             )
         return topic
 
-    async def create_topics(self, new: list[NewTopic]) -> dict[str, TopicMetadata | TopicError]:
+    async def create_topics(
+        self, new: list[NewTopic], timeout_ms: int = 0
+    ) -> dict[str, TopicMetadata | TopicError]:
         """Creates validated topics together: logs opened in a thread, one metadata write.
 
-        Each topic's result is its metadata or the TopicError that refused it.
+        Each topic's result is its metadata or the TopicError that refused it. In
+        a cluster the topics go to the controller through ZooKeeper, and the
+        answer waits up to ``timeout_ms`` for their leaders.
         """
+        if self.cluster is not None:
+            return await self.cluster.create_topics(new, timeout_ms)
         results: dict[str, TopicMetadata | TopicError] = {}
         ready: list[NewTopic] = []
         for t in new:
@@ -553,19 +661,34 @@ class Broker:
         return opened
 
     def check_delete_topic(self, name: str) -> None:
-        if name not in self.metadata.topics():
+        if name not in self.metadata_cache.topics():
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         if not self.config.get_bool("delete.topic.enable"):
             raise TopicError(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false")
 
-    async def delete_topics(self, names: list[str]) -> dict[str, TopicError | None]:
+    async def delete_topics(
+        self, names: list[str], timeout_ms: int = 0
+    ) -> dict[str, TopicError | None]:
         """Deletes topics: the deletion is on disk before any of their files go.
 
         Files go in a thread. Should the broker stop before they are gone,
         the directories, which name the deleted topic's id, are removed at
-        the next start.
+        the next start. In a cluster the controller deletes them (this waits
+        up to ``timeout_ms`` for it).
         """
         results: dict[str, TopicError | None] = {}
+        if self.cluster is not None:
+            targets: dict[str, uuid.UUID] = {}
+            for name in names:
+                try:
+                    self.check_delete_topic(name)
+                except TopicError as exc:
+                    results[name] = exc
+                    continue
+                topic = self.metadata_cache.topic(name)
+                assert topic is not None
+                targets[name] = topic.topic_id
+            return results | await self.cluster.delete_topics(targets, timeout_ms)
         gone: list[TopicMetadata] = []
         for name in names:
             try:
@@ -603,7 +726,7 @@ class Broker:
         return results
 
     def check_add_partitions(self, name: str, total: int) -> TopicMetadata:
-        topic = self.metadata.topics().get(name)
+        topic = self.metadata_cache.topic(name)
         if topic is None:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         current = len(topic.partitions)
@@ -621,9 +744,19 @@ class Broker:
         self.check_partition_budget(total - current)
         return topic
 
-    async def add_partitions(self, name: str, total: int) -> None:
-        """Grows ``name`` to ``total`` partitions (validated with `check_add_partitions`)."""
+    async def add_partitions(
+        self,
+        name: str,
+        total: int,
+        assignment: list[list[int]] | None = None,
+        timeout_ms: int = 0,
+    ) -> None:
+        """Grows ``name`` to ``total`` partitions (validated with `check_add_partitions`;
+        ``assignment``, each new partition's replicas, only in a cluster)."""
         topic = self.check_add_partitions(name, total)
+        if self.cluster is not None:
+            await self.cluster.add_partitions(name, total, assignment, timeout_ms)
+            return
         current = len(topic.partitions)
         rf = len(next(iter(topic.partitions.values())).replicas)
         tps = [TopicPartition(name, p) for p in range(current, total)]

@@ -60,7 +60,17 @@ def main() -> None:
     "--set", "settings", multiple=True, metavar="KEY=VALUE", help="Any broker setting (repeatable)."
 )
 @click.option(
-    "--zookeeper", default=None, help="ZooKeeper connect string; without it the node runs alone."
+    "--zookeeper",
+    default=None,
+    metavar="HOST:PORT[,HOST:PORT...][/chroot]",
+    help="Join the cluster of this ZooKeeper ensemble (zookeeper.connect); without it the "
+    "node runs alone.",
+)
+@click.option(
+    "--broker-id",
+    type=click.IntRange(min=0),
+    default=None,
+    help="This broker's id in its cluster (broker.id) [0].",
 )
 @click.option(
     "--metrics",
@@ -86,6 +96,7 @@ def serve(
     config_file: Path | None,
     settings: tuple[str, ...],
     zookeeper: str | None,
+    broker_id: int | None,
     metrics_listen: str | None,
     log_level: str,
     log_format: str,
@@ -106,6 +117,8 @@ def serve(
             pairs.append(("advertised.listeners", f"PLAINTEXT://{advertise}"))
         if zookeeper is not None:
             pairs.append(("zookeeper.connect", zookeeper))
+        if broker_id is not None:
+            pairs.append(("broker.id", str(broker_id)))
         if metrics_listen is not None:
             _host_port(metrics_listen, "--metrics")
             pairs.append(("metrics.listeners", metrics_listen))

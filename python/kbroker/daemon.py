@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from kbroker import __version__
 from kbroker.broker import Broker
+from kbroker.cluster.errors import ClusterError
 from kbroker.config import BrokerConfig
 from kbroker.handlers import Dispatcher
 from kbroker.log.manager import DataDirLocked
@@ -70,7 +71,11 @@ def run_broker(config: BrokerConfig, log_level: str = "INFO", log_format: str = 
     async def main() -> int:
         metrics_at = config.get_optional_str("metrics.listeners")
         metrics = BrokerMetrics() if metrics_at else None
-        broker = Broker(config, metrics)
+        try:
+            broker = Broker(config, metrics)
+        except ClusterError as exc:  # a zookeeper.connect that names no ensemble
+            log.error("cannot start: %s", exc)
+            return 1
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -82,7 +87,9 @@ def run_broker(config: BrokerConfig, log_level: str = "INFO", log_format: str = 
         readiness = Readiness()
         readiness.add_check("storage open and serving", lambda: bool(started))
         readiness.add_check("group coordinator loaded", lambda: not broker.coordinator.loading)
-        # Cluster mode: readiness.add_check("registered with the cluster", ...).
+        if broker.cluster is not None:
+            member = broker.cluster
+            readiness.add_check("registered with the cluster", lambda: member.registered)
         server: MetricsServer | None = None
         if metrics is not None and metrics_at is not None:
             server = MetricsServer(
@@ -99,8 +106,10 @@ def run_broker(config: BrokerConfig, log_level: str = "INFO", log_format: str = 
         try:
             try:
                 await broker.start(Dispatcher(broker, metrics).dispatch)
-            except (OSError, DataDirLocked, MetadataError, StateFileError) as exc:
+            except (OSError, DataDirLocked, MetadataError, StateFileError, ClusterError) as exc:
                 log.error("cannot start: %s", exc)
+                if broker.cluster is not None:
+                    await broker.cluster.leave()
                 return 1
             started.append(True)
             await stop.wait()

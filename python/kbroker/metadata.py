@@ -322,6 +322,38 @@ def read_meta_properties(path: Path) -> dict[str, str]:
     return props
 
 
+def load_meta_properties(data_dir: Path, broker_id: int, cluster_id: str | None = None) -> str:
+    """The cluster id recorded in ``data_dir``'s meta.properties, which is created when
+    missing (with ``cluster_id``, or a new id).
+
+    StateFileError when the directory belongs to another broker id, or to another
+    cluster than ``cluster_id`` (the cluster's id in ZooKeeper): its logs are
+    another cluster's data, never to be mixed into this one.
+    """
+    path = data_dir / META_PROPERTIES
+    if path.exists():
+        props = read_meta_properties(path)
+        stored_broker = int(props.get("broker.id", broker_id))
+        if stored_broker != broker_id:
+            raise StateFileError(
+                path,
+                f"the data directory belongs to broker {stored_broker}, not {broker_id}",
+                "start with the broker id it belongs to, or use another data directory",
+            )
+        if cluster_id is not None and props["cluster.id"] != cluster_id:
+            raise StateFileError(
+                path,
+                f"the data directory belongs to cluster {props['cluster.id']}, but ZooKeeper "
+                f"holds cluster {cluster_id}",
+                "check zookeeper.connect (and its chroot), or use another data directory",
+            )
+        return props["cluster.id"]
+    cluster_id = cluster_id or new_cluster_id()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, f"version=0\ncluster.id={cluster_id}\nbroker.id={broker_id}\n")
+    return cluster_id
+
+
 class _Journal:
     """Writes metadata changes in the background: append, fsync, fold into a snapshot.
 
@@ -520,20 +552,7 @@ class LocalMetadataStore:
 
     def _load_meta_properties(self) -> str:
         """Reads or creates meta.properties (cluster id and broker id)."""
-        path = self._dir / META_PROPERTIES
-        if path.exists():
-            props = read_meta_properties(path)
-            stored_broker = int(props.get("broker.id", self._broker_id))
-            if stored_broker != self._broker_id:
-                raise StateFileError(
-                    path,
-                    f"the data directory belongs to broker {stored_broker}, not {self._broker_id}",
-                    "start with the broker id it belongs to, or use another data directory",
-                )
-            return props["cluster.id"]
-        cluster_id = new_cluster_id()
-        write_atomically(path, f"version=0\ncluster.id={cluster_id}\nbroker.id={self._broker_id}\n")
-        return cluster_id
+        return load_meta_properties(self._dir, self._broker_id)
 
     def _record(self, change: dict[str, Any]) -> None:
         assert self._journal is not None, "load() first"

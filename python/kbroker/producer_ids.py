@@ -6,9 +6,18 @@ write per producer; a restart skips the rest of the block it had.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from kbroker.metadata import MetadataStore
 
 BLOCK = 1000
+
+
+class ProducerIds(Protocol):
+    """Where InitProducerId takes new ids: this class on a single node,
+    `kbroker.cluster.producer_id_blocks.ZkProducerIdAllocator` in a cluster."""
+
+    async def next_id(self) -> int: ...
 
 
 class ProducerIdAllocator:

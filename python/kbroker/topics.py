@@ -6,7 +6,7 @@ Owns `INTERNAL_TOPICS`, `collision_key`, the per-topic partition bound and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kbroker.config import Value
@@ -31,3 +31,6 @@ class NewTopic:
     configs: Mapping[str, str | None]
     parsed: dict[str, Value]
     internal: bool = False
+    # Replicas of each partition chosen by the client (cluster mode); None: placed by
+    # the broker.
+    assignment: Mapping[int, Sequence[int]] | None = None

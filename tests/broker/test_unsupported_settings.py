@@ -1,5 +1,5 @@
 """Settings kbroker lists but does not support yet are refused, never accepted and ignored:
-at start (settings file, --set, --zookeeper) with one line and exit code 1, and through the
+at start (settings file, --set) with one line and exit code 1, and through the
 admin APIs (CreateTopics, AlterConfigs, IncrementalAlterConfigs) with INVALID_CONFIG."""
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from tests.helpers import KBROKER, BrokerProcess
 pytestmark = pytest.mark.timeout(120)
 
 UNSUPPORTED = {
-    "zookeeper.connect": "localhost:2181",
     "cluster.id": "ZlTTKn5WQraMKYmHHU1PAg",
     "replica.lag.time.max.ms": "30000",
     "transactional.id.expiration.ms": "604800000",
@@ -72,8 +71,6 @@ def test_stored_overrides_not_supported_any_more_are_dropped_with_a_warning(
 @pytest.mark.parametrize(
     "args",
     [
-        ["--zookeeper", "localhost:2181"],
-        ["--set", "zookeeper.connect=localhost:2181/kafka"],
         ["--set", "unclean.leader.election.enable=false", "--set", "cluster.id=x"],
         ["--set", "replica.lag.time.max.ms=10000"],
         ["--set", "transactional.id.expiration.ms=1000"],
@@ -84,7 +81,7 @@ def test_refused_at_start_in_one_line(tmp_path: Path, args: list[str]) -> None:
     done = serve(tmp_path, *args)
     assert done.returncode == 1
     [line] = done.stderr.strip().splitlines()
-    name = "zookeeper.connect" if "--zookeeper" in args else args[-1].split("=")[0]
+    name = args[-1].split("=")[0]
     assert line.startswith(f"Error: {name}: ")
     assert "not supported yet" in line
     assert not (tmp_path / "d").exists()
@@ -92,13 +89,11 @@ def test_refused_at_start_in_one_line(tmp_path: Path, args: list[str]) -> None:
 
 def test_refused_from_a_settings_file(tmp_path: Path) -> None:
     props = tmp_path / "server.properties"
-    props.write_text("num.partitions=3\nzookeeper.connect=zk1:2181,zk2:2181\n")
+    props.write_text("num.partitions=3\ncluster.id=ZlTTKn5WQraMKYmHHU1PAg\n")
     done = serve(tmp_path, "--config", str(props))
     assert done.returncode == 1
-    assert done.stderr.strip() == (
-        "Error: zookeeper.connect: cluster mode is not supported yet; remove it (and "
-        "--zookeeper) to run a single node, which keeps its metadata in its data directory"
-    )
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("Error: cluster.id: not supported yet")
 
 
 def test_settings_command_shows_what_is_refused() -> None:
@@ -106,8 +101,9 @@ def test_settings_command_shows_what_is_refused() -> None:
         [*KBROKER, "settings", "--json"], capture_output=True, text=True, timeout=60
     )
     rows = {r["name"]: r for r in json.loads(done.stdout)}
-    assert not rows["zookeeper.connect"]["supported"]
-    assert "cluster mode" in rows["zookeeper.connect"]["unsupported_reason"]
+    assert rows["zookeeper.connect"]["supported"]
+    assert not rows["cluster.id"]["supported"]
+    assert "meta.properties" in rows["cluster.id"]["unsupported_reason"]
     assert rows["log.preallocate"]["honoured_values"] == ["false"]
     assert rows["producer.id.expiration.ms"]["supported"]
     text = subprocess.run([*KBROKER, "settings"], capture_output=True, text=True, timeout=60)

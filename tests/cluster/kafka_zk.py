@@ -95,16 +95,14 @@ class KafkaZkBroker:
         self.wait_started(timeout)
 
 
-@contextmanager
-def kafka_zk_broker(
+def prepare_kafka_zk_broker(
     zk_connect: str,
     chroot: str,
     root: Path,
     broker_id: int = 1,
-    timeout: float = 45.0,
     settings: Mapping[str, str] | None = None,
-) -> Iterator[KafkaZkBroker]:
-    """Starts one ZooKeeper-mode broker and yields it once it is registered and listening;
+) -> KafkaZkBroker:
+    """A ZooKeeper-mode broker's files and command, not started yet (``launch`` it);
     ``settings`` are added to (or replace) the server.properties below."""
     java, lib = require_kafka()
     root.mkdir(parents=True, exist_ok=True)
@@ -148,7 +146,21 @@ def kafka_zk_broker(
     finally:
         zk.stop()
         zk.close()
-    broker = KafkaZkBroker(broker_id, port, chroot, None, log, zk_connect, cmd)
+    return KafkaZkBroker(broker_id, port, chroot, None, log, zk_connect, cmd)
+
+
+@contextmanager
+def kafka_zk_broker(
+    zk_connect: str,
+    chroot: str,
+    root: Path,
+    broker_id: int = 1,
+    timeout: float = 45.0,
+    settings: Mapping[str, str] | None = None,
+) -> Iterator[KafkaZkBroker]:
+    """Starts one ZooKeeper-mode broker and yields it once it is registered and listening;
+    ``settings`` are added to (or replace) its server.properties."""
+    broker = prepare_kafka_zk_broker(zk_connect, chroot, root, broker_id, settings)
     broker.launch()
     try:
         broker.wait_started(timeout)

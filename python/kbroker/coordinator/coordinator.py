@@ -238,6 +238,8 @@ class GroupCoordinator:
                 count = self.store.create()
             except TopicError as exc:
                 count = self.store.partition_count()
+                if count is None and exc.code == ErrorCode.LEADER_NOT_AVAILABLE:
+                    return False  # being created by the cluster's controller
                 if count is None:
                     self._create_backoff_s = min(
                         max(2 * self._create_backoff_s, CREATE_BACKOFF_MIN_S), CREATE_BACKOFF_MAX_S

@@ -86,9 +86,11 @@ class OffsetsStore:
     def create(self) -> int:
         """Creates the topic (first use of any group); returns its partition count."""
         config = self.broker.config
-        live_brokers = 1  # a single node: the cluster issue will count registered brokers
+        # One replica per partition until followers replicate (the replication issue):
+        # an offsets partition with more could not commit anything.
+        live_brokers = max(1, len(self.broker.metadata_cache.alive_brokers()))
         partitions = as_int(config["offsets.topic.num.partitions"])
-        replication = min(as_int(config["offsets.topic.replication.factor"]), live_brokers)
+        replication = min(as_int(config["offsets.topic.replication.factor"]), live_brokers, 1)
         self.broker.create_topic(
             OFFSETS_TOPIC, partitions, replication, self.topic_configs(), internal=True
         )

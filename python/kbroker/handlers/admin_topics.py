@@ -1,9 +1,10 @@
 """CreateTopics (19), DeleteTopics (20), CreatePartitions (37), DeleteRecords (21).
 
 Owns the request-level rules of the topic admin APIs: duplicate entries,
-manual replica assignments (on this single node every replica must be this
-broker), validate-only requests, and one result per topic (or partition)
-with an error message. The topic changes themselves are `Broker` methods.
+manual replica assignments (on a single node every replica must be this
+broker, in a cluster a registered one), validate-only requests, and one
+result per topic (or partition) with an error message.
+The topic changes themselves are `Broker` methods.
 """
 
 from __future__ import annotations
@@ -63,8 +64,10 @@ def _check_assignment(broker: Broker, replicas: Sequence[int], expected_rf: int 
             ErrorCode.INVALID_REPLICA_ASSIGNMENT,
             f"duplicate brokers in replica list {list(replicas)}",
         )
+    if broker.cluster is not None:
+        broker.cluster.check_replicas(replicas)
     for b in replicas:
-        if b != broker.broker_id:
+        if broker.cluster is None and b != broker.broker_id:
             raise TopicError(
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 f"the replica assignment includes broker {b}, but no such broker is registered",
@@ -125,7 +128,16 @@ def _check_one(broker: Broker, t: Any) -> NewTopic:
             ErrorCode.INVALID_TOPIC_EXCEPTION,
             f"Topic '{name}' collides with existing topic: {other}",
         )
-    return NewTopic(name, partitions, rf, configs, parsed, internal=name in INTERNAL_TOPICS)
+    assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
+    return NewTopic(
+        name,
+        partitions,
+        rf,
+        configs,
+        parsed,
+        internal=name in INTERNAL_TOPICS,
+        assignment=assignment,
+    )
 
 
 def _result(broker: Broker, new: NewTopic, topic_id: uuid.UUID, version: int) -> Any:
@@ -185,7 +197,7 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any
         if request.validate_only:
             outcome[t.name] = _result(broker, new, ZERO_UUID, ctx.api_version)
     if valid and not request.validate_only:
-        created = await broker.create_topics(valid)
+        created = await broker.create_topics(valid, request.timeout_ms)
         for i, new in enumerate(valid):
             if i % YIELD_EVERY == YIELD_EVERY - 1:
                 await asyncio.sleep(0)
@@ -271,12 +283,14 @@ def handle_delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> A
             )
         else:
             targets[topic.topic_id] = n
-    return _delete(broker, targets, results)
+    return _delete(broker, targets, results, request.timeout_ms)
 
 
-async def _delete(broker: Broker, targets: dict[uuid.UUID, str], results: list[Any]) -> Any:
+async def _delete(
+    broker: Broker, targets: dict[uuid.UUID, str], results: list[Any], timeout_ms: int
+) -> Any:
     Result = DeleteTopicsResponse.Result
-    done = await broker.delete_topics(list(targets.values()))
+    done = await broker.delete_topics(list(targets.values()), timeout_ms)
     for topic_id, name in targets.items():
         error = done[name]
         if error is None:
@@ -296,7 +310,7 @@ async def _delete(broker: Broker, targets: dict[uuid.UUID, str], results: list[A
 # -- CreatePartitions --------------------------------------------------------------
 
 
-async def _add_partitions(broker: Broker, t: Any, validate_only: bool) -> None:
+async def _add_partitions(broker: Broker, t: Any, validate_only: bool, timeout_ms: int) -> None:
     topic = broker.check_add_partitions(t.name, t.count)
     if t.assignments is not None:
         current = len(topic.partitions)
@@ -310,7 +324,8 @@ async def _add_partitions(broker: Broker, t: Any, validate_only: bool) -> None:
         for a in t.assignments:
             _check_assignment(broker, a.broker_ids, rf)
     if not validate_only:
-        await broker.add_partitions(t.name, t.count)
+        assignment = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
+        await broker.add_partitions(t.name, t.count, assignment, timeout_ms)
 
 
 async def handle_create_partitions(broker: Broker, ctx: RequestContext, request: Any) -> Any:
@@ -321,7 +336,7 @@ async def handle_create_partitions(broker: Broker, ctx: RequestContext, request:
         if t.name in dupes:
             continue
         try:
-            await _add_partitions(broker, t, request.validate_only)
+            await _add_partitions(broker, t, request.validate_only, request.timeout_ms)
         except TopicError as exc:
             results.append(Result(name=t.name, error_code=exc.code, error_message=str(exc)))
         else:

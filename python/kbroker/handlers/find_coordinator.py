@@ -1,8 +1,9 @@
 """FindCoordinator (10): which broker coordinates a group (or a transactional id).
 
-v0-3 ask about one key, v4+ about several (``coordinator_keys``). Groups are
-coordinated by this broker; asking creates ``__consumer_offsets`` on first
-use. Transactional ids get TRANSACTIONAL_ID_AUTHORIZATION_FAILED until
+v0-3 ask about one key, v4+ about several (``coordinator_keys``). A group is
+coordinated by the leader of its partition of ``__consumer_offsets`` (on a
+single node, this broker); asking creates the topic on first use.
+Transactional ids get TRANSACTIONAL_ID_AUTHORIZATION_FAILED until
 transactions exist (as InitProducerId answers them).
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kbroker.coordinator.records import OFFSETS_TOPIC, partition_for
+from kbroker.metadata_cache import BrokerInfo
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import FindCoordinatorResponse
@@ -21,6 +24,16 @@ KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 
 Coordinator = FindCoordinatorResponse.Coordinator
+
+
+def _partition_leader(broker: Broker, group_id: str) -> BrokerInfo | None:
+    """The live broker leading ``group_id``'s partition of ``__consumer_offsets``."""
+    cache = broker.metadata_cache
+    topic = cache.topic(OFFSETS_TOPIC)
+    if topic is None or not topic.partitions:
+        return None
+    state = topic.partitions.get(partition_for(group_id, len(topic.partitions)))
+    return None if state is None or state.leader < 0 else cache.broker(state.leader)
 
 
 def _find(broker: Broker, key: str, key_type: int) -> Any:
@@ -35,6 +48,19 @@ def _find(broker: Broker, key: str, key_type: int) -> Any:
         code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
     else:
         check = broker.coordinator.check(key, allow_empty=True)
+        if check == ErrorCode.NOT_COORDINATOR and broker.cluster is not None:
+            # Another broker leads the group's partition of __consumer_offsets.
+            leader = _partition_leader(broker, key)
+            if leader is not None:
+                return Coordinator(
+                    key=key,
+                    node_id=leader.broker_id,
+                    host=leader.host,
+                    port=leader.port,
+                    error_code=ErrorCode.NONE,
+                    error_message=None,
+                )
+            check = ErrorCode.COORDINATOR_NOT_AVAILABLE
         # A coordinator still loading the group's partition is the coordinator.
         if check not in (ErrorCode.NONE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
             code, message = check, "the group coordinator is not available"

@@ -1,24 +1,27 @@
-"""The inter-broker APIs of a ZooKeeper-mode cluster, refused cleanly on a single node.
+"""The inter-broker APIs of a ZooKeeper-mode cluster.
 
 LeaderAndIsr (4), StopReplica (5) and UpdateMetadata (6) are a controller's orders
 to a broker; ControlledShutdown (7) and AlterPartition (56) are a broker's requests
-to the controller. A single node has no controller, so no order can come from a
-current one (STALE_CONTROLLER_EPOCH, as Kafka answers an order from an older
-controller) and it is not the controller (NOT_CONTROLLER, as Kafka's non-controller
-brokers answer). Nothing changes either way, and each answer is the one Kafka 3.9.1
-gives (tests/cluster/test_inter_broker_wire.py compares them field for field): a
-LeaderAndIsr refusal lists every partition asked about, a StopReplica refusal none.
+to the controller.
 
-Cluster mode replaces the handler bodies with the controller and replica work; the
-`*_response` builders (every partition with one code) stay for its refusals and
-acknowledgements, and `leader_and_isr_orders` / `stop_replica_orders` turn a
-request of any version into the replica manager's orders.
+A cluster member (`Broker.cluster`) carries the orders out: LeaderAndIsr and
+StopReplica through the replica manager, UpdateMetadata into the metadata cache.
+An order from an older controller than one already heard from is refused with
+STALE_CONTROLLER_EPOCH, one meant for an earlier registration of this broker
+with STALE_BROKER_EPOCH, and neither changes anything.
+
+A single node has no controller, so no order can come from a current one
+(STALE_CONTROLLER_EPOCH, as Kafka answers an order from an older controller)
+and it is not the controller (NOT_CONTROLLER, as Kafka's non-controller brokers
+answer). Each refusal is the one Kafka 3.9.1 gives
+(tests/cluster/test_inter_broker_wire.py compares them field for field): a
+LeaderAndIsr refusal lists every partition asked about, a StopReplica refusal none.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kbroker.log import TopicPartition
@@ -43,30 +46,47 @@ TopicError = LeaderAndIsrResponse.TopicError
 StopReplicaError = StopReplicaResponse.PartitionError
 
 
-def leader_and_isr_response(request: Any, version: int, code: int) -> Any:
-    """The answer to a LeaderAndIsr request: every partition in it with `code`."""
+def leader_and_isr_response(
+    request: Any,
+    version: int,
+    code: int,
+    errors: Mapping[TopicPartition, ErrorCode] | None = None,
+) -> Any:
+    """The answer to a LeaderAndIsr request: every partition in it with `code`, or with
+    its own code in ``errors`` (the top-level code stays `code`)."""
+
+    def of(topic: str, index: int) -> int:
+        return code if errors is None else errors.get(TopicPartition(topic, index), code)
+
     if version < 2:
-        errors = [
+        partition_errors = [
             IsrPartitionError(
-                topic_name=p.topic_name, partition_index=p.partition_index, error_code=code
+                topic_name=p.topic_name,
+                partition_index=p.partition_index,
+                error_code=of(p.topic_name, p.partition_index),
             )
             for p in request.ungrouped_partition_states
         ]
-        return LeaderAndIsrResponse(error_code=code, partition_errors=errors)
+        return LeaderAndIsrResponse(error_code=code, partition_errors=partition_errors)
     if version < 5:
-        errors = [
+        partition_errors = [
             IsrPartitionError(
-                topic_name=t.topic_name, partition_index=p.partition_index, error_code=code
+                topic_name=t.topic_name,
+                partition_index=p.partition_index,
+                error_code=of(t.topic_name, p.partition_index),
             )
             for t in request.topic_states
             for p in t.partition_states
         ]
-        return LeaderAndIsrResponse(error_code=code, partition_errors=errors)
+        return LeaderAndIsrResponse(error_code=code, partition_errors=partition_errors)
     topics = [
         TopicError(
             topic_id=t.topic_id,
             partition_errors=[
-                IsrPartitionError(partition_index=p.partition_index, error_code=code)
+                IsrPartitionError(
+                    partition_index=p.partition_index,
+                    error_code=of(t.topic_name, p.partition_index),
+                )
                 for p in t.partition_states
             ],
         )
@@ -182,17 +202,72 @@ def update_metadata_contents(
     return brokers, partitions
 
 
-def handle_leader_and_isr(broker: Broker, ctx: RequestContext, request: Any) -> Any:
-    return leader_and_isr_response(request, ctx.api_version, ErrorCode.STALE_CONTROLLER_EPOCH)
+def _stale_broker_epoch(broker: Broker, request: Any, version: int, since: int) -> bool:
+    """True when the order was meant for an earlier registration of this broker (Kafka's
+    KIP-380 check: the request's broker epoch, from version ``since``, is older than
+    this registration's; -1 names none)."""
+    if version < since or request.broker_epoch == -1:
+        return False
+    assert broker.cluster is not None
+    current = broker.cluster.broker_epoch
+    return current is not None and request.broker_epoch < current
+
+
+def _refusal(broker: Broker, request: Any, version: int, epoch_since: int) -> ErrorCode | None:
+    """The code an order is refused with before anything changes, or None."""
+    if broker.cluster is None:
+        return ErrorCode.STALE_CONTROLLER_EPOCH
+    if _stale_broker_epoch(broker, request, version, epoch_since):
+        return ErrorCode.STALE_BROKER_EPOCH
+    return None
+
+
+async def handle_leader_and_isr(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    refused = _refusal(broker, request, version, 2)
+    if refused is not None:
+        return leader_and_isr_response(request, version, refused)
+    orders = leader_and_isr_orders(request, version)
+    # A topic new to this broker: its configs before its logs open.
+    await broker.load_topic_configs({o.tp.topic for o in orders})
+    errors = broker.replica_manager.become_leader_or_follower(
+        request.controller_epoch, orders, broker.open_log
+    )
+    if errors is None:
+        return leader_and_isr_response(request, version, ErrorCode.STALE_CONTROLLER_EPOCH)
+    return leader_and_isr_response(request, version, ErrorCode.NONE, errors)
 
 
 def handle_stop_replica(broker: Broker, ctx: RequestContext, request: Any) -> Any:
-    # Kafka lists no partition when it refuses an old controller's StopReplica.
-    return StopReplicaResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH, partition_errors=[])
+    version = ctx.api_version
+    refused = _refusal(broker, request, version, 1)
+    if refused is not None:
+        # Kafka lists no partition when it refuses a whole StopReplica.
+        return StopReplicaResponse(error_code=refused, partition_errors=[])
+    errors = broker.replica_manager.stop_replicas(
+        request.controller_epoch, stop_replica_orders(request, version)
+    )
+    if errors is None:
+        return StopReplicaResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH, partition_errors=[])
+    return StopReplicaResponse(
+        error_code=ErrorCode.NONE,
+        partition_errors=[
+            StopReplicaError(topic_name=tp.topic, partition_index=tp.partition, error_code=code)
+            for tp, code in errors.items()
+        ],
+    )
 
 
 def handle_update_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
-    return UpdateMetadataResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
+    version = ctx.api_version
+    refused = _refusal(broker, request, version, 5)
+    if refused is not None:
+        return UpdateMetadataResponse(error_code=refused)
+    if not broker.replica_manager.accepts_controller(request.controller_epoch):
+        return UpdateMetadataResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
+    brokers, partitions = update_metadata_contents(request, version)
+    broker.apply_update_metadata(request.controller_id, brokers, partitions)
+    return UpdateMetadataResponse(error_code=ErrorCode.NONE)
 
 
 def handle_controlled_shutdown(broker: Broker, ctx: RequestContext, request: Any) -> Any:

@@ -36,7 +36,8 @@ def _topic_entry(topic: TopicMetadata) -> Any:
         is_internal=topic.internal or topic.name in INTERNAL_TOPICS,
         partitions=[
             Partition(
-                error_code=ErrorCode.NONE,
+                # Kafka's answer for a partition whose leader is gone: clients wait and retry.
+                error_code=ErrorCode.NONE if s.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
                 partition_index=p,
                 leader_id=s.leader,
                 leader_epoch=s.leader_epoch,

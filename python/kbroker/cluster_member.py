@@ -1,0 +1,464 @@
+"""`ClusterMember`: a broker's part in a ZooKeeper cluster (``zookeeper.connect`` set).
+
+What a broker does in a cluster beyond serving its partitions, in Kafka
+3.9's ZooKeeper layout (`kbroker.cluster.zk_data`):
+
+- At start, `connect`: the session (the chroot created when missing), the
+  persistent paths, the cluster id (``/cluster/id``, made by the first
+  broker), checked against the data directory's ``meta.properties``.
+- Once its listener is up, `join`: the ephemeral ``/brokers/ids/<id>``
+  (re-registered after a session expiry) and a place in the controller
+  election (`ControllerElector`): the broker that wins runs the `Controller`.
+- Topic administration for any client: a new topic is its assignment
+  znode (and config znode) written for the controller to pick up; a
+  deletion is a node under ``/admin/delete_topics``; new partitions extend
+  the assignment. Each answer waits (up to the request's timeout) until
+  this broker's metadata, which the controller's UpdateMetadata keeps,
+  shows the change done.
+- The configs of topics, read from ``/config/topics`` before a partition's
+  log is opened, and producer ids in blocks reserved in ZooKeeper.
+
+Until followers replicate (the replication issue), a partition has one
+replica: topics with a replication factor above 1 are refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kbroker.cluster import zk_data as zd
+from kbroker.cluster.controller import ControllerEpoch
+from kbroker.cluster.errors import (
+    ClusterError,
+    ZkBadVersionError,
+    ZkDataError,
+    ZkError,
+    ZkNodeExistsError,
+    ZkNoNodeError,
+)
+from kbroker.cluster.producer_id_blocks import ZkProducerIdAllocator
+from kbroker.cluster.registration import (
+    BrokerRegistrar,
+    ensure_persistent_paths,
+    get_or_create_cluster_id,
+)
+from kbroker.cluster.zk import ZkClient, ZkSettings
+from kbroker.config import BrokerConfig
+from kbroker.controller.assignment import (
+    AssignmentError,
+    BrokerPlacement,
+    assign_replicas,
+    continue_assignment,
+)
+from kbroker.controller.controller import Controller
+from kbroker.controller.elector import ControllerElector
+from kbroker.errors import ErrorCode, TopicError
+from kbroker.metadata import load_meta_properties
+from kbroker.metadata_cache import MetadataCache
+from kbroker.metadata_types import TopicMetadata
+from kbroker.topics import NewTopic
+
+log = logging.getLogger(__name__)
+
+# The most replicas a partition has until followers replicate.
+MAX_REPLICATION_FACTOR = 1
+
+
+@dataclass(frozen=True)
+class MemberSettings:
+    broker_id: int
+    data_dir: Path
+    zk: ZkSettings
+    rack: str | None
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> MemberSettings:
+        connect = config.get_str("zookeeper.connect")
+        zk = ZkSettings.parse(
+            connect,
+            session_timeout_ms=config.get_int("zookeeper.session.timeout.ms"),
+            connection_timeout_ms=config.get_optional_int("zookeeper.connection.timeout.ms"),
+        )
+        return cls(
+            broker_id=config.get_int("broker.id"),
+            data_dir=Path(config.get_str("log.dirs")),
+            zk=zk,
+            rack=config.get_optional_str("broker.rack"),
+        )
+
+
+class _Waiter:
+    """A client request waiting until the metadata shows ``done()``."""
+
+    def __init__(self, done: Callable[[], bool]) -> None:
+        self.done = done
+        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+
+class ClusterMember:
+    def __init__(
+        self,
+        settings: MemberSettings,
+        cache: MetadataCache,
+        allow_unclean: Callable[[str], bool] = lambda _topic: False,
+    ) -> None:
+        self.settings = settings
+        self.broker_id = settings.broker_id
+        self.cache = cache
+        self.zk = ZkClient(settings.zk)
+        self.producer_ids = ZkProducerIdAllocator(self.zk, settings.broker_id)
+        self.allow_unclean = allow_unclean
+        self.registrar: BrokerRegistrar | None = None
+        self.elector: ControllerElector | None = None
+        self._waiters: list[_Waiter] = []
+        self._background: set[asyncio.Task[object]] = set()
+        # Topics whose creation this broker started for a client that cannot wait
+        # (auto-creation): not started twice.
+        self._auto_creating: set[str] = set()
+
+    # -- life --------------------------------------------------------------------------
+
+    async def connect(self) -> str:
+        """Opens the session and returns the cluster id (checked against meta.properties).
+
+        Raises ClusterError (ZooKeeper unreachable, foreign data) or StateFileError
+        (the data directory belongs to another cluster or broker).
+        """
+        await self.zk.start()
+        try:
+            await ensure_persistent_paths(self.zk)
+            cluster_id = await get_or_create_cluster_id(self.zk)
+            load_meta_properties(self.settings.data_dir, self.broker_id, cluster_id)
+        except BaseException:
+            await self.zk.stop()
+            raise
+        self.cache.cluster_id = cluster_id
+        log.info(
+            "broker %d joins cluster %s at ZooKeeper %s",
+            self.broker_id,
+            cluster_id,
+            self.settings.zk.connect,
+        )
+        return cluster_id
+
+    async def join(self, host: str, port: int) -> None:
+        """Registers this broker (clients reach it at ``host``:``port``) and enters the
+        controller election."""
+        registration = zd.BrokerRegistration(
+            self.broker_id,
+            (zd.EndPoint("PLAINTEXT", host, port, "PLAINTEXT"),),
+            rack=self.settings.rack,
+        )
+        self.registrar = BrokerRegistrar(self.zk, registration, on_failed=self._registration_failed)
+        await self.registrar.register()
+        self.elector = ControllerElector(self.zk, self.broker_id, self._make_controller)
+        await self.elector.start()
+
+    def _make_controller(self, epoch: ControllerEpoch) -> Controller:
+        return Controller(self.zk, self.broker_id, epoch, allow_unclean=self.allow_unclean)
+
+    def _registration_failed(self, exc: Exception) -> None:
+        log.error(
+            "broker %d is no longer registered in ZooKeeper (%s): the cluster sees it as "
+            "dead until it is restarted",
+            self.broker_id,
+            exc,
+        )
+
+    @property
+    def broker_epoch(self) -> int | None:
+        return None if self.registrar is None else self.registrar.broker_epoch
+
+    @property
+    def registered(self) -> bool:
+        return self.broker_epoch is not None
+
+    async def leave(self) -> None:
+        """Leaves the election and the registry, then closes the session."""
+        for task in list(self._background):
+            task.cancel()
+        for waiter in self._waiters:
+            if not waiter.future.done():
+                waiter.future.cancel()
+        self._waiters.clear()
+        if self.elector is not None:
+            with contextlib.suppress(ClusterError):
+                await self.elector.stop()
+        if self.registrar is not None:
+            with contextlib.suppress(ClusterError):
+                await self.registrar.deregister()
+        await self.zk.stop()
+
+    # -- metadata from the controller ------------------------------------------------------
+
+    def metadata_changed(self) -> None:
+        """The controller's UpdateMetadata was applied: answer requests it completes."""
+        still: list[_Waiter] = []
+        for waiter in self._waiters:
+            if waiter.future.done():
+                continue
+            if waiter.done():
+                waiter.future.set_result(None)
+            else:
+                still.append(waiter)
+        self._waiters = still
+
+    async def _wait_until(self, done: Callable[[], bool], timeout_ms: int) -> bool:
+        """True once ``done()`` holds (checked after each metadata update); False at the
+        timeout."""
+        if done():
+            return True
+        if timeout_ms <= 0:
+            return False
+        waiter = _Waiter(done)
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter.future), timeout_ms / 1000)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            if not waiter.future.done():
+                waiter.future.cancel()
+
+    def _has_leaders(self, name: str, topic_id: uuid.UUID, partitions: Iterable[int]) -> bool:
+        topic = self.cache.topic(name)
+        if topic is None or topic.topic_id != topic_id:
+            return False
+        states = topic.partitions
+        return all(p in states and states[p].leader >= 0 for p in partitions)
+
+    # -- topic configs -----------------------------------------------------------------------
+
+    async def read_topic_configs(self, name: str) -> dict[str, str]:
+        """The overrides stored for ``name`` (none when its config znode is missing or
+        unreadable: logged)."""
+        try:
+            data, _ = await self.zk.get(zd.topic_config_path(name))
+            return zd.decode_entity_config(data).as_dict()
+        except ZkNoNodeError:
+            return {}
+        except ZkDataError as exc:
+            log.error("ignoring the configs of topic %s: %s", name, exc)
+            return {}
+
+    # -- topic administration ------------------------------------------------------------------
+
+    def placement(self) -> list[BrokerPlacement]:
+        return [BrokerPlacement(b.broker_id, b.rack) for b in self.cache.alive_brokers()]
+
+    def check_replication_factor(self, replication_factor: int) -> None:
+        alive = len(self.cache.alive_brokers())
+        if replication_factor > alive:
+            raise TopicError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"Replication factor: {replication_factor} larger than available brokers: {alive}.",
+            )
+        if replication_factor > MAX_REPLICATION_FACTOR:
+            raise TopicError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication factor {replication_factor}: partitions have one replica until "
+                "followers replicate (not built yet); use replication factor 1",
+            )
+
+    def check_replicas(self, replicas: Iterable[int]) -> None:
+        alive = {b.broker_id for b in self.cache.alive_brokers()}
+        for b in replicas:
+            if b not in alive:
+                raise TopicError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"the replica assignment includes broker {b}, but no such broker is registered",
+                )
+
+    def _assign(self, new: NewTopic) -> dict[int, list[int]]:
+        if new.assignment is not None:
+            return {p: list(r) for p, r in new.assignment.items()}
+        try:
+            return assign_replicas(self.placement(), new.num_partitions, new.replication_factor)
+        except AssignmentError as exc:
+            raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc)) from None
+
+    async def create_topics(
+        self, new: list[NewTopic], timeout_ms: int
+    ) -> dict[str, TopicMetadata | TopicError]:
+        """Writes each topic for the controller, then waits (up to ``timeout_ms``) until
+        every partition has a leader. A topic that timed out is still created, later."""
+        results: dict[str, TopicMetadata | TopicError] = {}
+        written: list[tuple[NewTopic, uuid.UUID]] = []
+        for t in new:
+            try:
+                written.append((t, await self._write_topic(t)))
+            except TopicError as exc:
+                results[t.name] = exc
+        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        for t, topic_id in written:
+            left_ms = int((deadline - asyncio.get_running_loop().time()) * 1000)
+
+            def done(
+                name: str = t.name, topic_id: uuid.UUID = topic_id, count: int = t.num_partitions
+            ) -> bool:
+                return self._has_leaders(name, topic_id, range(count))
+
+            if await self._wait_until(done, max(left_ms, 1) if timeout_ms > 0 else 0):
+                topic = self.cache.topic(t.name)
+                assert topic is not None
+                results[t.name] = topic
+            elif timeout_ms <= 0:
+                results[t.name] = TopicMetadata(t.name, topic_id, {}, internal=t.internal)
+            else:
+                results[t.name] = TopicError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"topic {t.name!r} is created, but its partitions had no leader within "
+                    f"{timeout_ms} ms",
+                )
+        return results
+
+    async def _write_topic(self, t: NewTopic) -> uuid.UUID:
+        if await self.zk.exists(zd.delete_topic_path(t.name)) is not None:
+            raise TopicError(
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} is marked for deletion"
+            )
+        assignment = self._assign(t)
+        topic_id = uuid.uuid4()
+        stored = {k: v for k, v in t.configs.items() if v is not None}
+        try:
+            # The configs first, as Kafka does: a broker opening the log reads them.
+            config = zd.encode_entity_config(zd.EntityConfig.of(stored))
+            try:
+                await self.zk.create(zd.topic_config_path(t.name), config, makepath=True)
+            except ZkNodeExistsError:
+                await self.zk.set(zd.topic_config_path(t.name), config)
+            await self.zk.create(
+                zd.topic_path(t.name),
+                zd.encode_topic_assignment(zd.TopicAssignment.of(assignment, topic_id)),
+                makepath=True,
+            )
+        except ZkNodeExistsError:
+            raise TopicError(
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists"
+            ) from None
+        except ZkError as exc:
+            raise TopicError(
+                ErrorCode.UNKNOWN_SERVER_ERROR, f"cannot record topic {t.name!r}: {exc}"
+            ) from None
+        log.info("wrote topic %s (id %s) for the controller: %s", t.name, topic_id, assignment)
+        return topic_id
+
+    def create_in_background(self, t: NewTopic) -> None:
+        """Starts creating ``t`` for a request that does not wait (auto-creation)."""
+        if t.name in self._auto_creating:
+            return
+        self._auto_creating.add(t.name)
+
+        async def create() -> None:
+            try:
+                result = (await self.create_topics([t], 0))[t.name]
+                if isinstance(result, TopicError) and result.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    log.warning("cannot create topic %s: %s", t.name, result)
+            finally:
+                self._auto_creating.discard(t.name)
+
+        self._spawn(create())
+
+    def _spawn(self, coro: Coroutine[Any, Any, object]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def delete_topics(
+        self, topics: Mapping[str, uuid.UUID], timeout_ms: int
+    ) -> dict[str, TopicError | None]:
+        """Marks each topic (name -> id) for deletion and waits until the controller took
+        it out of the metadata, up to ``timeout_ms``."""
+        results: dict[str, TopicError | None] = {}
+        marked: dict[str, uuid.UUID] = {}
+        for name, topic_id in topics.items():
+            try:
+                await self.zk.create(zd.delete_topic_path(name), b"", makepath=True)
+            except ZkNodeExistsError:
+                pass  # already being deleted: wait with the others
+            except ZkError as exc:
+                results[name] = TopicError(
+                    ErrorCode.UNKNOWN_SERVER_ERROR, f"cannot mark {name!r} for deletion: {exc}"
+                )
+                continue
+            marked[name] = topic_id
+        for name, topic_id in marked.items():
+
+            def gone(name: str = name, topic_id: uuid.UUID = topic_id) -> bool:
+                topic = self.cache.topic(name)
+                return topic is None or topic.topic_id != topic_id
+
+            if await self._wait_until(gone, timeout_ms) or timeout_ms <= 0:
+                results[name] = None
+            else:
+                results[name] = TopicError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"topic {name!r} is marked for deletion, but was not deleted within "
+                    f"{timeout_ms} ms",
+                )
+        return results
+
+    async def add_partitions(
+        self,
+        name: str,
+        total: int,
+        assignment: list[list[int]] | None,
+        timeout_ms: int,
+    ) -> None:
+        """Extends the topic's assignment to ``total`` partitions (conditionally on the
+        znode's version) and waits until the new partitions have leaders."""
+        path = zd.topic_path(name)
+        try:
+            data, stat = await self.zk.get(path)
+            current = zd.decode_topic_assignment(data)
+        except ZkNoNodeError:
+            raise TopicError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
+            ) from None
+        except (ZkDataError, ZkError) as exc:
+            raise TopicError(ErrorCode.UNKNOWN_SERVER_ERROR, f"topic {name!r}: {exc}") from None
+        existing = current.replicas()
+        if total <= len(existing):
+            raise TopicError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"topic {name!r} has {len(existing)} partitions; the new count must be larger, "
+                f"not {total}",
+            )
+        if assignment is not None:
+            added = {len(existing) + i: list(r) for i, r in enumerate(assignment)}
+        else:
+            try:
+                added = continue_assignment(self.placement(), existing, total - len(existing))
+            except AssignmentError as exc:
+                raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc)) from None
+        updated = zd.TopicAssignment.of({**existing, **added}, current.topic_id)
+        try:
+            await self.zk.set(path, zd.encode_topic_assignment(updated), stat.version)
+        except ZkBadVersionError:
+            raise TopicError(
+                ErrorCode.INVALID_PARTITIONS, f"topic {name!r} changed while partitions were added"
+            ) from None
+        except ZkError as exc:
+            raise TopicError(ErrorCode.UNKNOWN_SERVER_ERROR, f"topic {name!r}: {exc}") from None
+        log.info("added partitions %s to topic %s", sorted(added), name)
+        topic_id = current.topic_id
+        if topic_id is None:
+            return
+
+        def done() -> bool:
+            assert topic_id is not None
+            return self._has_leaders(name, topic_id, added)
+
+        if not await self._wait_until(done, timeout_ms) and timeout_ms > 0:
+            raise TopicError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"the new partitions of {name!r} had no leader within {timeout_ms} ms",
+            )

@@ -1,0 +1,235 @@
+"""Three brokers on a real ZooKeeper, reached by real clients through any of them.
+
+Each scenario runs against Apache Kafka 3.9.1 in ZooKeeper mode first (the
+reference: it proves the test) and then against three ``kbroker serve
+--zookeeper`` processes, on a fresh chroot each:
+
+- topics of replication factor 1 spread over the brokers; confluent-kafka,
+  kafka-python and aiokafka produce through one broker and a consumer group
+  reads everything back through another;
+- kill -9 of a broker: its partitions go offline (no leader) while the
+  others keep taking writes, and come back with their records when it
+  restarts;
+- kill -9 of the controller: another broker is elected and topic creation
+  works again (the time each took is printed: ``-s`` shows it).
+
+Select with ``-m kafka`` (the reference needs Kafka's jars: bench/kafka/fetch.sh).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.cluster.nodes import SESSION_TIMEOUT_MS, SYSTEMS, Cluster, cluster
+from tests.helpers import consume_all, produce, wait_for
+from tests.zookeeper import ZooKeeperServer
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(params=SYSTEMS)
+def brokers(
+    request: pytest.FixtureRequest, zookeeper: ZooKeeperServer, tmp_path: Path
+) -> Iterator[Cluster]:
+    chroot = f"/cluster-{uuid.uuid4().hex[:8]}"
+    with cluster(request.param, zookeeper.connect, chroot, tmp_path) as c:
+        yield c
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, rf: int = 1) -> float:
+    """Creates a topic through ``bootstrap``; the seconds the answer took."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    start = time.monotonic()
+    admin.create_topics([NewTopic(name, partitions, rf)], operation_timeout=30)[name].result(60)
+    return time.monotonic() - start
+
+
+def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """Partition -> leader (-1: none) as ``bootstrap`` answers Metadata."""
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return {p.id: p.leader for p in md.topics[topic].partitions.values()}
+
+
+def test_topics_spread_and_clients_use_any_broker(brokers: Cluster) -> None:
+    b1, b2, b3 = (brokers.nodes[i].bootstrap for i in (1, 2, 3))
+    topic = f"spread-{uuid.uuid4().hex[:6]}"
+    create_topic(b2, topic, 6)
+    md = AdminClient({"bootstrap.servers": b3}).list_topics(timeout=10)
+    assert sorted(md.brokers) == [1, 2, 3]
+    assert md.controller_id in (1, 2, 3)
+    parts = md.topics[topic].partitions
+    assert sorted(parts) == list(range(6))
+    for p in parts.values():
+        assert p.replicas == [p.leader] and p.isrs == [p.leader]
+    # Leaders go round the brokers: each leads two of the six.
+    assert sorted(p.leader for p in parts.values()) == [1, 1, 2, 2, 3, 3]
+
+    # An idempotent producer (ids from ZooKeeper's blocks) through broker 1.
+    reports = produce(
+        b1,
+        topic,
+        [(f"k{i}".encode(), f"confluent-{i}".encode()) for i in range(300)],
+        acks="all",
+        **{"enable.idempotence": True},
+    )
+    assert all(err is None for err, _ in reports)
+
+    from kafka import KafkaProducer
+
+    kp = KafkaProducer(bootstrap_servers=b3, acks="all")
+    for i in range(100):
+        kp.send(topic, key=f"p{i}".encode(), value=f"kafka-python-{i}".encode())
+    kp.flush(30)
+    kp.close(10)
+
+    async def aio() -> None:
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(bootstrap_servers=b2, acks="all")
+        await producer.start()
+        try:
+            for i in range(100):
+                await producer.send_and_wait(topic, f"aiokafka-{i}".encode(), key=f"a{i}".encode())
+        finally:
+            await producer.stop()
+
+    asyncio.run(asyncio.wait_for(aio(), 60))
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": b3,
+            "group.id": f"g-{topic}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    seen: set[bytes] = set()
+    deadline = time.monotonic() + 60
+    try:
+        while len(seen) < 500 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            seen.add(msg.value())
+        consumer.commit(asynchronous=False)
+        committed = consumer.committed([tp for tp in consumer.assignment()], timeout=10)
+    finally:
+        consumer.close()
+    expected = (
+        {f"confluent-{i}".encode() for i in range(300)}
+        | {f"kafka-python-{i}".encode() for i in range(100)}
+        | {f"aiokafka-{i}".encode() for i in range(100)}
+    )
+    assert seen == expected
+    assert sum(tp.offset for tp in committed) == 500
+
+    # More replicas than brokers: refused by whichever broker is asked.
+    admin = AdminClient({"bootstrap.servers": b1})
+    future = admin.create_topics([NewTopic(f"{topic}-rf4", 1, 4)], operation_timeout=10)
+    with pytest.raises(Exception) as refused:
+        future[f"{topic}-rf4"].result(30)
+    assert refused.value.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR
+
+
+def test_killed_broker_partitions_go_offline_and_come_back(brokers: Cluster) -> None:
+    topic = f"offline-{uuid.uuid4().hex[:6]}"
+    create_topic(brokers.bootstrap, topic, 6)
+    leaders = partition_leaders(brokers.bootstrap, topic)
+    produce(
+        brokers.bootstrap,
+        topic,
+        [(None, f"before-{p}".encode(), None, p) for p in range(6)],
+        acks="all",
+    )
+    controller = brokers.controller_id()
+    victim = next(i for i in brokers.nodes if i != controller)
+    others = [i for i in brokers.nodes if i != victim]
+    lost = sorted(p for p, leader in leaders.items() if leader == victim)
+    kept = sorted(p for p, leader in leaders.items() if leader != victim)
+    assert lost and kept
+
+    brokers.nodes[victim].kill()
+    started = time.monotonic()
+    survivor = brokers.nodes[others[0]].bootstrap
+    wait_for(
+        lambda: all(partition_leaders(survivor, topic)[p] == -1 for p in lost),
+        f"partitions {lost} of killed broker {victim} to go offline",
+        timeout=SESSION_TIMEOUT_MS / 1000 + 15,
+    )
+    print(
+        f"\n[{brokers.system}] broker {victim} killed: offline after "
+        f"{time.monotonic() - started:.2f}s (session timeout {SESSION_TIMEOUT_MS} ms)"
+    )
+    # The others keep taking writes.
+    reports = produce(
+        brokers.live_bootstrap(),
+        topic,
+        [(None, f"during-{p}".encode(), None, p) for p in kept],
+        acks="all",
+    )
+    assert all(err is None for err, _ in reports)
+    # A write to an offline partition fails (after the producer's retries), it is not lost
+    # into another partition.
+    offline = Producer({"bootstrap.servers": brokers.live_bootstrap(), "message.timeout.ms": 2000})
+    errors: list[object] = []
+    offline.produce(topic, b"nowhere", partition=lost[0], on_delivery=lambda e, m: errors.append(e))
+    offline.flush(15)
+    assert errors and errors[0] is not None
+
+    brokers.nodes[victim].restart()
+    wait_for(
+        lambda: all(partition_leaders(survivor, topic)[p] == victim for p in lost),
+        f"partitions {lost} to be led by broker {victim} again",
+        timeout=30,
+    )
+    got = consume_all(brokers.bootstrap, topic, 6, expected=6 + len(kept), timeout=30)
+    values = sorted(m.value() for m in got)
+    assert values == sorted(
+        [f"before-{p}".encode() for p in range(6)] + [f"during-{p}".encode() for p in kept]
+    )
+
+
+def test_killed_controller_is_replaced(brokers: Cluster) -> None:
+    old: int = wait_for(brokers.controller_id, "a controller")
+    brokers.nodes[old].kill()
+    started = time.monotonic()
+    new = wait_for(
+        lambda: (c := brokers.controller_id()) not in (None, old) and c,
+        "another controller",
+        timeout=SESSION_TIMEOUT_MS / 1000 + 20,
+    )
+    elected = time.monotonic() - started
+    topic = f"after-{uuid.uuid4().hex[:6]}"
+
+    def created() -> bool:
+        try:
+            create_topic(brokers.live_bootstrap(), topic, 4)
+            return True
+        except Exception as exc:  # retried: the new controller may still be starting
+            return "already exists" in str(exc)
+
+    wait_for(created, "topic creation on the new controller", timeout=60, interval=0.5)
+    reports = produce(
+        brokers.live_bootstrap(), topic, [(None, b"x", None, p) for p in range(4)], acks="all"
+    )
+    usable = time.monotonic() - started
+    assert all(err is None for err, _ in reports)
+    print(
+        f"\n[{brokers.system}] controller {old} killed: broker {new} elected after "
+        f"{elected:.2f}s, a new topic took writes after {usable:.2f}s "
+        f"(session timeout {SESSION_TIMEOUT_MS} ms)"
+    )
+    assert new in brokers.nodes and new != old
+    brokers.nodes[old].restart()
+    md = AdminClient({"bootstrap.servers": brokers.nodes[old].bootstrap}).list_topics(timeout=10)
+    assert sorted(md.brokers) == [1, 2, 3]
