@@ -2,6 +2,7 @@
 # Installs what kbroker needs on a fresh machine and builds it into ./.venv.
 # Safe to run again: every step checks before it acts.
 #   deploy/setup.sh           runtime only
+#   deploy/setup.sh cluster   also ZooKeeper (Debian's package), for deploy/local-cluster.sh
 #   deploy/setup.sh test      also the test tools, real Kafka clients, the benchmark's
 #                             Apache Kafka jars (bench/kafka/fetch.sh; 3.9.1 too, for
 #                             the ZooKeeper-mode tests of tests/cluster), PySpark and
@@ -13,12 +14,14 @@ extras="${1:-}"
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
 # System packages: kcat (a real librdkafka client used by the tests),
-# zookeeper (a real ZooKeeper server for the tests of `kbroker groups import-zk`)
+# zookeeper (a real ZooKeeper server: the cluster tests and deploy/local-cluster.sh)
 # and prometheus (a real Prometheus server, and promtool, for tests/metrics).
 need_apt=()
+if [ "$extras" = "test" ] || [ "$extras" = "cluster" ]; then
+    [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
+fi
 if [ "$extras" = "test" ]; then
     command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
-    [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
     command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
