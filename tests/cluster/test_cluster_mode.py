@@ -5,8 +5,9 @@ reference: it proves the test) and then against three ``kbroker serve
 --zookeeper`` processes, on a fresh chroot each:
 
 - topics of replication factor 1 spread over the brokers; confluent-kafka,
-  kafka-python and aiokafka produce through one broker and a consumer group
-  reads everything back through another;
+  kafka-python, aiokafka and the Java client (Kafka's console tools on
+  kafka-clients 3.9.1) produce through one broker each, and consumer groups
+  (librdkafka's, the Java client's) read everything back through another;
 - kill -9 of a broker: its partitions go offline (no leader) while the
   others keep taking writes, and come back with their records when it
   restarts;
@@ -19,6 +20,7 @@ Select with ``-m kafka`` (the reference needs Kafka's jars: bench/kafka/fetch.sh
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,6 +30,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.cluster.kafka_zk import require_kafka
 from tests.cluster.nodes import SESSION_TIMEOUT_MS, SYSTEMS, Cluster, cluster
 from tests.helpers import consume_all, produce, wait_for
 from tests.zookeeper import ZooKeeperServer
@@ -56,6 +59,50 @@ def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
     """Partition -> leader (-1: none) as ``bootstrap`` answers Metadata."""
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
     return {p.id: p.leader for p in md.topics[topic].partitions.values()}
+
+
+def _java(main: str, *args: str, stdin: str = "", timeout: float = 90) -> str:
+    java, lib = require_kafka()
+    done = subprocess.run(
+        [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*", main, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def java_produce(bootstrap: str, topic: str, values: list[str]) -> None:
+    _java(
+        "kafka.tools.ConsoleProducer",
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--producer-property",
+        "acks=all",
+        stdin="".join(f"{v}\n" for v in values),
+    )
+
+
+def java_consume(bootstrap: str, topic: str, count: int) -> list[str]:
+    out = _java(
+        "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--group",
+        f"java-{topic}",
+        "--from-beginning",
+        "--max-messages",
+        str(count),
+        "--timeout-ms",
+        "60000",
+    )
+    return out.splitlines()
 
 
 def test_topics_spread_and_clients_use_any_broker(brokers: Cluster) -> None:
@@ -103,6 +150,10 @@ def test_topics_spread_and_clients_use_any_broker(brokers: Cluster) -> None:
 
     asyncio.run(asyncio.wait_for(aio(), 60))
 
+    # The Java client (kafka-clients 3.9.1, as Spark uses it) through Kafka's console
+    # producer, by broker 2.
+    java_produce(b2, topic, [f"java-{i}" for i in range(100)])
+
     consumer = Consumer(
         {
             "bootstrap.servers": b3,
@@ -115,7 +166,7 @@ def test_topics_spread_and_clients_use_any_broker(brokers: Cluster) -> None:
     seen: set[bytes] = set()
     deadline = time.monotonic() + 60
     try:
-        while len(seen) < 500 and time.monotonic() < deadline:
+        while len(seen) < 600 and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
@@ -129,9 +180,12 @@ def test_topics_spread_and_clients_use_any_broker(brokers: Cluster) -> None:
         {f"confluent-{i}".encode() for i in range(300)}
         | {f"kafka-python-{i}".encode() for i in range(100)}
         | {f"aiokafka-{i}".encode() for i in range(100)}
+        | {f"java-{i}".encode() for i in range(100)}
     )
     assert seen == expected
-    assert sum(tp.offset for tp in committed) == 500
+    assert sum(tp.offset for tp in committed) == 600
+    # And the Java consumer, in a group of its own, through broker 1.
+    assert sorted(java_consume(b1, topic, 600)) == sorted(v.decode() for v in expected)
 
     # More replicas than brokers: refused by whichever broker is asked.
     admin = AdminClient({"bootstrap.servers": b1})
