@@ -19,7 +19,7 @@ T0 = TopicPartition("t", 0)
 T1 = TopicPartition("t", 1)
 
 
-def T(p: int) -> TopicPartition:  # noqa: N802 (reads like T0, T1)
+def T(p: int) -> TopicPartition:
     return TopicPartition("t", p)
 
 

@@ -195,6 +195,10 @@ class Controller:
             except (ControllerMovedError, asyncio.CancelledError):
                 self._refuse_asked()
                 raise
+            except KafkaError as exc:  # a refusal: the caller's answer, not a failure
+                if not answer.done():
+                    answer.set_exception(exc)
+                return
             except BaseException as exc:
                 if not answer.done():
                     answer.set_exception(exc)
@@ -517,8 +521,9 @@ class Controller:
 
     async def _controlled_shutdown(self, broker_id: int, broker_epoch: int) -> set[TopicPartition]:
         known = self.ctx.live.get(broker_id)
-        if known is not None and broker_epoch > known.epoch:
-            # Registered again since the brokers were last read (that event is queued).
+        if known is None or broker_epoch > known.epoch:
+            # Perhaps registered (again) since the brokers were last read (that event is
+            # queued): read them now rather than refuse.
             await self._brokers_changed()
             known = self.ctx.live.get(broker_id)
         if known is None:
