@@ -3,8 +3,9 @@ only registrations (nothing listens on their ports: the controller's orders to t
 retried in the background, and the test reads what it wrote to ZooKeeper).
 
 Real brokers obeying these duties are in test_controller_duties (Kafka 3.9.1); here go
-what is slow or awkward with them: the periodic leader rebalance, a broker shutting
-down that registers again, and the answers once the controller stopped.
+what is slow or awkward with them: the periodic leader rebalance, an unclean election,
+a broker shutting down that registers again, and the answers once the controller
+stopped.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from kbroker.cluster import zk_data as zd
 from kbroker.cluster.controller import try_become_controller
 from kbroker.cluster.zk import ZkClient, ZkSettings
 from kbroker.controller.controller import Controller, ControllerSettings
+from kbroker.controller.election import ElectionType
 from kbroker.log import TopicPartition
 from kbroker.metadata_types import PartitionState
 from kbroker.protocol import ErrorCode
@@ -26,6 +28,7 @@ from tests.cluster.conftest import run, until
 from tests.helpers import free_port
 
 P0, P1 = TopicPartition("t", 0), TopicPartition("t", 1)
+G0 = TopicPartition("g", 0)
 
 
 async def register(zk: ZkClient, broker_id: int) -> int:
@@ -46,6 +49,10 @@ async def create_topic(zk: ZkClient, name: str, partitions: dict[int, list[int]]
 async def state(zk: ZkClient, tp: TopicPartition) -> zd.LeaderAndIsr:
     data, stat = await zk.get(zd.partition_state_path(tp.topic, tp.partition))
     return zd.decode_partition_state(data, stat.version)
+
+
+def code(error: KafkaError | None) -> ErrorCode:
+    return ErrorCode.NONE if error is None else error.code
 
 
 def test_settings_from_kafka_names() -> None:
@@ -70,10 +77,16 @@ def test_rebalance_on_a_timer_and_shutting_down_until_registered_again(
     async def main() -> None:
         async with ZkClient(zk_settings) as zk, ZkClient(zk_settings) as brokers:
             epochs = {b: await register(brokers, b) for b in (1, 2)}
-            # Broker 1 is the first replica of both partitions but leads only p1.
+            # Broker 1 is the first replica of t's partitions but leads only t-1; g-0 was
+            # left led by broker 3, alone in its ISR, and broker 3 is gone.
             await create_topic(zk, "t", {0: [1, 2], 1: [1, 2]})
-            for tp, leader in ((P0, 2), (P1, 1)):
-                left = PartitionState([1, 2], leader, 0, [1, 2], 0)
+            await create_topic(zk, "g", {0: [1, 3]})
+            for tp, replicas, leader, isr in (
+                (P0, [1, 2], 2, [1, 2]),
+                (P1, [1, 2], 1, [1, 2]),
+                (G0, [1, 3], 3, [3]),
+            ):
+                left = PartitionState(replicas, leader, 0, isr, 0)
                 await zk.create(
                     zd.partition_state_path(tp.topic, tp.partition),
                     zd.encode_partition_state(zd.LeaderAndIsr.from_partition_state(left)),
@@ -96,7 +109,20 @@ def test_rebalance_on_a_timer_and_shutting_down_until_registered_again(
                 await until(lambda: leader(P0) == 1, "the rebalance")
                 assert (await state(zk, P0)).leader == 1
 
-                assert await controller.controlled_shutdown(1, epochs[1]) == set()
+                # ElectLeaders: g-0 needs an unclean election (its ISR is all dead; its
+                # first replica is not in it).
+                results = await controller.elect_leaders([G0], ElectionType.PREFERRED)
+                assert code(results[G0]) is ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+                results = await controller.elect_leaders([G0, P1], ElectionType.UNCLEAN)
+                assert {tp: code(e) for tp, e in results.items()} == {
+                    G0: ErrorCode.NONE,
+                    P1: ErrorCode.ELECTION_NOT_NEEDED,
+                }
+                g0 = await state(zk, G0)
+                assert (g0.leader, g0.isr, g0.leader_epoch) == (1, (1,), 1)
+
+                # g-0 has nowhere to go (its other replica is dead): broker 1 still leads it.
+                assert await controller.controlled_shutdown(1, epochs[1]) == {G0}
                 assert [(await state(zk, tp)).leader for tp in (P0, P1)] == [2, 2]
                 # Broker 1 is shutting down: a new partition is not led by it ...
                 await create_topic(zk, "before", {0: [1, 2]})

@@ -183,8 +183,10 @@ class Controller:
         return lambda _event: self._events.put_nowait(handler)
 
     async def _ask(self, work: Callable[[], Awaitable[T]]) -> T:
-        """Runs ``work`` as an event and returns its result; NOT_CONTROLLER once this
-        controller stopped (or stops before getting to it)."""
+        """Runs ``work`` as an event and returns its result. Raises only `KafkaError`s:
+        ``work``'s refusals, NOT_CONTROLLER once this controller stopped (or stops before
+        getting to it), UNKNOWN_SERVER_ERROR for anything else (ZooKeeper away, say),
+        which the event loop logs as well."""
         if self.stopped or self.moved.is_set():
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "this broker is no longer the controller")
         answer: asyncio.Future[T] = asyncio.get_running_loop().create_future()
@@ -199,9 +201,11 @@ class Controller:
                 if not answer.done():
                     answer.set_exception(exc)
                 return
-            except BaseException as exc:
+            except Exception as exc:
                 if not answer.done():
-                    answer.set_exception(exc)
+                    failed = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc) or repr(exc))
+                    failed.__cause__ = exc
+                    answer.set_exception(failed)
                 raise
             if not answer.done():
                 answer.set_result(result)
@@ -616,8 +620,8 @@ class Controller:
         return results
 
     async def _preferred_election_requested(self) -> None:
-        """``/admin/preferred_replica_election`` (written by kafka-leader-election.sh and
-        older tools): its partitions get preferred elections, then the znode goes."""
+        """``/admin/preferred_replica_election`` (how tools older than ElectLeaders ask,
+        through ZooKeeper): its partitions get preferred elections, then the znode goes."""
         path = zd.PREFERRED_REPLICA_ELECTION_PATH
         try:
             data, _ = await self.zk.get(path)
@@ -663,10 +667,10 @@ class Controller:
             delay = self.settings.leader_imbalance_check_interval_s
             try:
                 await self.rebalance_leaders()
-            except KafkaError:
-                return  # no longer the controller
-            except Exception as exc:  # logged by the event loop; the next check comes
-                log.debug("controller: leader rebalance failed: %s", exc)
+            except KafkaError as exc:
+                if exc.code is ErrorCode.NOT_CONTROLLER:
+                    return
+                # (Logged by the event loop; the next check comes all the same.)
 
     # -- writing and telling -------------------------------------------------------------
 
