@@ -19,6 +19,10 @@ T0 = TopicPartition("t", 0)
 T1 = TopicPartition("t", 1)
 
 
+def T(p: int) -> TopicPartition:
+    return TopicPartition("t", p)
+
+
 def context(live: set[int], **partitions: list[int]) -> ControllerContext:
     """Topic "t" with partitions p0, p1, ... placed as given, controller epoch 5."""
     ctx = ControllerContext(controller_id=1, epoch=5)
@@ -87,10 +91,49 @@ def test_preferred_election_moves_leadership_back_once_the_first_replica_is_in_s
 
 
 def test_controlled_shutdown_moves_leadership_and_leaves_single_replicas_alone() -> None:
-    ctx = context({1, 2, 3}, p0=[1, 2, 3], p1=[1])
-    settle(ctx, ctx.plan_new_partitions([T0, T1]))
+    ctx = context({1, 2, 3}, p0=[1, 2, 3], p1=[1], p2=[1, 4])
+    settle(ctx, ctx.plan_new_partitions([T0, T1, T(2)]))
     ctx.shutting_down.add(1)
-    plans = ctx.plan_controlled_shutdown(1)
-    assert [(t.tp, t.state.leader, t.state.isr) for t in plans] == [(T0, 2, [2, 3])]
-    # The partition with one replica keeps its leader until the broker stops.
+    plan = ctx.plan_controlled_shutdown(1)
+    assert [(t.tp, t.state.leader, t.state.isr) for t in plan.moves] == [(T0, 2, [2, 3])]
+    assert plan.isr_removals == [] and plan.followed == []
+    # The partition with one replica keeps its leader until the broker stops and is not
+    # "remaining" (it can never move, as in Kafka); p2, its other replica dead, is.
     assert ctx.offline_partitions() == []
+    settle(ctx, plan.moves)
+    assert ctx.replicated_leaders_on(1) == {T(2)}
+
+
+def test_controlled_shutdown_of_a_follower_takes_it_out_of_the_isr_but_never_empties_it() -> None:
+    ctx = context({1, 2}, p0=[2, 1], p1=[2, 1])
+    settle(ctx, ctx.plan_new_partitions([T0, T1]))
+    ctx.states[T1].isr = [1]  # its last ISR member stays in (and is still told to stop)
+    ctx.shutting_down.add(1)
+    plan = ctx.plan_controlled_shutdown(1)
+    assert plan.moves == [] and plan.followed == [T0, T1]
+    [removal] = plan.isr_removals
+    assert (removal.tp, removal.state.leader, removal.state.isr) == (T0, 2, [2])
+    assert removal.state.leader_epoch == 1
+
+
+def test_a_broker_shutting_down_is_elected_nowhere() -> None:
+    ctx = context({1, 2}, p0=[1, 2], p1=[1, 2])
+    ctx.shutting_down.add(1)
+    plans = ctx.plan_new_partitions([T0])
+    assert [(t.state.leader, t.state.isr) for t in plans] == [(2, [2])]
+    ctx.states[T1] = PartitionState([1, 2], 2, 3, [2, 1], 5)
+    assert ctx.plan_preferred_elections([T1]) == []
+
+
+def test_imbalance_counts_per_preferred_broker_above_the_percentage() -> None:
+    # Broker 1 is the first replica of p0..p3; broker 2 of p4.
+    ctx = context({1, 2}, p0=[1, 2], p1=[1, 2], p2=[1, 2], p3=[1, 2], p4=[2, 1])
+    settle(ctx, ctx.plan_new_partitions([T(p) for p in range(5)]))
+    assert ctx.imbalanced_partitions(10) == []
+    ctx.states[T(1)].leader = 2  # 1 of broker 1's 4 led elsewhere: 25 %
+    assert ctx.imbalanced_partitions(25) == []
+    assert ctx.imbalanced_partitions(10) == [T(1)]
+    ctx.states[T(2)].leader, ctx.states[T(2)].isr = 2, [2]  # 1 cannot lead p2 (not in sync)
+    assert ctx.imbalanced_partitions(10) == [T(1)]
+    ctx.shutting_down.add(1)
+    assert ctx.imbalanced_partitions(10) == []

@@ -59,6 +59,18 @@ class Transition:
 
 
 @dataclass(slots=True)
+class ShutdownPlan:
+    """What a controlled shutdown changes (see `ControllerContext.plan_controlled_shutdown`)."""
+
+    # Partitions the broker leads, moved to another ISR member.
+    moves: list[Transition] = field(default_factory=list)
+    # Partitions the broker follows that it leaves the ISR of.
+    isr_removals: list[Transition] = field(default_factory=list)
+    # Every partition it follows: it is told to stop fetching them (StopReplica).
+    followed: list[TopicPartition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class ControllerContext:
     controller_id: int
     epoch: int = 0
@@ -81,6 +93,10 @@ class ControllerContext:
 
     def is_live(self, broker_id: int) -> bool:
         return broker_id in self.live
+
+    def is_electable(self, broker_id: int) -> bool:
+        """Live and not shutting down: may lead, and may join the ISR of a new partition."""
+        return broker_id in self.live and broker_id not in self.shutting_down
 
     def offline_partitions(self) -> list[TopicPartition]:
         """Partitions with no live leader (not those of topics being deleted); a leader
@@ -112,11 +128,12 @@ class ControllerContext:
 
     def plan_new_partitions(self, tps: Iterable[TopicPartition]) -> list[Transition]:
         """First states of new partitions: the first live replica leads, the live replicas
-        are the ISR. A partition with no live replica gets no state (it stays new)."""
+        are the ISR (brokers shutting down are not counted live, as in Kafka). A partition
+        with no live replica gets no state (it stays new)."""
         out = []
         for tp in tps:
             replicas = self.replicas(tp)
-            live = [r for r in replicas if self.is_live(r)]
+            live = [r for r in replicas if self.is_electable(r)]
             if not live:
                 continue
             state = PartitionState(list(replicas), live[0], 0, live, self.epoch)
@@ -181,32 +198,69 @@ class ControllerContext:
                 out.append(Transition(tp, self._next(tp, elected), "preferred replica election"))
         return out
 
-    def plan_controlled_shutdown(self, broker_id: int) -> list[Transition]:
-        """Leadership off ``broker_id`` (partitions with another live ISR member) and the
-        broker out of the ISR of the partitions it follows."""
-        out = []
-        for tp in self.partitions_on([broker_id]):
-            current = self.states.get(tp)
-            if current is None:
-                continue
+    def _replicated_on(self, broker_id: int) -> list[TopicPartition]:
+        """The partitions a controlled shutdown acts on: replicated (a partition with one
+        replica has nowhere to go), with a state, and not of a topic being deleted."""
+        return [
+            tp
+            for tp in self.partitions_on([broker_id])
+            if len(self.replicas(tp)) > 1 and tp in self.states and tp.topic not in self.deleting
+        ]
+
+    def plan_controlled_shutdown(self, broker_id: int) -> ShutdownPlan:
+        """Kafka's controlled shutdown of ``broker_id`` (already in `shutting_down`): the
+        partitions it leads get a leader from the rest of their live ISR, which it leaves;
+        those it follows lose it from their ISR (unless it is their last member) and it
+        stops fetching them. A partition nobody else can lead is left as it is."""
+        plan = ShutdownPlan()
+        for tp in self._replicated_on(broker_id):
+            current = self.states[tp]
             if current.leader == broker_id:
                 elected = election.controlled_shutdown(
                     self.replicas(tp), current.isr, self.live.keys(), self.shutting_down
                 )
-                if elected is None:
-                    continue  # nobody else can lead: it leads until it stops
-                out.append(Transition(tp, self._next(tp, elected), "controlled shutdown"))
-            elif broker_id in current.isr and len(current.isr) > 1:
-                isr = [r for r in current.isr if r != broker_id]
-                out.append(
-                    Transition(
-                        tp, self._next(tp, Elected(current.leader, isr)), "controlled shutdown"
+                if elected is not None:
+                    plan.moves.append(
+                        Transition(tp, self._next(tp, elected), "controlled shutdown")
                     )
+                continue
+            plan.followed.append(tp)
+            if broker_id in current.isr and len(current.isr) > 1:
+                isr = [r for r in current.isr if r != broker_id]
+                why = f"controlled shutdown of follower {broker_id}"
+                plan.isr_removals.append(
+                    Transition(tp, self._next(tp, Elected(current.leader, isr)), why)
                 )
-        return out
+        return plan
 
-    def leaders_on(self, broker_id: int) -> list[TopicPartition]:
-        return [tp for tp, s in self.states.items() if s.leader == broker_id]
+    def replicated_leaders_on(self, broker_id: int) -> set[TopicPartition]:
+        """What a broker shutting down still leads and could hand over (Kafka's answer to
+        ControlledShutdown: replicated partitions only, not of topics being deleted)."""
+        return {tp for tp in self._replicated_on(broker_id) if self.states[tp].leader == broker_id}
+
+    def imbalanced_partitions(self, percentage: int) -> list[TopicPartition]:
+        """Kafka's automatic leader rebalance: for each broker, the partitions whose first
+        replica it is; when more than ``percentage`` % of them are led by another broker,
+        those of them whose first replica can lead now (live, not shutting down, in the
+        ISR) are returned, for a preferred election."""
+        by_preferred: dict[int, list[TopicPartition]] = {}
+        for tp in self.partitions():
+            replicas = self.replicas(tp)
+            if replicas and tp.topic not in self.deleting:
+                by_preferred.setdefault(replicas[0], []).append(tp)
+        out = []
+        for preferred, tps in by_preferred.items():
+            elsewhere = [
+                tp for tp in tps if tp in self.states and self.states[tp].leader != preferred
+            ]
+            if len(elsewhere) / len(tps) <= percentage / 100:
+                continue
+            out += [
+                tp
+                for tp in elsewhere
+                if self.is_electable(preferred) and preferred in self.states[tp].isr
+            ]
+        return sorted(out)
 
     # -- applying -----------------------------------------------------------------
 

@@ -12,11 +12,18 @@ partitions' replicas, UpdateMetadata to every live broker).
 What it handles today: brokers joining (full metadata to them; their
 partitions' orders; offline partitions elected) and leaving (their
 partitions elected elsewhere from the ISR, or left without a leader;
-dead replicas out of the ISR), new topics (first states), and topic
+dead replicas out of the ISR), new topics (first states), topic
 deletion (``/admin/delete_topics``: brokers stop and delete the replicas,
 and the topic's znodes go once every replica confirmed, so a replica on a
-dead broker is deleted when it is back). A write refused because another
+dead broker is deleted when it is back), controlled shutdown (a broker
+about to stop hands its leaderships over and leaves the ISRs), and leader
+elections asked for (ElectLeaders, ``/admin/preferred_replica_election``)
+or due (the periodic leader rebalance). A write refused because another
 controller was elected stops it.
+
+Requests from outside (`controlled_shutdown`, `elect_leaders`,
+`rebalance_leaders`) are events too: they wait their turn, and their
+refusals are `KafkaError`s carrying the code Kafka answers with.
 """
 
 from __future__ import annotations
@@ -24,7 +31,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from kbroker.cluster import zk_data as zd
 from kbroker.cluster.controller import ControllerEpoch, fenced_multi
@@ -44,12 +53,50 @@ from kbroker.controller.context import (
     TopicAssignment,
     Transition,
 )
+from kbroker.controller.election import ElectionType
 from kbroker.log import TopicPartition
-from kbroker.protocol import ApiKey
+from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.errors import KafkaError
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 Event = Callable[[], Awaitable[None]]
+
+# A ControlledShutdown from a broker that does not know its epoch (before KIP-380).
+UNKNOWN_BROKER_EPOCH = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """The broker settings the controller follows (Kafka's names in `from_config`)."""
+
+    # auto.leader.rebalance.enable
+    auto_leader_rebalance: bool = True
+    # leader.imbalance.check.interval.seconds
+    leader_imbalance_check_interval_s: float = 300.0
+    # leader.imbalance.per.broker.percentage
+    leader_imbalance_per_broker_percentage: int = 10
+    # The first check after the controller starts (Kafka waits a fixed 5 s).
+    first_imbalance_check_delay_s: float = 5.0
+
+    @classmethod
+    def from_config(cls, props: Mapping[str, object]) -> ControllerSettings:
+        """From broker settings under Kafka's names; missing ones take Kafka's defaults."""
+        default = cls()
+        enable = str(props.get("auto.leader.rebalance.enable", "true")).strip().lower()
+        if enable not in ("true", "false"):
+            raise ValueError(f"auto.leader.rebalance.enable must be true or false, not {enable!r}")
+        interval = int(str(props.get("leader.imbalance.check.interval.seconds", "300")).strip())
+        if interval < 1:
+            raise ValueError("leader.imbalance.check.interval.seconds must be at least 1")
+        percentage = int(str(props.get("leader.imbalance.per.broker.percentage", "10")).strip())
+        return cls(
+            auto_leader_rebalance=enable == "true",
+            leader_imbalance_check_interval_s=float(interval),
+            leader_imbalance_per_broker_percentage=percentage,
+            first_imbalance_check_delay_s=default.first_imbalance_check_delay_s,
+        )
 
 
 class Controller:
@@ -60,11 +107,13 @@ class Controller:
         epoch: ControllerEpoch,
         allow_unclean: Callable[[str], bool] = lambda _topic: False,
         channel: ControllerChannel | None = None,
+        settings: ControllerSettings | None = None,
     ) -> None:
         self.zk = zk
         self.epoch = epoch
         self.ctx = ControllerContext(controller_id=broker_id, epoch=epoch.epoch)
         self.allow_unclean = allow_unclean
+        self.settings = settings or ControllerSettings()
         self.channel = channel or ControllerChannel(broker_id)
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
@@ -76,6 +125,9 @@ class Controller:
         self._undeleted: dict[str, set[tuple[int, TopicPartition]]] = {}
         # A watch on each known topic's assignment (partitions added to it).
         self._topic_watches: dict[str, object] = {}
+        # Answers owed to callers of the public coroutines (refused if the controller stops).
+        self._asked: set[asyncio.Future[Any]] = set()
+        self._rebalancer: asyncio.Task[None] | None = None
 
     # -- life ----------------------------------------------------------------------
 
@@ -94,8 +146,13 @@ class Controller:
         await self.zk.ensure_path(zd.DELETE_TOPICS_PATH)
         deletions = self._queue(self._deletions_changed)
         self._watches.append(await self.zk.watch(zd.DELETE_TOPICS_PATH, deletions, children=True))
+        # (The znode comes and goes: a data watch sees its creation.)
+        elections = self._queue(self._preferred_election_requested)
+        self._watches.append(await self.zk.watch(zd.PREFERRED_REPLICA_ELECTION_PATH, elections))
         self._task = asyncio.ensure_future(self._run())
         self._events.put_nowait(self._startup)
+        if self.settings.auto_leader_rebalance:
+            self._rebalancer = asyncio.ensure_future(self._rebalance_periodically())
         log.info("controller %d: started in epoch %d", self.ctx.controller_id, self.ctx.epoch)
 
     async def stop(self) -> None:
@@ -104,10 +161,12 @@ class Controller:
             watch.cancel()  # type: ignore[attr-defined]
         self._watches.clear()
         self._topic_watches.clear()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._rebalancer, self._task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._refuse_asked()
         await self.channel.close()
 
     async def idle(self) -> None:
@@ -123,6 +182,46 @@ class Controller:
     def _queue(self, handler: Event) -> Callable[[WatchEvent], None]:
         return lambda _event: self._events.put_nowait(handler)
 
+    async def _ask(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Runs ``work`` as an event and returns its result. Raises only `KafkaError`s:
+        ``work``'s refusals, NOT_CONTROLLER once this controller stopped (or stops before
+        getting to it), UNKNOWN_SERVER_ERROR for anything else (ZooKeeper away, say),
+        which the event loop logs as well."""
+        if self.stopped or self.moved.is_set():
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "this broker is no longer the controller")
+        answer: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        async def event() -> None:
+            try:
+                result = await work()
+            except (ControllerMovedError, asyncio.CancelledError):
+                self._refuse_asked()
+                raise
+            except KafkaError as exc:  # a refusal: the caller's answer, not a failure
+                if not answer.done():
+                    answer.set_exception(exc)
+                return
+            except Exception as exc:
+                if not answer.done():
+                    failed = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc) or repr(exc))
+                    failed.__cause__ = exc
+                    answer.set_exception(failed)
+                raise
+            if not answer.done():
+                answer.set_result(result)
+
+        self._asked.add(answer)
+        try:
+            self._events.put_nowait(event)
+            return await answer
+        finally:
+            self._asked.discard(answer)
+
+    def _refuse_asked(self) -> None:
+        for answer in self._asked:
+            if not answer.done():
+                answer.set_exception(KafkaError(ErrorCode.NOT_CONTROLLER, "the controller stopped"))
+
     async def _run(self) -> None:
         while True:
             handler = await self._events.get()
@@ -131,6 +230,7 @@ class Controller:
             except ControllerMovedError as exc:
                 log.warning("controller %d: %s; stepping down", self.ctx.controller_id, exc)
                 self.moved.set()
+                self._refuse_asked()
                 return
             except ZkError as exc:
                 # ZooKeeper away: the watches re-deliver once it is back.
@@ -208,6 +308,7 @@ class Controller:
             self._send_leader_and_isr_to(b, self._served_by(b.broker_id))
         await self._bring_online(self.ctx.offline_partitions())
         await self._deletions_changed()
+        await self._preferred_election_requested()
 
     async def _brokers_changed(self) -> None:
         now = await self._read_brokers()
@@ -215,6 +316,8 @@ class Controller:
         # (A broker that restarted between two reads has a new epoch: it joins again.)
         left = [i for i in self.ctx.live if i not in now]
         self.ctx.live = now
+        # Gone or registered again: no longer shutting down (Kafka forgets it the same way).
+        self.ctx.shutting_down.difference_update([*left, *joined])
         for i in left:
             self.channel.remove_broker(i)
         for b in joined.values():
@@ -333,9 +436,10 @@ class Controller:
                 await self._finish_deletion(name)
 
     def _send_stop_replicas(self, broker: LiveBroker, name: str, tps: list[TopicPartition]) -> None:
+        """The replicas of a topic being deleted stop, then delete their logs."""
         if not tps:
             return
-        ctx, epoch, broker_id = self.ctx, broker.epoch, broker.broker_id
+        broker_id = broker.broker_id
 
         def deleted(response: object) -> None:
             done = [
@@ -346,14 +450,27 @@ class Controller:
             if getattr(response, "error_code", 0) == 0 and done:
                 self._events.put_nowait(lambda: self._replicas_deleted(name, broker_id, done))
 
-        for delete in (False, True):
-            self.channel.send(
-                broker_id,
-                ApiKey.STOP_REPLICA,
-                requests.STOP_REPLICA_VERSION,
-                lambda delete=delete: requests.stop_replica(ctx, tps, epoch, delete),  # type: ignore[misc]
-                deleted if delete else None,
-            )
+        self._send_stop_replica(broker, tps, delete=False)
+        self._send_stop_replica(broker, tps, delete=True, on_response=deleted)
+
+    def _send_stop_replica(
+        self,
+        broker: LiveBroker,
+        tps: list[TopicPartition],
+        delete: bool,
+        leader_epochs: Mapping[TopicPartition, int] | None = None,
+        on_response: Callable[[Any], None] | None = None,
+    ) -> None:
+        if not tps:
+            return
+        ctx, epoch = self.ctx, broker.epoch
+        self.channel.send(
+            broker.broker_id,
+            ApiKey.STOP_REPLICA,
+            requests.STOP_REPLICA_VERSION,
+            lambda: requests.stop_replica(ctx, tps, epoch, delete, leader_epochs),
+            on_response,
+        )
 
     async def _replicas_deleted(self, name: str, broker_id: int, tps: list[TopicPartition]) -> None:
         undeleted = self._undeleted.get(name)
@@ -390,6 +507,170 @@ class Controller:
     async def _delete_quietly(self, path: str) -> None:
         with contextlib.suppress(ZkNoNodeError):
             await self.zk.delete(path)
+
+    # -- controlled shutdown ----------------------------------------------------------------
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> set[TopicPartition]:
+        """A broker about to stop asks to hand its work over (ControlledShutdown): the
+        partitions it leads get other leaders from their ISR, it leaves the ISR of those
+        it follows and stops fetching them, and it is not elected anywhere until it
+        registers again. Returns the replicated partitions it still leads (none had
+        another live ISR member, or a write lost a race): it asks again later.
+
+        Refused with STALE_BROKER_EPOCH for an epoch older than its registration's,
+        BROKER_NOT_AVAILABLE for a broker not registered, NOT_CONTROLLER once this
+        controller stopped.
+        """
+        return await self._ask(lambda: self._controlled_shutdown(broker_id, broker_epoch))
+
+    async def _controlled_shutdown(self, broker_id: int, broker_epoch: int) -> set[TopicPartition]:
+        known = self.ctx.live.get(broker_id)
+        if known is None or broker_epoch > known.epoch:
+            # Perhaps registered (again) since the brokers were last read (that event is
+            # queued): read them now rather than refuse.
+            await self._brokers_changed()
+            known = self.ctx.live.get(broker_id)
+        if known is None:
+            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not live")
+        if broker_epoch != UNKNOWN_BROKER_EPOCH and broker_epoch < known.epoch:
+            raise KafkaError(
+                ErrorCode.STALE_BROKER_EPOCH,
+                f"broker {broker_id}'s epoch {broker_epoch} is older than its registration's "
+                f"({known.epoch})",
+            )
+        log.info("controller: controlled shutdown of broker %d", broker_id)
+        self.ctx.shutting_down.add(broker_id)
+        plan = self.ctx.plan_controlled_shutdown(broker_id)
+        # The leader that steps down hears of its successor: it follows it until it stops.
+        self._announce(await self._write(plan.moves), to_shutting_down=True)
+        # The partitions it follows: it stops fetching (its log stays), then leaves the ISR.
+        epochs = {tp: self.ctx.states[tp].leader_epoch for tp in plan.followed}
+        self._send_stop_replica(known, plan.followed, delete=False, leader_epochs=epochs)
+        self._announce(await self._write(plan.isr_removals))
+        remaining = self.ctx.replicated_leaders_on(broker_id)
+        if remaining:
+            log.info(
+                "controller: broker %d still leads %d partitions: %s",
+                broker_id,
+                len(remaining),
+                sorted(remaining),
+            )
+        return remaining
+
+    # -- leader elections ------------------------------------------------------------------
+
+    async def elect_leaders(
+        self, partitions: Iterable[TopicPartition], kind: ElectionType = ElectionType.PREFERRED
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """ElectLeaders: each partition's outcome, None when a leader was elected.
+
+        PREFERRED moves leadership to the first replica if it is live and in the ISR
+        (PREFERRED_LEADER_NOT_AVAILABLE otherwise); UNCLEAN elects a leader for a
+        partition without a live one, from outside the ISR if need be
+        (ELIGIBLE_LEADERS_NOT_AVAILABLE when no replica is live). A partition that
+        needs no election gets ELECTION_NOT_NEEDED, an unknown one
+        UNKNOWN_TOPIC_OR_PARTITION, one of a topic being deleted INVALID_TOPIC_EXCEPTION.
+        """
+        wanted = set(partitions)
+        return await self._ask(lambda: self._elect(wanted, kind, allow_unclean=True))
+
+    async def elect_preferred_leaders(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, KafkaError | None]:
+        return await self.elect_leaders(partitions, ElectionType.PREFERRED)
+
+    async def _elect(
+        self, tps: set[TopicPartition], kind: ElectionType, allow_unclean: bool
+    ) -> dict[TopicPartition, KafkaError | None]:
+        ctx = self.ctx
+        results: dict[TopicPartition, KafkaError | None] = {}
+        electable = []
+        for tp in sorted(tps):
+            replicas = ctx.replicas(tp)
+            state = ctx.states.get(tp)
+            if not replicas:
+                results[tp] = KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."
+                )
+            elif tp.topic in ctx.deleting:
+                results[tp] = KafkaError(
+                    ErrorCode.INVALID_TOPIC_EXCEPTION, "The topic is being deleted"
+                )
+            elif state is not None and (
+                state.leader == replicas[0]
+                if kind is ElectionType.PREFERRED
+                else ctx.is_electable(state.leader)
+            ):
+                results[tp] = KafkaError(ErrorCode.ELECTION_NOT_NEEDED)
+            else:
+                electable.append(tp)
+        if kind is ElectionType.PREFERRED:
+            planned = ctx.plan_preferred_elections(electable)
+            failed = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+        else:
+            planned = ctx.plan_offline_elections(electable, lambda _topic: allow_unclean)
+            failed = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+        written = await self._write(planned)
+        self._announce(written)
+        elected = {t.tp for t in written}
+        for tp in electable:
+            results[tp] = (
+                None if tp in elected else KafkaError(failed, f"no leader elected for {tp}")
+            )
+        return results
+
+    async def _preferred_election_requested(self) -> None:
+        """``/admin/preferred_replica_election`` (how tools older than ElectLeaders ask,
+        through ZooKeeper): its partitions get preferred elections, then the znode goes."""
+        path = zd.PREFERRED_REPLICA_ELECTION_PATH
+        try:
+            data, _ = await self.zk.get(path)
+        except ZkNoNodeError:
+            return
+        try:
+            tps = zd.decode_preferred_replica_election(data)
+        except ZkDataError as exc:
+            # Kafka would leave it and stop seeing new requests; dropped instead.
+            log.warning("controller: dropping unreadable %s: %s", path, exc)
+            tps = frozenset()
+        if tps:
+            # (Unclean elections are only ever asked for through ElectLeaders.)
+            results = await self._elect(set(tps), ElectionType.PREFERRED, allow_unclean=False)
+            for tp, error in sorted(results.items()):
+                if error is not None and error.code is not ErrorCode.ELECTION_NOT_NEEDED:
+                    log.info("controller: preferred election of %s: %s", tp, error)
+        try:
+            await fenced_multi(self.zk, self.epoch, [DeleteOp(path)])
+        except ZkMultiError as exc:
+            if not isinstance(exc.cause, ZkNoNodeError):
+                raise
+
+    async def rebalance_leaders(self) -> list[TopicPartition]:
+        """The automatic leader rebalance, now: returns the partitions that moved."""
+        return await self._ask(self._rebalance_leaders)
+
+    async def _rebalance_leaders(self) -> list[TopicPartition]:
+        candidates = self.ctx.imbalanced_partitions(
+            self.settings.leader_imbalance_per_broker_percentage
+        )
+        if not candidates:
+            return []
+        written = await self._write(self.ctx.plan_preferred_elections(candidates))
+        self._announce(written)
+        log.info("controller: leader rebalance moved %d of %d", len(written), len(candidates))
+        return [t.tp for t in written]
+
+    async def _rebalance_periodically(self) -> None:
+        delay = self.settings.first_imbalance_check_delay_s
+        while True:
+            await asyncio.sleep(delay)
+            delay = self.settings.leader_imbalance_check_interval_s
+            try:
+                await self.rebalance_leaders()
+            except KafkaError as exc:
+                if exc.code is ErrorCode.NOT_CONTROLLER:
+                    return
+                # (Logged by the event loop; the next check comes all the same.)
 
     # -- writing and telling -------------------------------------------------------------
 
@@ -442,14 +723,15 @@ class Controller:
         )
         return version
 
-    def _announce(self, written: list[Transition]) -> None:
-        """LeaderAndIsr to each live replica of the partitions written; UpdateMetadata to all."""
+    def _announce(self, written: list[Transition], to_shutting_down: bool = False) -> None:
+        """LeaderAndIsr to each live replica of the partitions written (to those of brokers
+        shutting down only if ``to_shutting_down``); UpdateMetadata to every live broker."""
         if not written:
             return
         by_broker: dict[int, list[TopicPartition]] = {}
         for t in written:
             for r in self.ctx.replicas(t.tp):
-                if r in self.ctx.live:
+                if self.ctx.is_electable(r) or (to_shutting_down and self.ctx.is_live(r)):
                     by_broker.setdefault(r, []).append(t.tp)
         new = frozenset(t.tp for t in written if t.new)
         for broker_id, tps in by_broker.items():

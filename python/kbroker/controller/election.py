@@ -18,8 +18,18 @@ offline, and nothing is written.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+
+
+class ElectionType(enum.IntEnum):
+    """What an ElectLeaders request asks for (its election_type field)."""
+
+    # Leadership back to each partition's first replica (`preferred`).
+    PREFERRED = 0
+    # A leader for partitions without a live one, from outside the ISR if need be.
+    UNCLEAN = 1
 
 
 @dataclass(frozen=True, slots=True)

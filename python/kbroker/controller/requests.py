@@ -1,9 +1,9 @@
-"""The controller's orders as Kafka 3.9's inter-broker requests: UpdateMetadata v8 and
-LeaderAndIsr v7, built from the `ControllerContext`."""
+"""The controller's orders as Kafka 3.9's inter-broker requests: UpdateMetadata v8,
+LeaderAndIsr v7 and StopReplica v4, built from the `ControllerContext`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from kbroker.controller.context import ControllerContext, LiveBroker, TopicAssignment
@@ -153,9 +153,15 @@ def leader_and_isr(
 
 
 def stop_replica(
-    ctx: ControllerContext, tps: Iterable[TopicPartition], broker_epoch: int, delete: bool
+    ctx: ControllerContext,
+    tps: Iterable[TopicPartition],
+    broker_epoch: int,
+    delete: bool,
+    leader_epochs: Mapping[TopicPartition, int] | None = None,
 ) -> Any:
-    """StopReplica v4 for one broker: its replicas of ``tps`` (of topics being deleted)."""
+    """StopReplica v4 for one broker: its replicas of ``tps``, each named with its leader
+    epoch (a broker refuses an epoch older than its own); without ``leader_epochs`` the
+    topics are being deleted (EPOCH_DURING_DELETE)."""
     return StopReplicaRequest(
         controller_id=ctx.controller_id,
         is_kraft_controller=False,
@@ -166,7 +172,11 @@ def stop_replica(
                 topic_name=name,
                 partition_states=[
                     StopReplicaRequest.TopicState.PartitionState(
-                        partition_index=p, leader_epoch=EPOCH_DURING_DELETE, delete_partition=delete
+                        partition_index=p,
+                        leader_epoch=EPOCH_DURING_DELETE
+                        if leader_epochs is None
+                        else leader_epochs[TopicPartition(name, p)],
+                        delete_partition=delete,
                     )
                     for p in partitions
                 ],

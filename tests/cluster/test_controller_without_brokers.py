@@ -1,0 +1,160 @@
+"""The controller's timed and asked-for duties on a real ZooKeeper, with brokers that are
+only registrations (nothing listens on their ports: the controller's orders to them are
+retried in the background, and the test reads what it wrote to ZooKeeper).
+
+Real brokers obeying these duties are in test_controller_duties (Kafka 3.9.1); here go
+what is slow or awkward with them: the periodic leader rebalance, an unclean election,
+a broker shutting down that registers again, and the answers once the controller
+stopped.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from kbroker.cluster import zk_data as zd
+from kbroker.cluster.controller import try_become_controller
+from kbroker.cluster.zk import ZkClient, ZkSettings
+from kbroker.controller.controller import Controller, ControllerSettings
+from kbroker.controller.election import ElectionType
+from kbroker.log import TopicPartition
+from kbroker.metadata_types import PartitionState
+from kbroker.protocol import ErrorCode
+from kbroker.protocol.errors import KafkaError
+from tests.cluster.conftest import run, until
+from tests.helpers import free_port
+
+P0, P1 = TopicPartition("t", 0), TopicPartition("t", 1)
+G0 = TopicPartition("g", 0)
+
+
+async def register(zk: ZkClient, broker_id: int) -> int:
+    """Registers a broker (ephemeral, as a broker does); returns its epoch (the czxid)."""
+    endpoint = zd.EndPoint("PLAINTEXT", "127.0.0.1", free_port())
+    data = zd.encode_broker_registration(
+        zd.BrokerRegistration(broker_id, (endpoint,)), int(time.time() * 1000)
+    )
+    _, stat = await zk.create(zd.broker_path(broker_id), data, ephemeral=True, makepath=True)
+    return stat.czxid
+
+
+async def create_topic(zk: ZkClient, name: str, partitions: dict[int, list[int]]) -> None:
+    assignment = zd.TopicAssignment.of(partitions, uuid.uuid4())
+    await zk.create(zd.topic_path(name), zd.encode_topic_assignment(assignment), makepath=True)
+
+
+async def state(zk: ZkClient, tp: TopicPartition) -> zd.LeaderAndIsr:
+    data, stat = await zk.get(zd.partition_state_path(tp.topic, tp.partition))
+    return zd.decode_partition_state(data, stat.version)
+
+
+def code(error: KafkaError | None) -> ErrorCode:
+    return ErrorCode.NONE if error is None else error.code
+
+
+def test_settings_from_kafka_names() -> None:
+    assert ControllerSettings.from_config({}) == ControllerSettings()
+    settings = ControllerSettings.from_config(
+        {
+            "auto.leader.rebalance.enable": "false",
+            "leader.imbalance.check.interval.seconds": "30",
+            "leader.imbalance.per.broker.percentage": 25,
+        }
+    )
+    assert not settings.auto_leader_rebalance
+    assert settings.leader_imbalance_check_interval_s == 30
+    assert settings.leader_imbalance_per_broker_percentage == 25
+    with pytest.raises(ValueError, match="at least 1"):
+        ControllerSettings.from_config({"leader.imbalance.check.interval.seconds": "0"})
+
+
+def test_rebalance_on_a_timer_and_shutting_down_until_registered_again(
+    zk_settings: ZkSettings,
+) -> None:
+    async def main() -> None:
+        async with ZkClient(zk_settings) as zk, ZkClient(zk_settings) as brokers:
+            epochs = {b: await register(brokers, b) for b in (1, 2)}
+            # Broker 1 is the first replica of t's partitions but leads only t-1; g-0 was
+            # left led by broker 3, alone in its ISR, and broker 3 is gone.
+            await create_topic(zk, "t", {0: [1, 2], 1: [1, 2]})
+            await create_topic(zk, "g", {0: [1, 3]})
+            for tp, replicas, leader, isr in (
+                (P0, [1, 2], 2, [1, 2]),
+                (P1, [1, 2], 1, [1, 2]),
+                (G0, [1, 3], 3, [3]),
+            ):
+                left = PartitionState(replicas, leader, 0, isr, 0)
+                await zk.create(
+                    zd.partition_state_path(tp.topic, tp.partition),
+                    zd.encode_partition_state(zd.LeaderAndIsr.from_partition_state(left)),
+                    makepath=True,
+                )
+            epoch = await try_become_controller(zk, 100)
+            assert epoch is not None
+            settings = ControllerSettings(
+                leader_imbalance_check_interval_s=0.2, first_imbalance_check_delay_s=0.2
+            )
+            controller = Controller(zk, 100, epoch, settings=settings)
+
+            def leader(tp: TopicPartition) -> int | None:
+                known = controller.ctx.states.get(tp)
+                return None if known is None else known.leader
+
+            await controller.start()
+            try:
+                # 1 of broker 1's 2 partitions led elsewhere (50 % > 10 %): moved back.
+                await until(lambda: leader(P0) == 1, "the rebalance")
+                assert (await state(zk, P0)).leader == 1
+
+                # ElectLeaders: g-0 needs an unclean election (its ISR is all dead; its
+                # first replica is not in it).
+                results = await controller.elect_leaders([G0], ElectionType.PREFERRED)
+                assert code(results[G0]) is ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+                results = await controller.elect_leaders([G0, P1], ElectionType.UNCLEAN)
+                assert {tp: code(e) for tp, e in results.items()} == {
+                    G0: ErrorCode.NONE,
+                    P1: ErrorCode.ELECTION_NOT_NEEDED,
+                }
+                g0 = await state(zk, G0)
+                assert (g0.leader, g0.isr, g0.leader_epoch) == (1, (1,), 1)
+
+                # g-0 has nowhere to go (its other replica is dead): broker 1 still leads it.
+                assert await controller.controlled_shutdown(1, epochs[1]) == {G0}
+                assert [(await state(zk, tp)).leader for tp in (P0, P1)] == [2, 2]
+                # Broker 1 is shutting down: a new partition is not led by it ...
+                await create_topic(zk, "before", {0: [1, 2]})
+                await until(lambda: leader(TopicPartition("before", 0)) is not None, "before")
+                assert (await state(zk, TopicPartition("before", 0))).leader == 2
+                # ... until it registers again (a new epoch).
+                await brokers.delete(zd.broker_path(1))
+                epochs[1] = await register(brokers, 1)
+                await until(
+                    lambda: 1 in controller.ctx.live and controller.ctx.live[1].epoch == epochs[1],
+                    "re-registration",
+                )
+                assert controller.ctx.shutting_down == set()
+                await create_topic(zk, "after", {0: [1, 2]})
+                await until(lambda: leader(TopicPartition("after", 0)) is not None, "after")
+                assert (await state(zk, TopicPartition("after", 0))).leader == 1
+
+                # A registration the controller has not read yet is read first, not refused.
+                await brokers.delete(zd.broker_path(2))
+                newer = await register(brokers, 2)
+                # (Broker 2 is alone in the ISR of what it leads: nothing can move.)
+                before, after = TopicPartition("before", 0), TopicPartition("after", 0)
+                assert await controller.controlled_shutdown(2, newer) == {P0, P1, before}
+                assert (await state(zk, after)).isr == (1,)
+                assert controller.ctx.live[2].epoch == newer
+                with pytest.raises(KafkaError) as stale:
+                    await controller.controlled_shutdown(2, epochs[2])
+                assert stale.value.code is ErrorCode.STALE_BROKER_EPOCH
+            finally:
+                await controller.stop()
+            with pytest.raises(KafkaError) as moved:
+                await controller.elect_preferred_leaders([P0])
+            assert moved.value.code is ErrorCode.NOT_CONTROLLER
+
+    run(main(), timeout=60)
