@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from kbroker.cluster_member import ClusterMember, MemberSettings
 from kbroker.config import (
+    TOPIC_SETTINGS,
     BrokerConfig,
     ConfigError,
     TopicConfig,
@@ -27,6 +28,7 @@ from kbroker.config import (
     parse_stored_topic_configs,
     parse_topic_configs,
 )
+from kbroker.controller.controller import ControllerSettings
 from kbroker.coordinator import GroupCoordinator
 from kbroker.errors import ErrorCode, TopicError
 from kbroker.log import LogConfig, LogManager, TopicPartition, log_config_from_topic
@@ -108,14 +110,30 @@ class Broker:
         self._admin_thread = ThreadPoolExecutor(1, thread_name_prefix="topic-admin")
         # collision_key(name) -> name, of every topic
         self._collisions: dict[str, str] = {}
+        # Set once the logs are open.
+        self._storage_open = False
+        # Cluster mode: dynamic broker settings, the cluster default's (True) and this
+        # broker's own (False, over the default).
+        self._dynamic_layers: dict[bool, dict[str, str]] = {True: {}, False: {}}
         # A broker of a ZooKeeper cluster (zookeeper.connect), or None for a single node.
         self.cluster: ClusterMember | None = None
         if config.get_optional_str("zookeeper.connect"):
             self.cluster = ClusterMember(
                 MemberSettings.from_config(config),
                 self.metadata_cache,
+                on_topic_configs=self.on_topic_configs,
+                on_broker_configs=self.on_broker_configs,
                 allow_unclean=lambda topic: bool(
                     self.topic_config(topic)["unclean.leader.election.enable"]
+                ),
+                controller_settings=ControllerSettings(
+                    auto_leader_rebalance=config.get_bool("auto.leader.rebalance.enable"),
+                    leader_imbalance_check_interval_s=config.get_int(
+                        "leader.imbalance.check.interval.seconds"
+                    ),
+                    leader_imbalance_per_broker_percentage=config.get_int(
+                        "leader.imbalance.per.broker.percentage"
+                    ),
                 ),
             )
 
@@ -140,6 +158,7 @@ class Broker:
             max_open_files=self.config.get_optional_int("log.max.open.files"),
         )
         self.logs.open()
+        self._storage_open = True
         if self.metrics is not None:
             self.logs.flush_observer = self.metrics.flushed
         self.replica_manager = ReplicaManager(
@@ -252,6 +271,7 @@ class Broker:
             max_open_files=self.config.get_optional_int("log.max.open.files"),
         )
         self.logs.open()
+        self._storage_open = True
         if self.metrics is not None:
             self.logs.flush_observer = self.metrics.flushed
         self.replica_manager = ReplicaManager(
@@ -380,7 +400,10 @@ class Broker:
 
     async def stop(self) -> None:
         """Stops accepting, finishes in-flight requests, flushes and closes the logs."""
-        # First: members waiting in JoinGroup/SyncGroup are answered NOT_COORDINATOR,
+        if self.cluster is not None:
+            # While this broker still serves: leadership moves off it first.
+            await self.cluster.controlled_shutdown(self.config)
+        # Then: members waiting in JoinGroup/SyncGroup are answered NOT_COORDINATOR,
         # waiting fetches and produces are answered now, not at their timeouts.
         await self.coordinator.stop()
         if self.cluster is not None:
@@ -794,9 +817,11 @@ class Broker:
     def set_topic_configs(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
         """Replaces the overrides of ``name`` with ``configs`` (already merged by the caller).
 
-        The change is written in the background: the caller awaits `metadata.durable()`.
+        The change applies here at once and is recorded in the background (in a
+        cluster: in ZooKeeper, which tells every broker): the caller awaits
+        `config_changes_recorded()`.
         """
-        if name not in self.metadata.topics():
+        if name not in self.metadata_cache.topics():
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         try:
             parsed = parse_topic_configs(configs)
@@ -804,9 +829,75 @@ class Broker:
             raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         if validate_only:
             return
-        self.metadata.set_topic_configs(name, configs)
+        if self.cluster is not None:
+            self.cluster.record_topic_configs(name, configs)
+        else:
+            self.metadata.set_topic_configs(name, configs)
         self._topic_configs[name] = parsed
         self.logs.update_config(name)
+
+    def on_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        """A topic's overrides as ZooKeeper holds them (cluster mode: at start, and on each
+        change any broker announces)."""
+        self._topic_configs[name] = parse_stored_topic_configs(name, configs)
+        if self._storage_open:
+            self.logs.update_config(name)
+
+    def dynamic_broker_configs(self, cluster_default: bool) -> dict[str, str]:
+        """The dynamic broker settings of this broker, or (``cluster_default``) those every
+        broker of the cluster takes unless it has its own; one set on a single node."""
+        if self.cluster is None:
+            return dict(self.metadata.broker_configs())
+        return dict(self._dynamic_layers[cluster_default])
+
+    def set_dynamic_broker_configs(self, configs: Mapping[str, str], cluster_default: bool) -> None:
+        """Replaces a set of dynamic broker settings (validated by the caller), applies it
+        at once and records it in the background (`config_changes_recorded`)."""
+        if self.cluster is None:
+            before = dict(self.metadata.broker_configs())
+            self.metadata.set_broker_configs(configs)
+            self._apply_dynamic(before, dict(configs), cluster_default=False)
+            return
+        self.cluster.record_broker_configs(None if cluster_default else self.broker_id, configs)
+        self.on_broker_configs(None if cluster_default else self.broker_id, configs)
+
+    def on_broker_configs(self, broker_id: int | None, configs: Mapping[str, str]) -> None:
+        """Dynamic broker settings as ZooKeeper holds them (cluster mode): this broker's own
+        (``broker_id``) or the cluster's defaults (None)."""
+        if broker_id is not None and broker_id != self.broker_id:
+            return
+        default = broker_id is None
+        before = self._dynamic_layers[default]
+        self._dynamic_layers[default] = dict(configs)
+        self._apply_dynamic(before, dict(configs), cluster_default=default)
+
+    def _apply_dynamic(
+        self, before: Mapping[str, str], after: Mapping[str, str], cluster_default: bool
+    ) -> None:
+        for name in before.keys() - after.keys():
+            self.config.set(name, None, cluster_default)
+        for name, text in after.items():
+            try:
+                self.config.set(name, text, cluster_default)
+            except ConfigError as exc:
+                log.warning("ignoring dynamic broker setting %s=%s: %s", name, text, exc)
+        changed = {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
+        if self._storage_open and changed & {ts.broker_setting for ts in TOPIC_SETTINGS}:
+            self.logs.update_all_configs()
+        if changed:
+            log.info(
+                "dynamic broker settings%s are now %s",
+                " (cluster default)" if cluster_default else "",
+                dict(after),
+            )
+
+    async def config_changes_recorded(self) -> None:
+        """Once every config change made so far is recorded (on disk, or in ZooKeeper);
+        raises OSError or ClusterError when one could not be."""
+        if self.cluster is not None:
+            await self.cluster.config_writes_done()
+        else:
+            await self.metadata.durable()
 
     async def _in_admin_thread(self, fn: Callable[..., T], *args: Any) -> T:
         """Runs file work of topic administration in the one admin thread.

@@ -34,6 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.cluster import zk_data as zd
+from kbroker.cluster.configs import (
+    ConfigChangeWatcher,
+    read_topic_configs,
+    set_broker_configs,
+    set_topic_configs,
+)
 from kbroker.cluster.controller import ControllerEpoch
 from kbroker.cluster.errors import (
     ClusterError,
@@ -57,18 +63,23 @@ from kbroker.controller.assignment import (
     assign_replicas,
     continue_assignment,
 )
-from kbroker.controller.controller import Controller
+from kbroker.controller.controller import Controller, ControllerSettings
 from kbroker.controller.elector import ControllerElector
 from kbroker.errors import ErrorCode, TopicError
 from kbroker.metadata import load_meta_properties
 from kbroker.metadata_cache import MetadataCache
 from kbroker.metadata_types import TopicMetadata
+from kbroker.network.client import BrokerConnection, BrokerUnreachable
+from kbroker.protocol import ApiKey
+from kbroker.protocol.messages.inter_broker import ControlledShutdownRequest
 from kbroker.topics import NewTopic
 
 log = logging.getLogger(__name__)
 
 # The most replicas a partition has until followers replicate.
 MAX_REPLICATION_FACTOR = 1
+# What Kafka 3.9 brokers send (v3: the broker epoch, flexible versions).
+CONTROLLED_SHUTDOWN_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -107,14 +118,22 @@ class ClusterMember:
         self,
         settings: MemberSettings,
         cache: MetadataCache,
+        *,
+        on_topic_configs: Callable[[str, dict[str, str]], None],
+        on_broker_configs: Callable[[int | None, dict[str, str]], None],
         allow_unclean: Callable[[str], bool] = lambda _topic: False,
+        controller_settings: ControllerSettings | None = None,
     ) -> None:
         self.settings = settings
+        self.controller_settings = controller_settings or ControllerSettings()
         self.broker_id = settings.broker_id
         self.cache = cache
         self.zk = ZkClient(settings.zk)
         self.producer_ids = ZkProducerIdAllocator(self.zk, settings.broker_id)
         self.allow_unclean = allow_unclean
+        self.configs = ConfigChangeWatcher(self.zk, on_topic_configs, on_broker_configs)
+        # Config changes made here, being written to ZooKeeper.
+        self._config_writes: list[asyncio.Future[object]] = []
         self.registrar: BrokerRegistrar | None = None
         self.elector: ControllerElector | None = None
         self._waiters: list[_Waiter] = []
@@ -136,7 +155,10 @@ class ClusterMember:
             await ensure_persistent_paths(self.zk)
             cluster_id = await get_or_create_cluster_id(self.zk)
             load_meta_properties(self.settings.data_dir, self.broker_id, cluster_id)
+            # Every topic's and broker's configs now, before a log opens; changes later.
+            await self.configs.start(report_existing=True)
         except BaseException:
+            await self.configs.stop()
             await self.zk.stop()
             raise
         self.cache.cluster_id = cluster_id
@@ -162,7 +184,18 @@ class ClusterMember:
         await self.elector.start()
 
     def _make_controller(self, epoch: ControllerEpoch) -> Controller:
-        return Controller(self.zk, self.broker_id, epoch, allow_unclean=self.allow_unclean)
+        return Controller(
+            self.zk,
+            self.broker_id,
+            epoch,
+            allow_unclean=self.allow_unclean,
+            settings=self.controller_settings,
+        )
+
+    @property
+    def controller(self) -> Controller | None:
+        """The controller, when this broker is it."""
+        return None if self.elector is None else self.elector.controller
 
     def _registration_failed(self, exc: Exception) -> None:
         log.error(
@@ -180,6 +213,65 @@ class ClusterMember:
     def registered(self) -> bool:
         return self.broker_epoch is not None
 
+    async def controlled_shutdown(self, config: BrokerConfig) -> None:
+        """Asks the controller to move leadership off this broker before it stops (Kafka's
+        controlled shutdown): partitions with another in-sync replica get a new leader
+        while this broker still answers, so clients see only retriable errors. The
+        partitions it keeps (no other replica) are logged; after
+        ``controlled.shutdown.max.retries`` failed attempts the broker stops anyway."""
+        if not config.get_bool("controlled.shutdown.enable") or self.broker_epoch is None:
+            return
+        attempts = config.get_int("controlled.shutdown.max.retries") + 1
+        backoff_s = config.get_int("controlled.shutdown.retry.backoff.ms") / 1000
+        request = ControlledShutdownRequest(
+            broker_id=self.broker_id, broker_epoch=self.broker_epoch
+        )
+        for attempt in range(1, attempts + 1):
+            controller = self.cache.broker(self.cache.controller_id)
+            why = "no controller is known"
+            if controller is not None:
+                conn = BrokerConnection(
+                    controller.host, controller.port, f"broker-{self.broker_id}-shutdown"
+                )
+                try:
+                    response = await conn.request(
+                        ApiKey.CONTROLLED_SHUTDOWN,
+                        CONTROLLED_SHUTDOWN_VERSION,
+                        request,
+                        self.settings.zk.request_timeout_s + 30,
+                    )
+                except BrokerUnreachable as exc:
+                    why = str(exc)
+                else:
+                    if response.error_code == ErrorCode.NONE:
+                        kept = [
+                            f"{p.topic_name}-{p.partition_index}"
+                            for p in response.remaining_partitions
+                        ]
+                        log.info(
+                            "controlled shutdown of broker %d done%s",
+                            self.broker_id,
+                            f"; it still leads {len(kept)} partition(s) with no other "
+                            f"in-sync replica ({', '.join(kept[:5])}"
+                            f"{', ...' if len(kept) > 5 else ''})"
+                            if kept
+                            else "",
+                        )
+                        return
+                    why = f"the controller answered {ErrorCode(response.error_code).name}"
+                finally:
+                    await conn.close()
+            log.warning(
+                "controlled shutdown of broker %d, attempt %d of %d: %s",
+                self.broker_id,
+                attempt,
+                attempts,
+                why,
+            )
+            if attempt < attempts:
+                await asyncio.sleep(backoff_s)
+        log.warning("broker %d stops without a controlled shutdown", self.broker_id)
+
     async def leave(self) -> None:
         """Leaves the election and the registry, then closes the session."""
         for task in list(self._background):
@@ -188,6 +280,7 @@ class ClusterMember:
             if not waiter.future.done():
                 waiter.future.cancel()
         self._waiters.clear()
+        await self.configs.stop()
         if self.elector is not None:
             with contextlib.suppress(ClusterError):
                 await self.elector.stop()
@@ -241,13 +334,44 @@ class ClusterMember:
         """The overrides stored for ``name`` (none when its config znode is missing or
         unreadable: logged)."""
         try:
-            data, _ = await self.zk.get(zd.topic_config_path(name))
-            return zd.decode_entity_config(data).as_dict()
-        except ZkNoNodeError:
-            return {}
+            return await read_topic_configs(self.zk, name)
         except ZkDataError as exc:
             log.error("ignoring the configs of topic %s: %s", name, exc)
             return {}
+
+    def record_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        """Writes a topic's overrides to ZooKeeper (every broker hears of them) in the
+        background; `config_writes_done` waits for it."""
+        self._record(set_topic_configs(self.zk, name, dict(configs)))
+
+    def record_broker_configs(self, broker_id: int | None, configs: Mapping[str, str]) -> None:
+        """Writes a broker's dynamic settings (None: the cluster default) to ZooKeeper."""
+        self._record(set_broker_configs(self.zk, broker_id, dict(configs)))
+
+    def _record(self, write: Coroutine[Any, Any, object]) -> None:
+        # One after the other: the last change made is the last written.
+        previous = self._config_writes[-1] if self._config_writes else None
+
+        async def in_order() -> object:
+            if previous is not None:
+                with contextlib.suppress(Exception):
+                    await previous
+            return await write
+
+        self._config_writes.append(asyncio.ensure_future(in_order()))
+
+    async def config_writes_done(self) -> None:
+        """Once every config change made so far is in ZooKeeper; raises the ZkError of one
+        that could not be written."""
+        writes, self._config_writes = self._config_writes, []
+        failed: BaseException | None = None
+        for write in writes:
+            try:
+                await write
+            except ZkError as exc:
+                failed = exc
+        if failed is not None:
+            raise failed
 
     # -- topic administration ------------------------------------------------------------------
 
@@ -330,11 +454,7 @@ class ClusterMember:
         stored = {k: v for k, v in t.configs.items() if v is not None}
         try:
             # The configs first, as Kafka does: a broker opening the log reads them.
-            config = zd.encode_entity_config(zd.EntityConfig.of(stored))
-            try:
-                await self.zk.create(zd.topic_config_path(t.name), config, makepath=True)
-            except ZkNodeExistsError:
-                await self.zk.set(zd.topic_config_path(t.name), config)
+            await set_topic_configs(self.zk, t.name, stored, notify=False)
             await self.zk.create(
                 zd.topic_path(t.name),
                 zd.encode_topic_assignment(zd.TopicAssignment.of(assignment, topic_id)),

@@ -222,6 +222,53 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         read_only=True,
     ),
     Setting(
+        "controlled.shutdown.enable",
+        _S.BOOLEAN,
+        True,
+        "On SIGTERM, ask the controller to move leadership off this broker before it stops.",
+        read_only=True,
+    ),
+    Setting(
+        "controlled.shutdown.max.retries",
+        _S.INT,
+        3,
+        "Attempts at a controlled shutdown before the broker stops anyway.",
+        min=0,
+        read_only=True,
+    ),
+    Setting(
+        "controlled.shutdown.retry.backoff.ms",
+        _S.LONG,
+        5000,
+        "Wait between attempts at a controlled shutdown.",
+        min=0,
+        read_only=True,
+    ),
+    Setting(
+        "auto.leader.rebalance.enable",
+        _S.BOOLEAN,
+        True,
+        "The controller moves leadership back to preferred replicas when brokers are unbalanced.",
+        read_only=True,
+    ),
+    Setting(
+        "leader.imbalance.check.interval.seconds",
+        _S.LONG,
+        300,
+        "How often the controller checks the leadership balance.",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "leader.imbalance.per.broker.percentage",
+        _S.INT,
+        10,
+        "Share of a broker's partitions led elsewhere that triggers a rebalance.",
+        min=0,
+        max=100,
+        read_only=True,
+    ),
+    Setting(
         "broker.rack",
         _S.STRING,
         None,
@@ -806,11 +853,15 @@ def load_properties(path: Path) -> dict[str, str]:
 @dataclass
 class BrokerConfig(TypedReads):
     """The broker's effective settings: defaults, overlaid with the static
-    settings given at start (``given``), overlaid with dynamic ones (``dynamic``)."""
+    settings given at start (``given``), overlaid with dynamic ones: a cluster's
+    defaults (``dynamic_default``), then this broker's own (``dynamic``)."""
 
     given: dict[str, Value] = field(default_factory=dict)
-    # Set while running (AlterConfigs), persisted by the metadata store.
+    # Set while running (AlterConfigs), persisted by the metadata store (in a cluster:
+    # ZooKeeper's /config/brokers/<id>). A single node keeps its defaults here too.
     dynamic: dict[str, Value] = field(default_factory=dict)
+    # A cluster's dynamic defaults (ZooKeeper's /config/brokers/<default>).
+    dynamic_default: dict[str, Value] = field(default_factory=dict)
     # Bumped by every change, so derived values can be cached safely.
     generation: int = 0
 
@@ -838,18 +889,16 @@ class BrokerConfig(TypedReads):
     def value(self, name: str) -> Value:
         """The effective value of ``name``, untyped (for rendering and comparison)."""
         setting = BROKER[name]
-        dynamic, given = self.dynamic, self.given
-        if name in dynamic:
-            return dynamic[name]
-        if name in given:
-            return given[name]
+        layers = (self.dynamic, self.dynamic_default, self.given)
+        for layer in layers:
+            if name in layer:
+                return layer[name]
         for other, factor in setting.fallbacks:
-            value = dynamic.get(other)
-            if value is None:
-                value = given.get(other)
-            if value is not None:
-                assert isinstance(value, int)
-                return value * factor
+            for layer in layers:
+                value = layer.get(other)
+                if value is not None:
+                    assert isinstance(value, int)
+                    return value * factor
         return setting.default
 
     def __getitem__(self, name: str) -> Any:
@@ -859,10 +908,13 @@ class BrokerConfig(TypedReads):
     def is_default(self, name: str) -> bool:
         setting = BROKER[name]
         names = (name, *(o for o, _ in setting.fallbacks))
-        return not any(n in self.given or n in self.dynamic for n in names)
+        return not any(
+            n in self.given or n in self.dynamic or n in self.dynamic_default for n in names
+        )
 
-    def set(self, name: str, text: str | None) -> None:
-        """Sets (or with None, resets) a dynamic broker setting.
+    def set(self, name: str, text: str | None, cluster_default: bool = False) -> None:
+        """Sets (or with None, resets) a dynamic broker setting (``cluster_default``: in
+        the cluster's default layer).
 
         Dynamic values sit over the static ones (properties file, ``--set``):
         resetting one brings the static value back.
@@ -872,10 +924,11 @@ class BrokerConfig(TypedReads):
             raise ConfigError(f"unknown setting {name!r}")
         if setting.read_only:
             raise ConfigError(f"{name} cannot be changed while the broker runs")
+        layer = self.dynamic_default if cluster_default else self.dynamic
         if text is None:
-            self.dynamic.pop(name, None)
+            layer.pop(name, None)
         else:
-            self.dynamic[name] = setting.parse(text)
+            layer[name] = setting.parse(text)
         self.generation += 1
 
     def topic_default(self, topic_name: str) -> Value:

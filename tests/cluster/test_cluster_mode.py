@@ -12,7 +12,11 @@ reference: it proves the test) and then against three ``kbroker serve
   others keep taking writes, and come back with their records when it
   restarts;
 - kill -9 of the controller: another broker is elected and topic creation
-  works again (the time each took is printed: ``-s`` shows it).
+  works again (the time each took is printed: ``-s`` shows it);
+- topic and cluster-default broker configs set through one broker reach the
+  others (ZooKeeper's config change notifications);
+- SIGTERM: a broker stops cleanly (after its controlled shutdown) and serves
+  its partitions again when restarted.
 
 Select with ``-m kafka`` (the reference needs Kafka's jars: bench/kafka/fetch.sh).
 """
@@ -28,8 +32,19 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
+)
 
+from kbroker.protocol import ApiKey
+from kbroker.protocol.messages.admin import IncrementalAlterConfigsRequest
+from kbroker.tools.client import BrokerClient
 from tests.cluster.kafka_zk import require_kafka
 from tests.cluster.nodes import SESSION_TIMEOUT_MS, SYSTEMS, Cluster, cluster
 from tests.helpers import consume_all, produce, wait_for
@@ -287,3 +302,96 @@ def test_killed_controller_is_replaced(brokers: Cluster) -> None:
     brokers.nodes[old].restart()
     md = AdminClient({"bootstrap.servers": brokers.nodes[old].bootstrap}).list_topics(timeout=10)
     assert sorted(md.brokers) == [1, 2, 3]
+
+
+def _describe(bootstrap: str, resource: ConfigResource) -> dict[str, tuple[str, int]]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entries = admin.describe_configs([resource])[resource].result(30)
+    return {name: (e.value, e.source) for name, e in entries.items()}
+
+
+def test_config_changes_reach_every_broker(brokers: Cluster) -> None:
+    b1, b2, b3 = (brokers.nodes[i].bootstrap for i in (1, 2, 3))
+    topic = f"configs-{uuid.uuid4().hex[:6]}"
+    create_topic(b1, topic, 3)
+    alter = AdminClient({"bootstrap.servers": b1})
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    alter.incremental_alter_configs([resource])[resource].result(30)
+    # Every broker describes the topic with the new override.
+    for bootstrap in (b2, b3):
+        wait_for(
+            lambda b=bootstrap: (
+                _describe(b, ConfigResource(ResourceType.TOPIC, topic))["retention.ms"][0]
+                == "3600000"
+            ),
+            f"retention.ms of {topic} through {bootstrap}",
+            timeout=20,
+        )
+    # A cluster-wide dynamic broker default (resource name "", which confluent-kafka
+    # does not send), set through broker 2, reaches broker 3.
+    R = IncrementalAlterConfigsRequest
+    with BrokerClient(b2, 30, client_id="cluster-test") as client:
+        answer = client.request(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS,
+            1,
+            R(
+                resources=[
+                    R.Resource(
+                        resource_type=ResourceType.BROKER.value,
+                        resource_name="",
+                        configs=[R.Resource.Config("log.retention.ms", 0, "7200000")],
+                    )
+                ],
+                validate_only=False,
+            ),
+        )
+    assert [r.error_code for r in answer.responses] == [0]
+    wait_for(
+        lambda: (
+            _describe(b3, ConfigResource(ResourceType.BROKER, "3")).get("log.retention.ms")
+            == ("7200000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+        ),
+        "broker 3 to take the cluster default",
+        timeout=20,
+    )
+    # Topics without an override take it.
+    other = f"plain-{uuid.uuid4().hex[:6]}"
+    create_topic(b1, other, 1)
+    wait_for(
+        lambda: (
+            _describe(b3, ConfigResource(ResourceType.TOPIC, other))["retention.ms"][0] == "7200000"
+        ),
+        "a new topic to take the cluster default",
+        timeout=20,
+    )
+
+
+def test_sigterm_stops_a_broker_cleanly_and_it_comes_back(brokers: Cluster) -> None:
+    topic = f"term-{uuid.uuid4().hex[:6]}"
+    create_topic(brokers.bootstrap, topic, 6)
+    produce(brokers.bootstrap, topic, [(None, f"r{p}".encode(), None, p) for p in range(6)])
+    controller = brokers.controller_id()
+    victim = next(i for i in brokers.nodes if i != controller)
+    started = time.monotonic()
+    # A JVM stopped by SIGTERM exits with 143 once its shutdown hooks ran; kbroker with 0.
+    assert brokers.nodes[victim].terminate(timeout=60) == (143 if brokers.system == "kafka" else 0)
+    took = time.monotonic() - started
+    print(f"\n[{brokers.system}] broker {victim} stopped by SIGTERM in {took:.2f}s")
+    survivor = next(n.bootstrap for i, n in brokers.nodes.items() if i != victim)
+    # Its partitions (one replica each) have no leader now; the others are served.
+    leaders = partition_leaders(survivor, topic)
+    assert victim not in leaders.values()
+    brokers.nodes[victim].restart()
+    wait_for(
+        lambda: -1 not in partition_leaders(survivor, topic).values(),
+        "every partition led again",
+        timeout=30,
+    )
+    got = consume_all(brokers.bootstrap, topic, 6, expected=6, timeout=30)
+    assert sorted(m.value() for m in got) == [f"r{p}".encode() for p in range(6)]

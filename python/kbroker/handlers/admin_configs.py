@@ -10,7 +10,9 @@ resource types:
   "" for the cluster-wide defaults, which on a single node are the same
   dynamic layer: described under "" are only the dynamically set values (as
   Kafka does). Settings that are not ``read_only`` can be changed while the
-  broker runs; they are persisted with the metadata and applied at once.
+  broker runs; they are applied at once and persisted with the metadata (in a
+  cluster: in ZooKeeper, under the broker's id or ``<default>``, whence every
+  broker takes them).
 - BROKER_LOGGER (8): the levels of the broker's Python loggers, changeable
   (not persisted) with IncrementalAlterConfigs.
 
@@ -22,10 +24,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
+from kbroker.cluster.errors import ClusterError
 from kbroker.config import (
     BROKER,
     BROKER_SETTINGS,
@@ -112,6 +115,7 @@ def _broker_synonyms(
     names = [name, *(other for other, _ in setting.fallbacks)]
     layers: tuple[tuple[Mapping[str, Value], ConfigSource], ...] = (
         (config.dynamic, dynamic_source),
+        (config.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
         (config.given, ConfigSource.STATIC_BROKER_CONFIG),
         ({name: setting.default}, ConfigSource.DEFAULT_CONFIG),
     )
@@ -254,7 +258,17 @@ def _describe_resource(broker: Broker, rtype: int, name: str) -> list[ConfigEntr
         return topic_config_entries(broker.config, broker.topic_overrides(name))
     if rtype == ResourceType.BROKER:
         if _check_broker_name(broker, name):
-            return [broker_config_entry(broker.config, n, True) for n in broker.config.dynamic]
+            if broker.cluster is None:
+                return [broker_config_entry(broker.config, n, True) for n in broker.config.dynamic]
+            # A cluster's default layer (a broker's own may differ).
+            return [
+                replace(
+                    broker_config_entry(broker.config, n, True),
+                    value=_render(BROKER[n], value),
+                    source=ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+                )
+                for n, value in sorted(broker.config.dynamic_default.items())
+            ]
         return [broker_config_entry(broker.config, s.name) for s in BROKER_SETTINGS]
     if rtype == ResourceType.BROKER_LOGGER:
         _check_broker_name(broker, name, allow_default=False)
@@ -339,8 +353,11 @@ def _broker_setting(name: str) -> Setting:
     return setting
 
 
-def _set_broker(broker: Broker, configs: Mapping[str, str], validate_only: bool) -> None:
-    """Replaces the broker's dynamic settings with ``configs`` (validated as a whole)."""
+def _set_broker(
+    broker: Broker, configs: Mapping[str, str], validate_only: bool, cluster_default: bool
+) -> None:
+    """Replaces the broker's dynamic settings (or, in a cluster, the cluster default's)
+    with ``configs`` (validated as a whole)."""
     normalized: dict[str, str] = {}
     for name, text in configs.items():
         setting = _broker_setting(name)
@@ -360,18 +377,7 @@ def _set_broker(broker: Broker, configs: Mapping[str, str], validate_only: bool)
             normalized[name] = rendered
     if validate_only:
         return
-    config = broker.config
-    before = dict(broker.metadata.broker_configs())
-    broker.metadata.set_broker_configs(normalized)
-    for name in before.keys() - normalized.keys():
-        config.set(name, None)
-    for name, text in normalized.items():
-        config.set(name, text)
-    changed = {n for n in before.keys() | normalized.keys() if before.get(n) != normalized.get(n)}
-    if changed & {ts.broker_setting for ts in TOPIC_SETTINGS}:
-        for topic in list(broker.metadata_cache.topics()):
-            broker.logs.update_config(topic)
-    log.info("dynamic broker settings are now %s", normalized)
+    broker.set_dynamic_broker_configs(normalized, cluster_default)
 
 
 def _check_duplicates(names: Iterable[str]) -> None:
@@ -390,8 +396,8 @@ def _alter_resource(broker: Broker, res: Any, validate_only: bool) -> None:
         _check_topic(broker, res.resource_name)
         _set_topic(broker, res.resource_name, configs, validate_only)
     elif res.resource_type == ResourceType.BROKER:
-        _check_broker_name(broker, res.resource_name)
-        _set_broker(broker, configs, validate_only)
+        default = _check_broker_name(broker, res.resource_name)
+        _set_broker(broker, configs, validate_only, default)
     else:
         raise ResourceError(
             ErrorCode.INVALID_REQUEST,
@@ -496,14 +502,14 @@ def _incremental_alter_resource(broker: Broker, res: Any, validate_only: bool) -
         )
         _set_topic(broker, name, configs, validate_only)
     elif rtype == ResourceType.BROKER:
-        _check_broker_name(broker, name)
+        default = _check_broker_name(broker, name)
         configs = _edit(
-            dict(broker.metadata.broker_configs()),
+            broker.dynamic_broker_configs(default),
             res.configs,
             _broker_setting,
             broker.config.__getitem__,
         )
-        _set_broker(broker, configs, validate_only)
+        _set_broker(broker, configs, validate_only, default)
     elif rtype == ResourceType.BROKER_LOGGER:
         _check_broker_name(broker, name, allow_default=False)
         _set_logger_levels(res.configs, validate_only)
@@ -542,15 +548,19 @@ def _alter_all(
 
 
 async def _when_durable(broker: Broker, response: Any) -> Any:
-    """Answers once the changes are on disk; a change that could not be written is reported."""
+    """Answers once the changes are recorded (on disk, or in ZooKeeper); a change that
+    could not be is reported."""
     try:
-        await broker.metadata.durable()
-    except OSError as exc:
+        await broker.config_changes_recorded()
+    except (OSError, ClusterError) as exc:
         for result in response.responses:
             if result.error_code == ErrorCode.NONE:
                 result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                 result.error_message = (
                     f"applied, but not yet written to disk ({exc}); it is retried"
+                    if isinstance(exc, OSError)
+                    else f"applied on this broker only: ZooKeeper did not take it ({exc}); "
+                    "set it again"
                 )
     return response
 

@@ -1,17 +1,21 @@
-"""ElectLeaders (43): on a single node every partition's one replica is its preferred
-leader and leads already, so no election is ever needed.
+"""ElectLeaders (43): in a cluster the controller elects (preferred or unclean); on a
+single node every partition's one replica is its preferred leader and leads already,
+so no election is ever needed.
 
 As Kafka answers: ELECTION_NOT_NEEDED for each partition named (preferred or unclean
 election alike: the leader is live), UNKNOWN_TOPIC_OR_PARTITION for one that does not
 exist; ``topic_partitions`` null asks for every partition, and then partitions that need
 no election are left out (each topic is listed with no partition, as Kafka 4.1 does).
-Messages are Kafka's.
+Messages are Kafka's on a single node, the controller's in a cluster.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kbroker.controller.election import ElectionType
+from kbroker.errors import KafkaError
+from kbroker.log import TopicPartition
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import ElectLeadersResponse
@@ -29,7 +33,58 @@ def _result(index: int, code: ErrorCode, message: str | None) -> Any:
     return PartitionResult(partition_id=index, error_code=code, error_message=message)
 
 
+async def _elect_in_cluster(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    """The controller elects; another broker answers NOT_CONTROLLER (clients send
+    ElectLeaders to the controller, which Metadata names)."""
+    assert broker.cluster is not None
+    controller = broker.cluster.controller
+    if request.topic_partitions is None:
+        asked = [
+            TopicPartition(name, p)
+            for name, topic in broker.metadata_cache.topics().items()
+            for p in topic.partitions
+        ]
+    else:
+        asked = [
+            TopicPartition(tp.topic, p)
+            for tp in request.topic_partitions
+            for p in dict.fromkeys(tp.partitions)
+        ]
+    kind = ElectionType(request.election_type if ctx.api_version >= 1 else 0)
+    outcome: dict[TopicPartition, KafkaError | None] = {}
+    top = ErrorCode.NONE
+    if controller is None:
+        top = ErrorCode.NOT_CONTROLLER
+        outcome = {tp: KafkaError(ErrorCode.NOT_CONTROLLER) for tp in asked}
+    else:
+        try:
+            outcome = await controller.elect_leaders(asked, kind)
+        except KafkaError as exc:
+            top = ErrorCode(exc.code)
+            outcome = {tp: exc for tp in asked}
+    by_topic: dict[str, list[Any]] = {}
+    for tp in asked:
+        error = outcome.get(tp)
+        if error is None:
+            by_topic.setdefault(tp.topic, []).append(_result(tp.partition, ErrorCode.NONE, None))
+            continue
+        code = ErrorCode(error.code)
+        if request.topic_partitions is None and code == ErrorCode.ELECTION_NOT_NEEDED:
+            by_topic.setdefault(tp.topic, [])
+            continue
+        by_topic.setdefault(tp.topic, []).append(_result(tp.partition, code, str(error)))
+    return ElectLeadersResponse(
+        throttle_time_ms=0,
+        error_code=top,
+        replica_election_results=[
+            Result(topic=name, partition_result=parts) for name, parts in by_topic.items()
+        ],
+    )
+
+
 def handle_elect_leaders(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if broker.cluster is not None:
+        return _elect_in_cluster(broker, ctx, request)
     results: list[Any] = []
     if request.topic_partitions is None:
         results = [

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from kbroker.errors import KafkaError
 from kbroker.log import TopicPartition
 from kbroker.metadata_cache import BrokerInfo, ControllerPartitionState
 from kbroker.metadata_types import PartitionState
@@ -270,10 +271,26 @@ def handle_update_metadata(broker: Broker, ctx: RequestContext, request: Any) ->
     return UpdateMetadataResponse(error_code=ErrorCode.NONE)
 
 
-def handle_controlled_shutdown(broker: Broker, ctx: RequestContext, request: Any) -> Any:
-    # Kafka's non-controller answers with its "controller moved" error, code 11.
-    code = ErrorCode.STALE_CONTROLLER_EPOCH
-    return ControlledShutdownResponse(error_code=code, remaining_partitions=[])
+async def handle_controlled_shutdown(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    controller = None if broker.cluster is None else broker.cluster.controller
+    if controller is None:
+        # Kafka's non-controller answers with its "controller moved" error, code 11.
+        code = ErrorCode.STALE_CONTROLLER_EPOCH
+        return ControlledShutdownResponse(error_code=code, remaining_partitions=[])
+    epoch = request.broker_epoch if ctx.api_version >= 2 else -1
+    try:
+        remaining = await controller.controlled_shutdown(request.broker_id, epoch)
+    except KafkaError as exc:
+        return ControlledShutdownResponse(error_code=exc.code, remaining_partitions=[])
+    return ControlledShutdownResponse(
+        error_code=ErrorCode.NONE,
+        remaining_partitions=[
+            ControlledShutdownResponse.RemainingPartition(
+                topic_name=tp.topic, partition_index=tp.partition
+            )
+            for tp in sorted(remaining)
+        ],
+    )
 
 
 def handle_alter_partition(broker: Broker, ctx: RequestContext, request: Any) -> Any:

@@ -257,6 +257,15 @@ class LogManager:
             if log_.tp.topic == topic:
                 log_.set_config(config)
 
+    def update_all_configs(self) -> None:
+        """Re-reads the storage config of every partition (a broker default changed)."""
+        configs: dict[str, LogConfig] = {}
+        for log_ in self.logs():
+            topic = log_.tp.topic
+            if topic not in configs:
+                configs[topic] = self._config_for(topic)
+            log_.set_config(configs[topic])
+
     def logs(self) -> list[Log]:
         with self._lock:
             return list(self._logs.values())
