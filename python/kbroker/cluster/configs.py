@@ -17,6 +17,11 @@ createTopic does: brokers read them when they create the topic's logs.
 Readers: `read_topic_configs`, `read_broker_configs` (a missing znode reads
 as no configs) and `read_all_topic_configs`, `read_all_broker_configs`.
 
+Values are stored as given. Kafka stores password-type broker configs
+(``ssl.keystore.password`` ...) encrypted with ``password.encoder.secret``:
+such values read from a Kafka-written znode are ciphertext, and a plain
+value written here is one a Kafka broker cannot decode.
+
 `ConfigChangeWatcher` is what each broker runs (Kafka's DynamicConfigManager
 over ZkNodeChangeNotificationListener): it reports every notification newer
 than those present at its start, in sequence order, with the entity's
