@@ -309,6 +309,14 @@ def kafka_chroot(
         broker_id=KAFKA_BROKER_ID,
         settings={"zookeeper.session.timeout.ms": "10000"},
     ) as kafka:
+        # Registered is not ready: until the controller's first UpdateMetadata reaches the
+        # broker, it names no controller and a client's CreateTopics waits for one.
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+        wait_for(
+            lambda: admin.list_topics(timeout=5).controller_id == KAFKA_BROKER_ID,
+            "Kafka to know its controller",
+            timeout=30,
+        )
         yield kafka.bootstrap, zookeeper.connect + chroot
 
 

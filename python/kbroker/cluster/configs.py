@@ -17,6 +17,11 @@ createTopic does: brokers read them when they create the topic's logs.
 Readers: `read_topic_configs`, `read_broker_configs` (a missing znode reads
 as no configs) and `read_all_topic_configs`, `read_all_broker_configs`.
 
+Values are stored as given. Kafka stores password-type broker configs
+(``ssl.keystore.password`` ...) encrypted with ``password.encoder.secret``:
+such values read from a Kafka-written znode are ciphertext, and a plain
+value written here is one a Kafka broker cannot decode.
+
 `ConfigChangeWatcher` is what each broker runs (Kafka's DynamicConfigManager
 over ZkNodeChangeNotificationListener): it reports every notification newer
 than those present at its start, in sequence order, with the entity's
@@ -213,9 +218,10 @@ class ConfigChangeWatcher:
     Owns the sequence number of the last notification processed. After the
     session expires (notifications may have been purged while the broker was
     away) it reads every topic and broker config again and reports them all,
-    then goes on from the notifications present at that point; after a
+    then goes on from the notifications present at that point. After a
     reconnection within the same session it processes the notifications it
-    missed (a session lasts seconds, far less than a notification's 15 minutes).
+    missed: they are all still there, since the connection was down for less
+    than the session timeout (seconds) and a notification lives 15 minutes.
     Callbacks may be called again with configs already reported; they must be
     idempotent.
     """
