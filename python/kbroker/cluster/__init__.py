@@ -7,6 +7,8 @@
   the persistent paths every broker expects.
 - `producer_id_blocks`: producer-id blocks shared by every broker of a cluster.
 - `controller`: controller election and epoch fencing primitives.
+- `configs`: dynamic topic and broker configs, and the change notifications
+  every broker follows.
 - `errors`: the exceptions of all of these.
 
 Nothing here imports the broker; the broker imports these.

@@ -60,6 +60,9 @@ from kbroker.protocol.errors import KafkaError
 
 log = logging.getLogger(__name__)
 
+# Topics read together when a controller starts.
+STARTUP_READ_BATCH = 64
+
 T = TypeVar("T")
 Event = Callable[[], Awaitable[None]]
 
@@ -279,13 +282,24 @@ class Controller:
         return TopicAssignment(name, assignment.topic_id, assignment.replicas())
 
     async def _read_states(self, topic: TopicAssignment) -> None:
-        for p, replicas in topic.partitions.items():
+        """Reads the state of every partition of ``topic`` (all requests in flight at once:
+        a controller taking over thousands of partitions waits one round trip, not
+        thousands)."""
+
+        async def read(p: int) -> tuple[bytes, Stat] | None:
+            try:
+                return await self.zk.get(zd.partition_state_path(topic.name, p))
+            except ZkNoNodeError:
+                return None
+
+        partitions = list(topic.partitions.items())
+        found = await asyncio.gather(*(read(p) for p, _ in partitions))
+        for (p, replicas), got in zip(partitions, found, strict=True):
+            if got is None:
+                continue
             tp = TopicPartition(topic.name, p)
             try:
-                data, stat = await self.zk.get(zd.partition_state_path(topic.name, p))
-                state = zd.decode_partition_state(data, stat.version)
-            except ZkNoNodeError:
-                continue
+                state = zd.decode_partition_state(got[0], got[1].version)
             except ZkDataError as exc:
                 log.warning("controller: unreadable state of %s: %s", tp, exc)
                 continue
@@ -295,12 +309,16 @@ class Controller:
 
     async def _startup(self) -> None:
         self.ctx.live = await self._read_brokers()
-        for name in await self.zk.get_children(zd.TOPICS_PATH):
-            topic = await self._read_topic(name)
-            if topic is not None:
-                self.ctx.topics[name] = topic
-                await self._read_states(topic)
-                await self._follow_topic(name)
+        names = await self.zk.get_children(zd.TOPICS_PATH)
+        # Topics in rounds of requests in flight together (not one round trip each).
+        for start in range(0, len(names), STARTUP_READ_BATCH):
+            batch = names[start : start + STARTUP_READ_BATCH]
+            topics = await asyncio.gather(*(self._read_topic(name) for name in batch))
+            found = [t for t in topics if t is not None]
+            for topic in found:
+                self.ctx.topics[topic.name] = topic
+            await asyncio.gather(*(self._read_states(t) for t in found))
+            await asyncio.gather(*(self._follow_topic(t.name) for t in found))
         for b in self.ctx.live.values():
             self.channel.add_broker(b)
         self._send_update_metadata(self.ctx.live, list(self.ctx.partitions()))

@@ -242,6 +242,15 @@ class ReplicaManager:
         errors: dict[TopicPartition, ErrorCode] = {}
         for order in orders:
             errors[order.tp] = self._apply_order(order, open_log)
+        stale = sum(1 for code in errors.values() if code == ErrorCode.STALE_CONTROLLER_EPOCH)
+        if stale:
+            log.info(
+                "controller epoch %d: %d of %d partition(s) already in that leader epoch or a "
+                "newer one; left as they are",
+                controller_epoch,
+                stale,
+                len(errors),
+            )
         return errors
 
     def _apply_order(self, order: LeaderAndIsrOrder, open_log: LogOpener) -> ErrorCode:
@@ -258,7 +267,7 @@ class ReplicaManager:
             return ErrorCode.INCONSISTENT_TOPIC_ID
         current = -1 if partition is None else partition.leader_epoch
         if state.leader_epoch <= current:
-            log.info(
+            log.debug(
                 "%s: ignoring leader epoch %d, not newer than %d", tp, state.leader_epoch, current
             )
             return ErrorCode.STALE_CONTROLLER_EPOCH
