@@ -290,6 +290,7 @@ def run_system(system: str, args: argparse.Namespace, root: Path) -> dict[str, o
                 create(live, "after-failover", 3)
             except Exception as exc:
                 if "already exists" not in str(exc):
+                    print(f"  {time.monotonic() - start:.2f}s: create: {exc}")
                     return False
             p = Producer({"bootstrap.servers": live, "acks": "all", "message.timeout.ms": 5000})
             errors: list[object] = []
@@ -297,7 +298,10 @@ def run_system(system: str, args: argparse.Namespace, root: Path) -> dict[str, o
                 "after-failover", b"x", partition=0, on_delivery=lambda e, m: errors.append(e)
             )
             p.flush(10)
-            return bool(errors) and errors[0] is None
+            if not errors or errors[0] is not None:
+                print(f"  {time.monotonic() - start:.2f}s: produce: {errors}")
+                return False
+            return True
 
         _wait(produced, "a write to a topic created after the failover", 120, 0.1)
         out["controller_usable_s"] = round(time.monotonic() - start, 2)

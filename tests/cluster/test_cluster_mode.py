@@ -42,8 +42,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from kbroker.protocol import ApiKey
+from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import IncrementalAlterConfigsRequest
+from kbroker.protocol.messages.inter_broker import UpdateMetadataRequest
 from kbroker.tools.client import BrokerClient
 from tests.cluster.kafka_zk import require_kafka
 from tests.cluster.nodes import SESSION_TIMEOUT_MS, SYSTEMS, Cluster, cluster
@@ -395,3 +396,57 @@ def test_sigterm_stops_a_broker_cleanly_and_it_comes_back(brokers: Cluster) -> N
     )
     got = consume_all(brokers.bootstrap, topic, 6, expected=6, timeout=30)
     assert sorted(m.value() for m in got) == [f"r{p}".encode() for p in range(6)]
+
+
+@pytest.fixture
+def kbrokers(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[Cluster]:
+    chroot = f"/cluster-{uuid.uuid4().hex[:8]}"
+    with cluster("kbroker", zookeeper.connect, chroot, tmp_path) as c:
+        yield c
+
+
+def test_foreign_orders_and_garbage_znodes_change_nothing(kbrokers: Cluster) -> None:
+    """kbroker only: orders from a client with an old controller or broker epoch are
+    refused with Kafka's codes, and znodes that are not Kafka's JSON are skipped."""
+    b1 = kbrokers.nodes[1].bootstrap
+    topic = f"kept-{uuid.uuid4().hex[:6]}"
+    create_topic(b1, topic, 3)
+    zk = kbrokers.zk()
+    try:
+        epoch = int(zk.get("/controller_epoch")[0])
+        registration = zk.get("/brokers/ids/1")[1].czxid
+        # Garbage where Kafka keeps JSON: a topic, a broker, a config change, a deletion.
+        zk.create("/brokers/topics/junk", b"\x00not json{")
+        zk.create("/brokers/ids/77", b'{"version":5,"host":7}')
+        zk.create("/config/changes/config_change_", b"[1,2", sequence=True)
+        zk.create("/admin/delete_topics/no-such-topic", b"")
+    finally:
+        zk.stop()
+        zk.close()
+
+    wipe = UpdateMetadataRequest(
+        controller_id=99, controller_epoch=epoch - 1, topic_states=[], live_brokers=[]
+    )
+    with BrokerClient(b1, 30, client_id="not-a-controller") as client:
+        old = client.request(ApiKey.UPDATE_METADATA, 8, wipe)
+        assert old.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
+        wipe.controller_epoch, wipe.broker_epoch = epoch, registration - 1
+        stale = client.request(ApiKey.UPDATE_METADATA, 8, wipe)
+        assert stale.error_code == ErrorCode.STALE_BROKER_EPOCH
+    # Nothing changed: every broker and partition is still there, and the cluster still
+    # creates topics and takes writes.
+    md = AdminClient({"bootstrap.servers": b1}).list_topics(timeout=10)
+    assert sorted(md.brokers) == [1, 2, 3]
+    assert all(p.leader > 0 for p in md.topics[topic].partitions.values())
+    create_topic(b1, f"{topic}-after", 2)
+    reports = produce(kbrokers.bootstrap, f"{topic}-after", [(None, b"x", None, 0)], acks="all")
+    assert all(err is None for err, _ in reports)
+    # The controller read the garbage (and said so), and nothing died of it.
+    wait_for(
+        lambda: any("junk" in n.output() for n in kbrokers.nodes.values()),
+        "the controller to log the unreadable topic",
+        timeout=10,
+    )
+    for node in kbrokers.nodes.values():
+        assert node.alive, node.tail()
+        assert "Traceback" not in node.output()
