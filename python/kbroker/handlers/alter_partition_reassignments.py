@@ -1,8 +1,10 @@
 """AlterPartitionReassignments (45), as Kafka answers it with one broker.
 
-A reassignment can only name this broker, which holds every partition already: a valid
-one (this broker, once) is done at once and answered NONE; one naming another broker,
-none, or a broker twice is INVALID_REPLICA_ASSIGNMENT; a cancellation (replicas null)
+A reassignment that keeps the replicas a partition has is done at once and answered
+NONE; one naming a broker that is not registered, none, or a broker twice is
+INVALID_REPLICA_ASSIGNMENT, and so (in a cluster, until followers replicate) is one that
+moves a replica to another broker; in a cluster only the controller answers (others:
+NOT_CONTROLLER); a cancellation (replicas null)
 finds NO_REASSIGNMENT_IN_PROGRESS; an unknown partition is UNKNOWN_TOPIC_OR_PARTITION.
 Messages are Kafka's.
 """
@@ -38,18 +40,33 @@ def _check(broker: Broker, current: list[int] | None, replicas: list[int] | None
             ErrorCode.INVALID_REPLICA_ASSIGNMENT,
             "The manual partition assignment includes duplicate replicas.",
         )
+    registered = {b.broker_id for b in broker.metadata_cache.alive_brokers()}
     for r in replicas:
-        if r != broker.broker_id:
+        if r not in registered:
             return (
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 f"The manual partition assignment includes broker {r}, but no such broker "
                 "is registered.",
             )
-    # [this broker]: what the partition has already (one replica a partition).
+    if sorted(replicas) != sorted(current):
+        # Only in a cluster: a replica elsewhere would have to copy the log.
+        return (
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            "moving a replica to another broker needs replication, which kbroker does not have yet",
+        )
+    # The replicas the partition has already.
     return ErrorCode.NONE, None
 
 
 def handle_alter_partition_reassignments(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if broker.cluster is not None and broker.cluster.controller is None:
+        # Clients send reassignments to the controller.
+        return AlterPartitionReassignmentsResponse(
+            throttle_time_ms=0,
+            error_code=ErrorCode.NOT_CONTROLLER,
+            error_message="This is not the correct controller for this cluster.",
+            responses=[],
+        )
     topics = broker.metadata_cache.topics()
     responses = []
     for t in request.topics:
