@@ -201,12 +201,14 @@ def leaders_ready(bootstrap: str, topics: list[str]) -> bool:
     return True
 
 
-def create(bootstrap: str, name: str, partitions: int) -> None:
+def create(bootstrap: str, name: str, partitions: int, timeout: float = 300) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=300)
-    futures[name].result(600)
+    futures = admin.create_topics(
+        [NewTopic(name, partitions, 1)], operation_timeout=timeout, request_timeout=timeout
+    )
+    futures[name].result(timeout * 2)
 
 
 def run_system(system: str, args: argparse.Namespace, root: Path) -> dict[str, object]:
@@ -287,7 +289,8 @@ def run_system(system: str, args: argparse.Namespace, root: Path) -> dict[str, o
 
         def produced() -> bool:
             try:
-                create(live, "after-failover", 3)
+                # Short attempts: a client still waiting on the dead controller retries.
+                create(live, "after-failover", 3, timeout=3)
             except Exception as exc:
                 if "already exists" not in str(exc):
                     print(f"  {time.monotonic() - start:.2f}s: create: {exc}")

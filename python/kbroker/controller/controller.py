@@ -325,6 +325,13 @@ class Controller:
         for b in self.ctx.live.values():
             self._send_leader_and_isr_to(b, self._served_by(b.broker_id))
         await self._bring_online(self.ctx.offline_partitions())
+        # Brokers that died before this controller started (a previous controller may
+        # not have recorded it): their replicas leave the ISR, their partitions with no
+        # one to elect go without a leader (in a new leader epoch), as for brokers
+        # that leave later.
+        dead = {r for tp in self.ctx.states for r in self.ctx.replicas(tp)} - set(self.ctx.live)
+        if dead:
+            self._announce(await self._write(self.ctx.plan_remove_from_isr(dead)))
         await self._deletions_changed()
         await self._preferred_election_requested()
 
