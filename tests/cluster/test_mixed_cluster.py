@@ -1,0 +1,120 @@
+"""kbroker brokers and an Apache Kafka 3.9.1 broker in one cluster, each kind as controller.
+
+The wire between brokers and the ZooKeeper layout are Kafka's, so a Kafka 3.9.1
+broker can join a kbroker cluster: two ``kbroker serve`` processes and one Kafka
+broker on one chroot. First a kbroker is the controller and drives the Kafka
+broker; then both kbrokers are killed, Kafka's controller takes over, and the
+kbrokers, restarted, obey it. Each time a topic is created through one kind of
+broker, spread over all three, written through another and read back by a
+consumer group (whose coordinator is wherever its ``__consumer_offsets``
+partition landed).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer
+
+from tests.cluster.kafka_zk import prepare_kafka_zk_broker
+from tests.cluster.nodes import SESSION_TIMEOUT_MS, Cluster, KafkaNode, KbrokerNode, Node
+from tests.cluster.test_cluster_mode import create_topic, partition_leaders
+from tests.helpers import produce, wait_for
+from tests.zookeeper import ZooKeeperServer
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
+
+
+def round_trip(write_via: str, read_via: str, create_via: str, label: str) -> None:
+    topic = f"mixed-{label}-{uuid.uuid4().hex[:6]}"
+    create_topic(create_via, topic, 6)
+    leaders = wait_for(
+        lambda: (
+            (found := partition_leaders(read_via, topic)) and -1 not in found.values() and found
+        ),
+        f"leaders of {topic}",
+        timeout=30,
+    )
+    assert set(leaders.values()) == {1, 2, 3}, leaders
+    reports = produce(write_via, topic, [(None, f"{label}-{i}".encode()) for i in range(300)])
+    assert all(err is None for err, _ in reports)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": read_via,
+            "group.id": f"g-{topic}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    seen: set[bytes] = set()
+    deadline = time.monotonic() + 60
+    try:
+        while len(seen) < 300 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                seen.add(msg.value())
+    finally:
+        consumer.close()
+    assert seen == {f"{label}-{i}".encode() for i in range(300)}
+
+
+def test_kafka_broker_in_a_kbroker_cluster_and_the_other_way(
+    zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    chroot = f"/mixed-{uuid.uuid4().hex[:8]}"
+    connect = zookeeper.connect + chroot
+    settings = [
+        f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
+        "offsets.topic.replication.factor=1",
+        "group.initial.rebalance.delay.ms=0",
+    ]
+    nodes: dict[int, Node] = {
+        1: KbrokerNode(1, connect, tmp_path / "b1", settings),
+        2: KbrokerNode(2, connect, tmp_path / "b2", settings),
+    }
+    try:
+        for node in nodes.values():
+            node.launch()
+        for node in nodes.values():
+            node.wait_started()
+        kafka = KafkaNode(
+            prepare_kafka_zk_broker(
+                zookeeper.connect,
+                chroot,
+                tmp_path / "k3",
+                3,
+                {
+                    "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+                    "auto.create.topics.enable": "true",
+                },
+            )
+        )
+        nodes[3] = kafka
+        kafka.launch()
+        kafka.wait_started()
+        cluster = Cluster("mixed", connect, nodes)
+        assert cluster.controller_id() in (1, 2)
+        b1, b2, k3 = (nodes[i].bootstrap for i in (1, 2, 3))
+        # A kbroker controls: the topic is created through Kafka, written through a
+        # kbroker, read through Kafka.
+        round_trip(b1, k3, k3, "kbroker-controls")
+
+        # Kafka takes over when both kbrokers die, and they obey it when back.
+        nodes[1].kill()
+        nodes[2].kill()
+        wait_for(
+            lambda: cluster.controller_id() == 3,
+            "Kafka's controller",
+            timeout=SESSION_TIMEOUT_MS / 1000 + 20,
+        )
+        nodes[1].restart()
+        nodes[2].restart()
+        round_trip(k3, b2, b1, "kafka-controls")
+        for i in (1, 2):
+            assert "Traceback" not in nodes[i].output()
+    finally:
+        for node in nodes.values():
+            node.kill()
