@@ -22,6 +22,7 @@ from kbroker.metadata import MetadataError, StateFileError
 from kbroker.metrics import BrokerMetrics, BrokerView, GroupLag, build_registry
 from kbroker.metrics.http import LoopWatch, MetricsServer, Readiness, SystemdNotifier
 from kbroker.metrics.logs import setup_logging
+from kbroker.metrics.state import ClusterState
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,22 @@ def broker_view(broker: Broker, started: list[bool]) -> BrokerView:
     def lag() -> list[GroupLag]:
         return broker.coordinator.consumer_lag() if started else []
 
+    def cluster() -> ClusterState | None:
+        member = broker.cluster
+        if member is None:
+            return None
+        controller = member.controller
+        offline, partitions, topics = controller.counts() if controller is not None else (0, 0, 0)
+        return ClusterState(
+            active_controller=int(controller is not None),
+            offline_partitions=offline,
+            global_partitions=partitions,
+            global_topics=topics,
+            zookeeper_connected=int(member.zk.connected),
+        )
+
     return BrokerView(
+        cluster=cluster,
         broker_id=broker.broker_id,
         version=__version__,
         data_dirs=lambda: [str(broker.data_dir)],

@@ -47,7 +47,7 @@ from kbroker.protocol.messages.admin import IncrementalAlterConfigsRequest
 from kbroker.protocol.messages.inter_broker import UpdateMetadataRequest
 from kbroker.tools.client import BrokerClient
 from tests.cluster.kafka_zk import require_kafka
-from tests.cluster.nodes import SESSION_TIMEOUT_MS, SYSTEMS, Cluster, cluster
+from tests.cluster.nodes import SESSION_TIMEOUT_MS, SYSTEMS, Cluster, Node, cluster
 from tests.helpers import consume_all, produce, wait_for
 from tests.zookeeper import ZooKeeperServer
 
@@ -450,3 +450,83 @@ def test_foreign_orders_and_garbage_znodes_change_nothing(kbrokers: Cluster) -> 
     for node in kbrokers.nodes.values():
         assert node.alive, node.tail()
         assert "Traceback" not in node.output()
+
+
+def test_cluster_metrics_and_their_alert_rules(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """kbroker only: each broker's /metrics says whether it is the controller, and the
+    controller counts offline partitions; the cluster alert rules read only these."""
+    from tests.cluster.nodes import KbrokerNode
+    from tests.helpers import free_port
+    from tests.metrics.prom import exported_names, get, promql_metric_names
+    from tests.metrics.test_deploy import alert_exprs
+
+    connect = zookeeper.connect + f"/metrics-{uuid.uuid4().hex[:8]}"
+    ports = {i: free_port() for i in (1, 2, 3)}
+    nodes = {
+        i: KbrokerNode(
+            i,
+            connect,
+            tmp_path / f"b{i}",
+            [
+                f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
+                "offsets.topic.replication.factor=1",
+                f"metrics.listeners=127.0.0.1:{ports[i]}",
+            ],
+        )
+        for i in (1, 2, 3)
+    }
+
+    def gauges(i: int) -> dict[str, float]:
+        status, text = get(f"http://127.0.0.1:{ports[i]}/metrics")
+        assert status == 200
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith(("kafka_controller_", "kbroker_zookeeper_")):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    try:
+        for node in nodes.values():
+            node.launch()
+        for node in nodes.values():
+            node.wait_started()
+        cluster_ = Cluster("kbroker", connect, dict[int, Node](nodes))
+        controller = wait_for(cluster_.controller_id, "a controller")
+        topic = f"m-{uuid.uuid4().hex[:6]}"
+        create_topic(cluster_.bootstrap, topic, 6)
+        active = {
+            i: gauges(i)["kafka_controller_kafkacontroller_activecontrollercount"] for i in ports
+        }
+        assert active == {i: float(i == controller) for i in ports}
+        assert all(gauges(i)["kbroker_zookeeper_connected"] == 1 for i in ports)
+        counts = gauges(controller)
+        assert counts["kafka_controller_kafkacontroller_offlinepartitionscount"] == 0
+        assert counts["kafka_controller_kafkacontroller_globalpartitioncount"] >= 6
+
+        victim = next(i for i in nodes if i != controller)
+        nodes[victim].kill()
+        lost = sum(
+            1
+            for leader in partition_leaders(cluster_.bootstrap, topic).values()
+            if leader == victim
+        )
+        wait_for(
+            lambda: (
+                gauges(controller)["kafka_controller_kafkacontroller_offlinepartitionscount"]
+                >= lost
+            ),
+            "the controller to count the killed broker's partitions offline",
+            timeout=SESSION_TIMEOUT_MS / 1000 + 15,
+        )
+        # The cluster rules read only metrics a cluster member exports.
+        _, text = get(f"http://127.0.0.1:{ports[controller]}/metrics")
+        exported = exported_names(text)
+        exprs = alert_exprs(cluster=True)
+        assert exprs
+        for expr in exprs:
+            names = promql_metric_names(expr)
+            assert names and not names - exported, expr
+    finally:
+        for node in nodes.values():
+            node.kill()

@@ -241,6 +241,22 @@ class Controller:
             except Exception:
                 log.exception("controller %d: handling an event failed", self.ctx.controller_id)
 
+    def counts(self) -> tuple[int, int, int]:
+        """(offline partitions, partitions, topics) as this controller knows them. Safe
+        from another thread (a metrics scrape): it reads copies made in one step each."""
+        topics = list(self.ctx.topics.values())
+        states = dict(self.ctx.states)
+        live = set(self.ctx.live)
+        deleting = set(self.ctx.deleting)
+        partitions = offline = 0
+        for topic in topics:
+            for p in list(topic.partitions):
+                partitions += 1
+                state = states.get(TopicPartition(topic.name, p))
+                if topic.name not in deleting and (state is None or state.leader not in live):
+                    offline += 1
+        return offline, partitions, len(topics)
+
     # -- reading ZooKeeper -----------------------------------------------------------
 
     async def _read_brokers(self) -> dict[int, LiveBroker]:

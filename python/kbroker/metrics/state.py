@@ -66,6 +66,21 @@ class GroupLag:
         return max(self.end_offset - self.committed, 0)
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterState:
+    """A cluster member's part, read at a scrape (Kafka's controller and ZooKeeper
+    metrics)."""
+
+    # 1 on the broker that is the controller, 0 elsewhere (sum over brokers: 1).
+    active_controller: int
+    # As the controller knows them (0 on other brokers, as in Kafka).
+    offline_partitions: int
+    global_partitions: int
+    global_topics: int
+    # 1 while the ZooKeeper session is connected.
+    zookeeper_connected: int
+
+
 @dataclass
 class BrokerView:
     broker_id: int
@@ -74,6 +89,8 @@ class BrokerView:
     partitions: Callable[[], Iterable[tuple[TopicPartitionKey, PartitionView]]]
     consumer_lag: Callable[[], Iterable[GroupLag]]
     partition_level: Callable[[], bool]
+    # A cluster member's state; None on a single node.
+    cluster: Callable[[], ClusterState | None] = lambda: None
 
 
 class StateCollector:
@@ -96,6 +113,41 @@ class StateCollector:
         yield from self._partitions(per_partition)
         yield from self._lag(per_partition)
         yield from self._disks()
+        yield from self._cluster()
+
+    def _cluster(self) -> Iterable[Metric]:
+        state = self._view.cluster()
+        if state is None:
+            return
+        for name, doc, value in (
+            (
+                "kafka_controller_kafkacontroller_activecontrollercount",
+                "1 on the broker that is the controller (ActiveControllerCount).",
+                state.active_controller,
+            ),
+            (
+                "kafka_controller_kafkacontroller_offlinepartitionscount",
+                "Partitions without a live leader, as the controller knows them "
+                "(OfflinePartitionsCount; 0 on other brokers).",
+                state.offline_partitions,
+            ),
+            (
+                "kafka_controller_kafkacontroller_globalpartitioncount",
+                "Partitions of the cluster, as the controller knows them (GlobalPartitionCount).",
+                state.global_partitions,
+            ),
+            (
+                "kafka_controller_kafkacontroller_globaltopiccount",
+                "Topics of the cluster, as the controller knows them (GlobalTopicCount).",
+                state.global_topics,
+            ),
+            (
+                "kbroker_zookeeper_connected",
+                "1 while this broker's ZooKeeper session is connected.",
+                state.zookeeper_connected,
+            ),
+        ):
+            yield GaugeMetricFamily(name, doc, value=value)
 
     def _partitions(self, per_partition: bool) -> Iterable[Metric]:
         labels = ["topic", "partition"]
