@@ -99,13 +99,8 @@ impl EpochCache {
     /// leader's data replaces them. A negative epoch or offset (a batch from
     /// no leader) is ignored. Returns whether the cache changed.
     pub fn assign(&mut self, epoch: i32, start_offset: i64) -> bool {
-        if epoch < 0 || start_offset < 0 {
+        if !self.assign_changes(epoch, start_offset) {
             return false;
-        }
-        if let Some(last) = self.latest() {
-            if last.epoch == epoch && last.start_offset <= start_offset {
-                return false;
-            }
         }
         while let Some(last) = self.entries.last() {
             if last.epoch >= epoch || last.start_offset >= start_offset {
@@ -119,6 +114,16 @@ impl EpochCache {
             start_offset,
         });
         true
+    }
+
+    /// Whether [`EpochCache::assign`] would change the cache (cheap: appends
+    /// in the latest epoch, the common case, change nothing).
+    pub fn assign_changes(&self, epoch: i32, start_offset: i64) -> bool {
+        epoch >= 0
+            && start_offset >= 0
+            && self
+                .latest()
+                .is_none_or(|last| last.epoch != epoch || start_offset < last.start_offset)
     }
 
     /// Assigns `epoch` only when it is above every epoch known (recovery
@@ -487,7 +492,10 @@ mod tests {
         ) {
             let mut c = EpochCache::new();
             for (epoch, offset) in steps {
-                c.assign(epoch, offset);
+                let would = c.assign_changes(epoch, offset);
+                let before = c.clone();
+                prop_assert_eq!(c.assign(epoch, offset), would);
+                prop_assert_eq!(would, c != before);
                 prop_assert!(EpochCache::from_entries(c.entries().to_vec()).is_ok());
                 if epoch >= 0 && offset >= 0 {
                     prop_assert_eq!(c.latest_epoch(), Some(epoch));

@@ -941,22 +941,23 @@ impl Log {
         // Epochs first: a crash before the data is written leaves entries
         // past the log end, which the next open drops; the other way round
         // it would leave data of an epoch the cache does not know.
-        let last_leader_epoch = match mode {
-            Mode::Leader { epoch, .. } => {
-                self.update_epochs(|c| c.assign(epoch, first_offset))?;
-                epoch
-            }
-            Mode::Follower => {
-                self.update_epochs(|c| {
-                    let mut changed = false;
-                    for ((_, h), info) in headers.iter().zip(&infos) {
-                        changed |= c.assign(h.partition_leader_epoch, info.base_offset);
-                    }
-                    changed
-                })?;
-                headers.last().map_or(-1, |(_, h)| h.partition_leader_epoch)
-            }
+        // Most appends are in the latest epoch: checked without a copy.
+        let epochs = || {
+            headers.iter().zip(&infos).map(|((_, h), info)| match mode {
+                Mode::Leader { epoch, .. } => (epoch, info.base_offset),
+                Mode::Follower => (h.partition_leader_epoch, info.base_offset),
+            })
         };
+        let changes = {
+            let cache = self.read_epochs();
+            epochs().any(|(e, o)| cache.assign_changes(e, o))
+        };
+        if changes {
+            self.update_epochs(|c| {
+                epochs().fold(false, |changed, (e, o)| c.assign(e, o) | changed)
+            })?;
+        }
+        let last_leader_epoch = epochs().next_back().map_or(-1, |(e, _)| e);
 
         // Write: followers' bytes go as they are; a leader's go with
         // rewritten headers, as header/body iovecs in one pwritev.
