@@ -22,6 +22,15 @@ pub enum Error {
     RecordTooLarge { size: usize, max: usize },
     /// A requested offset outside [log start, log end].
     OffsetOutOfRange { offset: i64, start: i64, end: i64 },
+    /// A follower append whose first batch does not start at the log end
+    /// (Kafka's UnexpectedAppendOffsetException): the fetch answered for
+    /// another offset, or the leader's log start falls inside the batch.
+    /// `first_offset`/`last_offset` are the first batch's.
+    UnexpectedAppendOffset {
+        first_offset: i64,
+        last_offset: i64,
+        log_end: i64,
+    },
     /// A varint/varlong longer than its type allows or cut short.
     Varint(&'static str),
     /// A caller passed an argument the operation cannot accept.
@@ -44,6 +53,15 @@ impl fmt::Display for Error {
             Error::OffsetOutOfRange { offset, start, end } => {
                 write!(f, "offset {offset} is out of range [{start}, {end}]")
             }
+            Error::UnexpectedAppendOffset {
+                first_offset,
+                last_offset,
+                log_end,
+            } => write!(
+                f,
+                "the first batch appended as follower holds offsets {first_offset}..={last_offset}, \
+                 not starting at the log end offset {log_end}"
+            ),
             Error::Varint(m) => write!(f, "bad varint: {m}"),
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
         }

@@ -7,6 +7,7 @@ pub mod cleaner;
 pub mod cleaner_state;
 pub mod compression;
 pub mod crc32c;
+pub mod epoch_cache;
 pub mod error;
 pub mod filecache;
 pub mod index;

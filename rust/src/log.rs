@@ -12,6 +12,8 @@
 //! - `<base offset, 20 digits>.log | .index | .timeindex`: the segments;
 //! - `recovery-point`: offset below which data is known flushed (decimal);
 //! - `log-start-offset`: the first offset a reader may ask for (decimal);
+//! - `leader-epoch-checkpoint`: the leader-epoch cache (see `epoch_cache.rs`),
+//!   rebuilt from the batches' headers when missing or damaged;
 //! - `.clean-shutdown`: present only between `close()` and the next open.
 //!
 //! Checkpoints are written to `<name>.tmp`, fsync'ed, renamed, and the
@@ -27,6 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::cleaner_state;
 use crate::crc32c::crc32c_delta;
+use crate::epoch_cache::{self, EpochCache, EpochEntry};
 use crate::error::{Error, Result};
 use crate::records::{
     check_crc, BatchHeader, ATTRIBUTES, BASE_OFFSET, CRC, HEADER_SIZE, MAX_TIMESTAMP,
@@ -130,6 +133,20 @@ impl LogConfig {
     }
 }
 
+/// Header facts of one appended batch that carries a producer id, for the
+/// producer state (its offsets are the log's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerBatch {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub is_transactional: bool,
+    pub is_control: bool,
+}
+
 /// What an append did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AppendInfo {
@@ -145,6 +162,11 @@ pub struct AppendInfo {
     pub batches: usize,
     pub records: u64,
     pub bytes: usize,
+    /// The partition leader epoch of the last batch, as written.
+    pub last_leader_epoch: i32,
+    /// The appended batches that carry a producer id (idempotent,
+    /// transactional or control), in log order.
+    pub producer_batches: Vec<ProducerBatch>,
 }
 
 /// A run of whole batches inside one segment file. It holds the file open
@@ -223,6 +245,9 @@ pub struct Log {
     pub(crate) cleaning: Mutex<()>,
     /// What recovery did at open.
     recovery: Vec<RecoveryNote>,
+    /// The leader-epoch cache. Changed under the writer lock (after its
+    /// checkpoint is written); read without it.
+    epochs: RwLock<EpochCache>,
 }
 
 fn write_checkpoint(dir: &Path, name: &str, value: i64) -> Result<()> {
@@ -307,6 +332,70 @@ fn remove_segment_files(dir: &Path, base: i64) -> Result<()> {
         remove_if_present(&dir.join(crate::segment::file_name(base, suffix)))?;
     }
     Ok(())
+}
+
+/// Calls `f` with the header of every batch of `seg`, in order.
+fn for_each_batch_header(seg: &Segment, mut f: impl FnMut(&BatchHeader)) -> Result<()> {
+    let limit = seg.size();
+    let mut pos = 0;
+    while pos < limit {
+        let h = seg.header_at(pos, limit)?;
+        f(&h);
+        pos += h.total_size() as u64;
+    }
+    Ok(())
+}
+
+/// The leader-epoch cache at open: the checkpoint, plus the epochs of the
+/// batches at or after `replay_from` (after an unclean shutdown), cut to
+/// [log start, log end]. A missing or damaged checkpoint is rebuilt from
+/// every batch header. The checkpoint is rewritten when this changed it.
+fn load_epoch_cache(
+    dir: &Path,
+    segments: &[Arc<Segment>],
+    replay_from: Option<i64>,
+    log_start: i64,
+    log_end: i64,
+    notes: &mut Vec<RecoveryNote>,
+) -> Result<EpochCache> {
+    let (mut cache, replay_from, mut changed) = match epoch_cache::read_checkpoint(dir)? {
+        Some(Ok(cache)) => (cache, replay_from, false),
+        found => {
+            if let Some(Err(problem)) = found {
+                notes.push(RecoveryNote {
+                    kind: RecoveryKind::BadCheckpoint,
+                    segment: -1,
+                    position: 0,
+                    offset: -1,
+                    bytes: 0,
+                    detail: format!(
+                        "{}: {problem}",
+                        dir.join(epoch_cache::LEADER_EPOCH_CHECKPOINT_FILE)
+                            .display()
+                    ),
+                });
+                // Rewritten even if nothing is found: the damaged file goes.
+                (EpochCache::new(), Some(i64::MIN), true)
+            } else {
+                (EpochCache::new(), Some(i64::MIN), false)
+            }
+        }
+    };
+    if let Some(from) = replay_from {
+        for seg in segments.iter().filter(|s| s.next_offset() > from) {
+            for_each_batch_header(seg, |h| {
+                if h.last_offset() >= from {
+                    changed |= cache.assign_if_newer(h.partition_leader_epoch, h.base_offset);
+                }
+            })?;
+        }
+    }
+    changed |= cache.truncate_from_end(log_end);
+    changed |= cache.truncate_from_start(log_start);
+    if changed {
+        epoch_cache::write_checkpoint(dir, &cache)?;
+    }
+    Ok(cache)
 }
 
 fn log_file_len(dir: &Path, base: i64) -> u64 {
@@ -480,6 +569,11 @@ impl Log {
             log_end = log_start;
         }
 
+        // After an unclean shutdown, batches from the recovery point on may
+        // lack their epoch in the checkpoint (it is written after the data).
+        let replay_from = (!clean).then(|| checkpoint_rp.unwrap_or(0));
+        let epochs = load_epoch_cache(dir, &segments, replay_from, log_start, log_end, &mut notes)?;
+
         let empty = segments.iter().all(|s| s.is_empty());
         // A damaged checkpoint file is rewritten, a missing one may stay so.
         let rp_file_present = dir.join(RECOVERY_POINT_FILE).exists();
@@ -506,6 +600,7 @@ impl Log {
             cleaner_horizon: AtomicI64::new(cleaner_horizon),
             cleaning: Mutex::new(()),
             recovery: notes,
+            epochs: RwLock::new(epochs),
         };
         // A missing log start checkpoint means the first segment's base.
         let implied_start = checkpoint_start.is_none()
@@ -530,6 +625,22 @@ impl Log {
 
     fn lock_writer(&self) -> MutexGuard<'_, Writer> {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies `change` to a copy of the epoch cache; when it changed, the
+    /// checkpoint is written, then the copy is published. The caller holds
+    /// the writer lock, so changes never race.
+    fn update_epochs(&self, change: impl FnOnce(&mut EpochCache) -> bool) -> Result<()> {
+        let mut cache = self
+            .epochs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if change(&mut cache) {
+            epoch_cache::write_checkpoint(&self.dir, &cache)?;
+            *self.epochs.write().unwrap_or_else(|p| p.into_inner()) = cache;
+        }
+        Ok(())
     }
 
     fn lock_flushing(&self) -> MutexGuard<'_, ()> {
@@ -663,6 +774,7 @@ impl Log {
         if new_first > self.log_start_offset() {
             write_checkpoint(&self.dir, LOG_START_OFFSET_FILE, new_first)?;
             self.log_start.store(new_first, Ordering::Release);
+            self.update_epochs(|c| c.truncate_from_start(new_first))?;
         }
         self.publish(segs[count..].to_vec());
         for seg in &segs[..count] {
@@ -690,8 +802,15 @@ impl Log {
         self.append_inner(batches, mode, now_ms)
     }
 
-    /// Appends batches as a follower: their offsets are kept and must rise
-    /// from the log end.
+    /// Appends batches as a follower, byte for byte as the leader wrote
+    /// them (offsets, leader epochs, timestamps kept). Only their shape and
+    /// CRCs are checked, and their offsets: the first batch must start at
+    /// or after the log end ([`Error::UnexpectedAppendOffset`] otherwise:
+    /// a stale fetch answer, or a leader whose log start is inside the
+    /// batch, see [`Log::truncate_fully_and_start_at`]) and each batch
+    /// after the one before (InvalidRecord otherwise). A gap is kept as
+    /// it is: the leader's cleaner leaves gaps where it removed batches.
+    /// The batches' leader epochs go into the epoch cache.
     pub fn append_as_follower(&self, batches: &[u8], now_ms: i64) -> Result<AppendInfo> {
         self.append_inner(batches, Mode::Follower, now_ms)
     }
@@ -721,10 +840,16 @@ impl Log {
                     h.last_offset_delta
                 )));
             }
-            if size as u64 > max_segment {
+            // The leader checked its own limit; a follower takes any batch
+            // a segment can hold.
+            let max_batch = match mode {
+                Mode::Leader { .. } => max_segment,
+                Mode::Follower => MAX_SEGMENT_SIZE,
+            };
+            if size as u64 > max_batch {
                 return Err(Error::RecordTooLarge {
                     size,
-                    max: max_segment as usize,
+                    max: max_batch as usize,
                 });
             }
             headers.push((pos, h));
@@ -749,13 +874,22 @@ impl Log {
         let mut next = log_end;
         let mut infos = Vec::with_capacity(headers.len());
         let mut records: u64 = 0;
-        for (_, h) in &headers {
+        let mut producer_batches = Vec::new();
+        for (i, (_, h)) in headers.iter().enumerate() {
             let base = match mode {
                 Mode::Leader { .. } => next,
+                Mode::Follower if i == 0 && h.base_offset < next => {
+                    return Err(Error::UnexpectedAppendOffset {
+                        first_offset: h.base_offset,
+                        last_offset: h.base_offset.saturating_add(h.last_offset_delta as i64),
+                        log_end: next,
+                    });
+                }
                 Mode::Follower => {
                     if h.base_offset < next {
                         return Err(Error::InvalidRecord(format!(
-                            "batch base offset {} is below the next offset {next}",
+                            "offsets out of order: batch base offset {} is below {next}, \
+                             the offset after the batch before it",
                             h.base_offset
                         )));
                     }
@@ -765,6 +899,18 @@ impl Log {
             let Some(last) = base.checked_add(h.last_offset_delta as i64) else {
                 return Err(Error::InvalidRecord("offset overflow".into()));
             };
+            if h.producer_id >= 0 {
+                producer_batches.push(ProducerBatch {
+                    base_offset: base,
+                    last_offset: last,
+                    max_timestamp: append_time.unwrap_or(h.max_timestamp),
+                    producer_id: h.producer_id,
+                    producer_epoch: h.producer_epoch,
+                    base_sequence: h.base_sequence,
+                    is_transactional: h.is_transactional(),
+                    is_control: h.is_control(),
+                });
+            }
             infos.push(BatchInfo {
                 base_offset: base,
                 last_offset: last,
@@ -791,6 +937,27 @@ impl Log {
         if must_roll {
             active = self.roll(&mut w, first_offset)?;
         }
+
+        // Epochs first: a crash before the data is written leaves entries
+        // past the log end, which the next open drops; the other way round
+        // it would leave data of an epoch the cache does not know.
+        // Most appends are in the latest epoch: checked without a copy.
+        let epochs = || {
+            headers.iter().zip(&infos).map(|((_, h), info)| match mode {
+                Mode::Leader { epoch, .. } => (epoch, info.base_offset),
+                Mode::Follower => (h.partition_leader_epoch, info.base_offset),
+            })
+        };
+        let changes = {
+            let cache = self.read_epochs();
+            epochs().any(|(e, o)| cache.assign_changes(e, o))
+        };
+        if changes {
+            self.update_epochs(|c| {
+                epochs().fold(false, |changed, (e, o)| c.assign(e, o) | changed)
+            })?;
+        }
+        let last_leader_epoch = epochs().next_back().map_or(-1, |(e, _)| e);
 
         // Write: followers' bytes go as they are; a leader's go with
         // rewritten headers, as header/body iovecs in one pwritev.
@@ -871,6 +1038,8 @@ impl Log {
             batches: infos.len(),
             records,
             bytes: batches.len(),
+            last_leader_epoch,
+            producer_batches,
         };
 
         let unflushed = next - self.recovery_point.load(Ordering::Acquire).max(0);
@@ -986,45 +1155,28 @@ impl Log {
     // -- removing data --------------------------------------------------------
 
     /// Drops every offset >= `offset` (a batch holding `offset` goes whole),
-    /// indexes included. Below the log start, the log restarts empty there.
+    /// indexes and epoch cache included; the log end becomes `offset` (the
+    /// cut batch's base offset when `offset` is inside one). `offset` may
+    /// not be below the log start (OffsetOutOfRange: a follower that has to
+    /// go further back starts over with [`Log::truncate_fully_and_start_at`]);
+    /// truncating to the log start empties the log.
     pub fn truncate_to(&self, offset: i64) -> Result<()> {
         let w = self.lock_writer();
         self.check_open()?;
-        if offset < 0 {
-            return Err(Error::InvalidArgument(format!(
-                "cannot truncate to {offset}"
-            )));
+        if offset < self.log_start_offset() {
+            return Err(self.out_of_range(offset));
         }
         if offset >= self.log_end_offset() {
             return Ok(());
         }
         let _f = self.lock_flushing();
         self.truncations.fetch_add(1, Ordering::AcqRel);
-        // Data the cleaner called clean may be replaced by new appends.
-        if self.cleaner_first_dirty.load(Ordering::Acquire) > offset {
-            self.cleaner_first_dirty.store(offset, Ordering::Release);
-            cleaner_state::write_cleaner_checkpoint(
-                &self.dir,
-                offset,
-                self.cleaner_horizon.load(Ordering::Acquire),
-            )?;
-        }
+        self.lower_cleaner_checkpoint(offset)?;
         let segs = self.snapshot();
         let keep = segs.partition_point(|s| s.base_offset() < offset);
-        if keep == 0 || offset < self.log_start_offset() {
-            // Nothing survives: start empty at `offset`.
-            for s in segs.iter() {
-                s.delete_files()?;
-            }
-            let seg = Arc::new(Segment::create(
-                &self.dir,
-                offset,
-                w.config.segment_config(),
-            )?);
-            self.publish(vec![seg]);
-            write_checkpoint(&self.dir, LOG_START_OFFSET_FILE, offset)?;
-            self.log_start.store(offset, Ordering::Release);
-            self.log_end.store(offset, Ordering::Release);
+        if keep == 0 {
+            // `offset` is the log start and the first segment's base.
+            self.start_empty_at(&w, offset)?;
         } else {
             let survivor = segs[keep - 1].clone();
             // Shrink the list first so readers stop finding the dropped data.
@@ -1039,9 +1191,66 @@ impl Log {
                 _ => offset,
             };
             self.log_end.store(new_end, Ordering::Release);
+            self.update_epochs(|c| c.truncate_from_end(new_end))?;
         }
         // Make the cut durable and move the recovery point back to the end.
         self.sync_and_checkpoint()
+    }
+
+    /// Empties the log and starts it again at `offset` (any offset, below,
+    /// inside or past the old range): log start, log end and recovery point
+    /// become `offset` and the epoch cache is cleared. A follower does this
+    /// when its fetch offset is out of the leader's range, or when its first
+    /// fetch answers with a batch that starts before its (empty) log's end.
+    pub fn truncate_fully_and_start_at(&self, offset: i64) -> Result<()> {
+        let w = self.lock_writer();
+        self.check_open()?;
+        if offset < 0 {
+            return Err(Error::InvalidArgument(format!(
+                "cannot start a log at {offset}"
+            )));
+        }
+        let _f = self.lock_flushing();
+        self.truncations.fetch_add(1, Ordering::AcqRel);
+        self.lower_cleaner_checkpoint(offset)?;
+        self.start_empty_at(&w, offset)?;
+        self.sync_and_checkpoint()
+    }
+
+    /// Data the cleaner called clean at or after `offset` is about to go
+    /// and may be replaced by new appends.
+    fn lower_cleaner_checkpoint(&self, offset: i64) -> Result<()> {
+        if self.cleaner_first_dirty.load(Ordering::Acquire) > offset {
+            self.cleaner_first_dirty.store(offset, Ordering::Release);
+            cleaner_state::write_cleaner_checkpoint(
+                &self.dir,
+                offset,
+                self.cleaner_horizon.load(Ordering::Acquire),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Replaces every segment by one empty segment at `offset`. Both locks
+    /// are held. The log start checkpoint goes first: a crash after it
+    /// reopens as the same empty log at `offset` (or keeps the old data when
+    /// `offset` is below it, as if nothing happened).
+    fn start_empty_at(&self, w: &Writer, offset: i64) -> Result<()> {
+        write_checkpoint(&self.dir, LOG_START_OFFSET_FILE, offset)?;
+        self.update_epochs(|c| c.clear())?;
+        let segs = self.snapshot();
+        for s in segs.iter() {
+            s.delete_files()?;
+        }
+        let seg = Arc::new(Segment::create(
+            &self.dir,
+            offset,
+            w.config.segment_config(),
+        )?);
+        self.publish(vec![seg]);
+        self.log_start.store(offset, Ordering::Release);
+        self.log_end.store(offset, Ordering::Release);
+        Ok(())
     }
 
     /// DeleteRecords: raises the log start to `offset` (<= log end; the
@@ -1058,6 +1267,7 @@ impl Log {
         }
         write_checkpoint(&self.dir, LOG_START_OFFSET_FILE, offset)?;
         self.log_start.store(offset, Ordering::Release);
+        self.update_epochs(|c| c.truncate_from_start(offset))?;
         let segs = self.snapshot();
         let whole = segs
             .iter()
@@ -1305,6 +1515,48 @@ impl Log {
     /// What recovery did when the log was opened.
     pub fn recovery_notes(&self) -> &[RecoveryNote] {
         &self.recovery
+    }
+
+    // -- leader epochs ----------------------------------------------------------
+
+    fn read_epochs(&self) -> std::sync::RwLockReadGuard<'_, EpochCache> {
+        self.epochs.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// OffsetForLeaderEpoch for `epoch`: (the largest epoch <= it, where
+    /// that epoch's data ends); see [`EpochCache::end_offset_for`].
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        let cache = self.read_epochs();
+        cache.end_offset_for(epoch, self.log_end_offset())
+    }
+
+    /// Notes that `epoch` starts at `start_offset` (<= the log end), as a
+    /// new leader does at its log end before it writes anything, so
+    /// followers asking for the previous epoch learn where it ended.
+    pub fn maybe_assign_epoch_start_offset(&self, epoch: i32, start_offset: i64) -> Result<()> {
+        let _w = self.lock_writer();
+        self.check_open()?;
+        if epoch < 0
+            || start_offset < self.log_start_offset()
+            || start_offset > self.log_end_offset()
+        {
+            return Err(Error::InvalidArgument(format!(
+                "epoch {epoch} cannot start at {start_offset} in [{}, {}]",
+                self.log_start_offset(),
+                self.log_end_offset()
+            )));
+        }
+        self.update_epochs(|c| c.assign(epoch, start_offset))
+    }
+
+    /// The latest leader epoch the log knows, if any.
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.read_epochs().latest_epoch()
+    }
+
+    /// The epoch cache's entries, oldest first.
+    pub fn epoch_entries(&self) -> Vec<EpochEntry> {
+        self.read_epochs().entries().to_vec()
     }
 }
 

@@ -21,7 +21,7 @@ use crate::compression::Codec;
 use crate::error::Error;
 use crate::log::{
     AppendInfo as CoreAppendInfo, Log as CoreLog, LogConfig as CoreLogConfig,
-    LogSlice as CoreLogSlice, RecoveryNote as CoreRecoveryNote,
+    LogSlice as CoreLogSlice, ProducerBatch as CoreProducerBatch, RecoveryNote as CoreRecoveryNote,
 };
 use crate::records::{self, BatchBuilder, ValidateOptions};
 use crate::sendfile::{self, SendOutcome};
@@ -55,6 +55,12 @@ create_exception!(
     OffsetOutOfRangeError,
     KBrokerError,
     "An offset outside the log."
+);
+create_exception!(
+    _kbroker,
+    UnexpectedAppendOffsetError,
+    OffsetOutOfRangeError,
+    "A follower append whose first batch does not start at the log end; args are (message, first offset, last offset of the first batch, log end offset)."
 );
 
 /// Above this many bytes a pure computation releases the GIL.
@@ -113,6 +119,11 @@ impl From<Error> for PyErr {
             Error::InvalidRecord(_) => InvalidRecordError::new_err(msg),
             Error::RecordTooLarge { .. } => RecordTooLargeError::new_err(msg),
             Error::OffsetOutOfRange { .. } => OffsetOutOfRangeError::new_err(msg),
+            Error::UnexpectedAppendOffset {
+                first_offset,
+                last_offset,
+                log_end,
+            } => UnexpectedAppendOffsetError::new_err((msg, first_offset, last_offset, log_end)),
             Error::InvalidArgument(_) => PyValueError::new_err(msg),
         }
     }
@@ -670,6 +681,34 @@ impl From<CoreCleanStats> for CleanStats {
     }
 }
 
+/// Header facts of an appended batch that carries a producer id.
+#[pyclass(frozen, get_all, module = "kbroker._kbroker")]
+struct ProducerBatch {
+    base_offset: i64,
+    last_offset: i64,
+    max_timestamp: i64,
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+    is_transactional: bool,
+    is_control: bool,
+}
+
+impl From<CoreProducerBatch> for ProducerBatch {
+    fn from(b: CoreProducerBatch) -> Self {
+        ProducerBatch {
+            base_offset: b.base_offset,
+            last_offset: b.last_offset,
+            max_timestamp: b.max_timestamp,
+            producer_id: b.producer_id,
+            producer_epoch: b.producer_epoch,
+            base_sequence: b.base_sequence,
+            is_transactional: b.is_transactional,
+            is_control: b.is_control,
+        }
+    }
+}
+
 /// What an append did.
 #[pyclass(frozen, get_all, module = "kbroker._kbroker")]
 struct AppendInfo {
@@ -681,11 +720,18 @@ struct AppendInfo {
     batches: usize,
     records: u64,
     bytes: usize,
+    last_leader_epoch: i32,
+    producer_batches: Vec<Py<ProducerBatch>>,
 }
 
-impl From<CoreAppendInfo> for AppendInfo {
-    fn from(a: CoreAppendInfo) -> Self {
-        AppendInfo {
+impl AppendInfo {
+    fn new(py: Python<'_>, a: CoreAppendInfo) -> PyResult<Self> {
+        let producer_batches = a
+            .producer_batches
+            .into_iter()
+            .map(|b| Py::new(py, ProducerBatch::from(b)))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(AppendInfo {
             first_offset: a.first_offset,
             last_offset: a.last_offset,
             max_timestamp: a.max_timestamp,
@@ -694,7 +740,9 @@ impl From<CoreAppendInfo> for AppendInfo {
             batches: a.batches,
             records: a.records,
             bytes: a.bytes,
-        }
+            last_leader_epoch: a.last_leader_epoch,
+            producer_batches,
+        })
     }
 }
 
@@ -773,14 +821,16 @@ impl Log {
         now_ms: i64,
     ) -> PyResult<AppendInfo> {
         let batches = batches.as_slice();
-        Ok(py
-            .detach(|| {
-                self.inner
-                    .append(batches, leader_epoch, log_append_time_ms, now_ms)
-            })?
-            .into())
+        let info = py.detach(|| {
+            self.inner
+                .append(batches, leader_epoch, log_append_time_ms, now_ms)
+        })?;
+        AppendInfo::new(py, info)
     }
 
+    /// Appends batches exactly as the leader wrote them; raises
+    /// UnexpectedAppendOffsetError when the first does not start at or
+    /// after the log end.
     fn append_as_follower(
         &self,
         py: Python<'_>,
@@ -788,9 +838,8 @@ impl Log {
         now_ms: i64,
     ) -> PyResult<AppendInfo> {
         let batches = batches.as_slice();
-        Ok(py
-            .detach(|| self.inner.append_as_follower(batches, now_ms))?
-            .into())
+        let info = py.detach(|| self.inner.append_as_follower(batches, now_ms))?;
+        AppendInfo::new(py, info)
     }
 
     #[pyo3(signature = (offset, max_bytes, max_offset = None, min_one_batch = true))]
@@ -819,6 +868,42 @@ impl Log {
 
     fn truncate_to(&self, py: Python<'_>, offset: i64) -> PyResult<()> {
         Ok(py.detach(|| self.inner.truncate_to(offset))?)
+    }
+
+    fn truncate_fully_and_start_at(&self, py: Python<'_>, offset: i64) -> PyResult<()> {
+        Ok(py.detach(|| self.inner.truncate_fully_and_start_at(offset))?)
+    }
+
+    /// (epoch, end offset) as OffsetForLeaderEpoch answers; (-1, -1) when undefined.
+    fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        self.inner.end_offset_for_epoch(epoch)
+    }
+
+    fn maybe_assign_epoch_start_offset(
+        &self,
+        py: Python<'_>,
+        epoch: i32,
+        start_offset: i64,
+    ) -> PyResult<()> {
+        Ok(py.detach(|| {
+            self.inner
+                .maybe_assign_epoch_start_offset(epoch, start_offset)
+        })?)
+    }
+
+    #[getter]
+    fn latest_epoch(&self) -> Option<i32> {
+        self.inner.latest_epoch()
+    }
+
+    /// The leader-epoch cache as (epoch, start offset) pairs, oldest first.
+    #[getter]
+    fn epoch_entries(&self) -> Vec<(i32, i64)> {
+        self.inner
+            .epoch_entries()
+            .iter()
+            .map(|e| (e.epoch, e.start_offset))
+            .collect()
     }
 
     fn delete_records_before(&self, py: Python<'_>, offset: i64) -> PyResult<i64> {
@@ -924,6 +1009,10 @@ fn _kbroker(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "OffsetOutOfRangeError",
         py.get_type::<OffsetOutOfRangeError>(),
     )?;
+    m.add(
+        "UnexpectedAppendOffsetError",
+        py.get_type::<UnexpectedAppendOffsetError>(),
+    )?;
     m.add_function(wrap_pyfunction!(crc32c, m)?)?;
     m.add_function(wrap_pyfunction!(validate_batches, m)?)?;
     m.add_function(wrap_pyfunction!(recompress_batches, m)?)?;
@@ -942,6 +1031,7 @@ fn _kbroker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCleanerConfig>()?;
     m.add_class::<CleanableInfo>()?;
     m.add_class::<CleanStats>()?;
+    m.add_class::<ProducerBatch>()?;
     m.add_class::<AppendInfo>()?;
     m.add_class::<LogSlice>()?;
     m.add_class::<Log>()?;

@@ -143,7 +143,11 @@ fn follower_append_keeps_offsets() {
     assert_eq!(log.log_end_offset(), 13);
     assert!(matches!(
         log.append_as_follower(&batch(12, &[1], 4), 1_000),
-        Err(Error::InvalidRecord(_))
+        Err(Error::UnexpectedAppendOffset {
+            first_offset: 12,
+            last_offset: 12,
+            log_end: 13
+        })
     ));
     log.append_as_follower(&batch(20, &[1], 4), 1_000).unwrap();
     let hs = read_all(&log, 0);
@@ -412,7 +416,7 @@ fn truncate_within_and_across_segments_then_append() {
     let log = open(dir.path(), small_segments());
     assert_eq!(log.log_end_offset(), base + 2);
     assert_eq!(read_all(&log, 0).len(), all.len());
-    // Truncating below the start restarts the log there.
+    // Truncating to the start empties the log.
     log.truncate_to(0).unwrap();
     assert_eq!(
         (

@@ -22,7 +22,9 @@ from kbroker._kbroker import (
     CleanStats,
     LogConfig,
     LogSlice,
+    ProducerBatch,
     RecoveryNote,
+    UnexpectedAppendOffsetError,
 )
 from kbroker.config import LONG_MAX, Value
 
@@ -36,8 +38,10 @@ __all__ = [
     "Log",
     "LogConfig",
     "LogSlice",
+    "ProducerBatch",
     "RecoveryNote",
     "TopicPartition",
+    "UnexpectedAppendOffsetError",
     "log_config_from_topic",
 ]
 
@@ -181,6 +185,15 @@ class Log:
         return self._log.append(batches, leader_epoch, now if log_append_time else None, now)
 
     def append_as_follower(self, batches: bytes | memoryview) -> AppendInfo:
+        """Appends a leader's batches as they are (offsets, epochs, timestamps kept).
+
+        Checks their shape and CRCs and that offsets rise from the log end. Raises
+        UnexpectedAppendOffsetError (an OffsetOutOfRangeError) when the first batch starts
+        before the log end: a stale fetch answer, or, on an empty log, a leader whose log
+        start is inside the batch (then ``truncate_fully_and_start_at`` its base offset
+        and append again). The answer's ``producer_batches`` feed the producer state and
+        ``last_leader_epoch`` is the last batch's epoch.
+        """
         return self._log.append_as_follower(batches, now_ms())
 
     def read(
@@ -199,7 +212,33 @@ class Log:
         return self._log.max_timestamp_and_offset()
 
     def truncate_to(self, offset: int) -> None:
+        """Drops offsets >= ``offset`` (the batch holding it goes whole), indexes and
+        leader epochs included. Raises OffsetOutOfRangeError below the log start."""
         self._log.truncate_to(offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empties the log (epochs included) and starts it again at ``offset``."""
+        self._log.truncate_fully_and_start_at(offset)
+
+    # -- leader epochs (KIP-101, KIP-279) ------------------------------------
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (largest epoch <= ``epoch``, where it ends); (-1, -1)
+        for an unknown epoch above the latest, -1 or an empty cache."""
+        return self._log.end_offset_for_epoch(epoch)
+
+    def maybe_assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
+        """Notes that ``epoch`` starts at ``start_offset`` (a new leader: its log end)."""
+        self._log.maybe_assign_epoch_start_offset(epoch, start_offset)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self._log.latest_epoch
+
+    @property
+    def epoch_entries(self) -> list[tuple[int, int]]:
+        """The leader-epoch cache: (epoch, start offset) pairs, oldest first."""
+        return self._log.epoch_entries
 
     def delete_records_before(self, offset: int) -> int:
         return self._log.delete_records_before(offset)
