@@ -73,6 +73,24 @@ class Node:
     def _started(self) -> bool:
         return True
 
+    def wait_knows_controller(self, timeout: float = 30.0) -> None:
+        """Until the broker's Metadata names a controller. One that just started may not
+        know it yet, and librdkafka's admin client, told so, waits for its next metadata
+        refresh (minutes) before it sends CreateTopics anywhere."""
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                md = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=5)
+                if md.controller_id >= 0:
+                    return
+            except Exception:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"broker {self.broker_id} names no controller:\n{self.tail()}")
+            time.sleep(0.1)
+
     def tail(self, lines: int = 60) -> str:
         return "\n".join(self.output().splitlines()[-lines:])
 
@@ -239,4 +257,6 @@ def cluster(
             node.launch()
         for node in nodes.values():
             node.wait_started()
+        for node in nodes.values():
+            node.wait_knows_controller()
         yield Cluster(system, zk_connect + chroot, nodes)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
 
 from tests.cluster.kafka_zk import prepare_kafka_zk_broker
 from tests.cluster.nodes import SESSION_TIMEOUT_MS, Cluster, KafkaNode, KbrokerNode, Node
@@ -28,7 +29,18 @@ from tests.zookeeper import ZooKeeperServer
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
 
+def knows_controller(bootstrap: str) -> bool:
+    try:
+        md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
+    except Exception:
+        return False
+    return md.controller_id >= 0
+
+
 def round_trip(write_via: str, read_via: str, create_via: str, label: str) -> None:
+    # A broker that just started may not know the controller yet; librdkafka's admin
+    # client, told so, waits for its next metadata refresh (minutes) before creating.
+    wait_for(lambda: knows_controller(create_via), f"{create_via} to know the controller")
     topic = f"mixed-{label}-{uuid.uuid4().hex[:6]}"
     create_topic(create_via, topic, 6)
     leaders = wait_for(
