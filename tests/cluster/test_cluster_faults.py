@@ -103,7 +103,8 @@ def create_when_possible(c: Cluster, topic: str, partitions: int, timeout: float
 
     def created() -> bool:
         try:
-            create_topic(c.live_bootstrap(), topic, partitions)
+            # Short attempts: a client may still wait on a controller that is gone.
+            create_topic(c.live_bootstrap(), topic, partitions, timeout=5)
             return True
         except Exception as exc:
             return "already exists" in str(exc)

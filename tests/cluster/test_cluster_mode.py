@@ -63,11 +63,16 @@ def brokers(
         yield c
 
 
-def create_topic(bootstrap: str, name: str, partitions: int, rf: int = 1) -> float:
+def create_topic(
+    bootstrap: str, name: str, partitions: int, rf: int = 1, timeout: float = 30
+) -> float:
     """Creates a topic through ``bootstrap``; the seconds the answer took."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     start = time.monotonic()
-    admin.create_topics([NewTopic(name, partitions, rf)], operation_timeout=30)[name].result(60)
+    futures = admin.create_topics(
+        [NewTopic(name, partitions, rf)], operation_timeout=timeout, request_timeout=timeout
+    )
+    futures[name].result(2 * timeout)
     return time.monotonic() - start
 
 
@@ -283,7 +288,8 @@ def test_killed_controller_is_replaced(brokers: Cluster) -> None:
 
     def created() -> bool:
         try:
-            create_topic(brokers.live_bootstrap(), topic, 4)
+            # Short attempts: a client may still wait on the dead controller.
+            create_topic(brokers.live_bootstrap(), topic, 4, timeout=5)
             return True
         except Exception as exc:  # retried: the new controller may still be starting
             return "already exists" in str(exc)
