@@ -9,10 +9,12 @@ import uuid
 import pytest
 
 from kbroker.controller.context import ControllerContext, LiveBroker, TopicAssignment, Transition
-from kbroker.controller.isr_changes import IsrChange, plan_isr_change, resolve
+from kbroker.controller.isr_changes import IsrAnswer, IsrChange, plan_isr_change, resolve
+from kbroker.handlers.inter_broker import alter_partition_changes, alter_partition_response
 from kbroker.log import TopicPartition
 from kbroker.metadata_types import PartitionState
 from kbroker.protocol import ErrorCode
+from kbroker.protocol.messages.inter_broker import AlterPartitionRequest
 
 TID = uuid.uuid4()
 T0 = TopicPartition("t", 0)
@@ -98,3 +100,40 @@ def test_unknown_partitions_and_topic_ids() -> None:
     for tp in (TopicPartition("t", 1), TopicPartition("t", 2), TopicPartition("u", 0)):
         # t-1 has no state yet, t-2 and u-0 do not exist
         assert plan_isr_change(ctx, 1, 3, tp, change([1])) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_the_handler_reads_every_version_and_answers_by_name_or_id() -> None:
+    P = AlterPartitionRequest.Topic.Partition
+    part = P(
+        partition_index=0,
+        leader_epoch=4,
+        new_isr=[1, 2],
+        new_isr_with_epochs=[P.BrokerState(broker_id=1, broker_epoch=101), P.BrokerState(2, -1)],
+        leader_recovery_state=0,
+        partition_epoch=7,
+    )
+    request = AlterPartitionRequest(
+        broker_id=1,
+        broker_epoch=101,
+        topics=[AlterPartitionRequest.Topic(topic_name="t", topic_id=TID, partitions=[part])],
+    )
+    for version in range(4):
+        [c] = alter_partition_changes(request, version)
+        assert (c.partition, c.leader_epoch, list(c.isr), c.partition_epoch) == (0, 4, [1, 2], 7)
+        assert (c.topic, c.topic_id) == (("t", None) if version < 2 else ("", TID))
+        assert c.isr_epochs == ([101, -1] if version == 3 else None)
+        state = PartitionState([1, 2, 3], 1, 4, [1, 2], 5, version=8)
+        answers = [
+            IsrAnswer(c, ErrorCode.NONE, T0, state),
+            IsrAnswer(c, ErrorCode.FENCED_LEADER_EPOCH),
+        ]
+        resp = alter_partition_response(answers, version)
+        assert resp.error_code == ErrorCode.NONE
+        [topic] = resp.topics
+        assert (topic.topic_name, topic.topic_id) == (
+            ("t", uuid.UUID(int=0)) if version < 2 else ("", TID)
+        )
+        assert [
+            (p.error_code, p.leader_id, p.leader_epoch, p.isr, p.partition_epoch)
+            for p in topic.partitions
+        ] == [(0, 1, 4, [1, 2], 8), (ErrorCode.FENCED_LEADER_EPOCH, -1, -1, [], -1)]
