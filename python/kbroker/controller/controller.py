@@ -23,8 +23,9 @@ ask for (AlterPartition: written, then UpdateMetadata to every broker). A
 write refused because another controller was elected stops it.
 
 Requests from outside (`controlled_shutdown`, `elect_leaders`,
-`rebalance_leaders`, `alter_partition`) are events too: they wait their turn, and their
-refusals are `KafkaError`s carrying the code Kafka answers with.
+`rebalance_leaders`, `alter_partition`) are events too: they wait their
+turn, and their refusals are `KafkaError`s carrying the code Kafka answers
+with.
 """
 
 from __future__ import annotations
