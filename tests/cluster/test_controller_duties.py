@@ -7,7 +7,8 @@ once they are registered, on partitions left as a previous controller might leav
 them: led by a replica that is not the first, with every replica in sync. (Kafka
 brokers report ISR growth with AlterPartition, which this in-process controller has
 no listener for, so a broker killed and restarted would never be back in the ISR, and
-no preferred election could pick it.)
+no preferred election could pick it; test_controller_isr_changes runs the controller
+inside a kbroker broker, which answers AlterPartition, for that.)
 
 Scenario, with brokers 1 and 2:
 

@@ -18,12 +18,14 @@ and the topic's znodes go once every replica confirmed, so a replica on a
 dead broker is deleted when it is back), controlled shutdown (a broker
 about to stop hands its leaderships over and leaves the ISRs), and leader
 elections asked for (ElectLeaders, ``/admin/preferred_replica_election``)
-or due (the periodic leader rebalance). A write refused because another
-controller was elected stops it.
+or due (the periodic leader rebalance), and ISR changes partition leaders
+ask for (AlterPartition: written, then UpdateMetadata to every broker). A
+write refused because another controller was elected stops it.
 
 Requests from outside (`controlled_shutdown`, `elect_leaders`,
-`rebalance_leaders`) are events too: they wait their turn, and their
-refusals are `KafkaError`s carrying the code Kafka answers with.
+`rebalance_leaders`, `alter_partition`) are events too: they wait their
+turn, and their refusals are `KafkaError`s carrying the code Kafka answers
+with.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ from kbroker.controller.context import (
     Transition,
 )
 from kbroker.controller.election import ElectionType
+from kbroker.controller.isr_changes import IsrAnswer, IsrChange, plan_isr_change, resolve
 from kbroker.log import TopicPartition
+from kbroker.metadata_types import PartitionState
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.errors import KafkaError
 
@@ -712,6 +716,81 @@ class Controller:
                 if exc.code is ErrorCode.NOT_CONTROLLER:
                     return
                 # (Logged by the event loop; the next check comes all the same.)
+
+    # -- ISR changes from leaders -----------------------------------------------------------
+
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, changes: Iterable[IsrChange], version: int = 3
+    ) -> list[IsrAnswer]:
+        """AlterPartition: the ISR changes a partition leader asks for, one answer per
+        change in order (see `kbroker.controller.isr_changes` for the codes). Those
+        accepted are written (fenced by the controller epoch and the znode version the
+        leader named) and answered with the new state, whose version is the partition
+        epoch now; every live broker then gets the states of the partitions asked about
+        (UpdateMetadata; no LeaderAndIsr: the leader has its answer, and the followers'
+        part is unchanged).
+
+        Refused as a whole with STALE_BROKER_EPOCH for a broker that is not registered
+        or is registered under another epoch, NOT_CONTROLLER once this controller stopped.
+        """
+        wanted = list(changes)
+        return await self._ask(
+            lambda: self._alter_partition(broker_id, broker_epoch, wanted, version)
+        )
+
+    async def _alter_partition(
+        self, broker_id: int, broker_epoch: int, changes: list[IsrChange], version: int
+    ) -> list[IsrAnswer]:
+        known = self.ctx.live.get(broker_id)
+        if known is None or broker_epoch > known.epoch:
+            # Perhaps registered (again) since the brokers were last read (that event is
+            # queued): read them now rather than refuse.
+            await self._brokers_changed()
+            known = self.ctx.live.get(broker_id)
+        if known is None or broker_epoch != known.epoch:
+            raise KafkaError(
+                ErrorCode.STALE_BROKER_EPOCH,
+                f"broker {broker_id} in epoch {broker_epoch} is not registered"
+                + ("" if known is None else f" (its registration's epoch is {known.epoch})"),
+            )
+        answers: list[IsrAnswer] = []
+        planned: dict[int, Transition] = {}  # index in answers -> the write it waits for
+        asked: list[TopicPartition] = []
+        for change in changes:
+            tp = resolve(self.ctx, change)
+            if isinstance(tp, ErrorCode):
+                answers.append(IsrAnswer(change, tp))
+                continue
+            if tp in asked:  # named twice: the repeat is refused (Kafka keeps the last)
+                answers.append(IsrAnswer(change, ErrorCode.INVALID_REQUEST, tp))
+                continue
+            asked.append(tp)
+            plan = plan_isr_change(self.ctx, broker_id, version, tp, change)
+            if isinstance(plan, ErrorCode):
+                if plan is not ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    log.info(
+                        "controller: ISR %s of %s from broker %d refused: %s",
+                        list(change.isr),
+                        tp,
+                        broker_id,
+                        plan.name,
+                    )
+                answers.append(IsrAnswer(change, plan, tp))
+            elif isinstance(plan, PartitionState):
+                answers.append(IsrAnswer(change, ErrorCode.NONE, tp, plan))
+            else:
+                planned[len(answers)] = plan
+                answers.append(IsrAnswer(change, ErrorCode.NONE, tp))
+        written = {t.tp for t in await self._write(list(planned.values()))}
+        for i, t in planned.items():
+            change = answers[i].change
+            if t.tp in written:
+                answers[i] = IsrAnswer(change, ErrorCode.NONE, t.tp, self.ctx.states[t.tp])
+            else:  # changed under us since it was read
+                answers[i] = IsrAnswer(change, ErrorCode.INVALID_UPDATE_VERSION, t.tp)
+        if asked:
+            self._send_update_metadata(self.ctx.live, asked)
+        return answers
 
     # -- writing and telling -------------------------------------------------------------
 

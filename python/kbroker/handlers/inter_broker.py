@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from kbroker.controller.isr_changes import IsrAnswer, IsrChange
 from kbroker.errors import KafkaError
 from kbroker.log import TopicPartition
 from kbroker.metadata_cache import BrokerInfo, ControllerPartitionState
@@ -293,10 +294,79 @@ async def handle_controlled_shutdown(broker: Broker, ctx: RequestContext, reques
     )
 
 
-def handle_alter_partition(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+def alter_partition_changes(request: Any, version: int) -> list[IsrChange]:
+    """The partitions of an AlterPartition request as the controller's `IsrChange`s (topics
+    by id from v2, ISR members with their broker epochs from v3)."""
+    changes = []
+    for t in request.topics:
+        for p in t.partitions:
+            if version >= 3:
+                isr = [b.broker_id for b in p.new_isr_with_epochs]
+                epochs: list[int] | None = [b.broker_epoch for b in p.new_isr_with_epochs]
+            else:
+                isr, epochs = list(p.new_isr), None
+            changes.append(
+                IsrChange(
+                    topic=t.topic_name if version < 2 else "",
+                    partition=p.partition_index,
+                    leader_epoch=p.leader_epoch,
+                    isr=isr,
+                    partition_epoch=p.partition_epoch,
+                    leader_recovery_state=p.leader_recovery_state if version >= 1 else 0,
+                    topic_id=t.topic_id if version >= 2 else None,
+                    isr_epochs=epochs,
+                )
+            )
+    return changes
+
+
+def alter_partition_response(answers: list[IsrAnswer], version: int) -> Any:
+    """The controller's answers grouped by topic (by name before v2, by id from v2), in
+    the order the request named them."""
+    topics: dict[object, list[Any]] = {}
+    for a in answers:
+        key = a.change.topic_id if version >= 2 else a.change.topic
+        state = a.state
+        topics.setdefault(key, []).append(
+            AlterPartitionResponse.Topic.Partition(
+                partition_index=a.change.partition,
+                error_code=a.error,
+                leader_id=-1 if state is None else state.leader,
+                leader_epoch=-1 if state is None else state.leader_epoch,
+                isr=[] if state is None else list(state.isr),
+                leader_recovery_state=0,
+                partition_epoch=-1 if state is None else state.version,
+            )
+        )
     return AlterPartitionResponse(
-        throttle_time_ms=0, error_code=ErrorCode.NOT_CONTROLLER, topics=[]
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        topics=[
+            AlterPartitionResponse.Topic(
+                partitions=partitions,
+                **({"topic_id": key} if version >= 2 else {"topic_name": key}),
+            )
+            for key, partitions in topics.items()
+        ],
     )
+
+
+async def handle_alter_partition(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    """A leader's ISR change, for the controller; other brokers answer NOT_CONTROLLER."""
+    controller = None if broker.cluster is None else broker.cluster.controller
+    if controller is None:
+        return AlterPartitionResponse(
+            throttle_time_ms=0, error_code=ErrorCode.NOT_CONTROLLER, topics=[]
+        )
+    version = ctx.api_version
+    changes = alter_partition_changes(request, version)
+    try:
+        answers = await controller.alter_partition(
+            request.broker_id, request.broker_epoch, changes, version
+        )
+    except KafkaError as exc:
+        return AlterPartitionResponse(throttle_time_ms=0, error_code=exc.code, topics=[])
+    return alter_partition_response(answers, version)
 
 
 HANDLERS = {
