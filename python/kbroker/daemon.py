@@ -59,12 +59,17 @@ def broker_view(broker: Broker, started: list[bool]) -> BrokerView:
             return None
         controller = member.controller
         offline, partitions, topics = controller.counts() if controller is not None else (0, 0, 0)
+        elector = member.elector
+        elections, unclean = elector.leader_elections() if elector is not None else (0, 0)
         return ClusterState(
             active_controller=int(controller is not None),
             offline_partitions=offline,
             global_partitions=partitions,
             global_topics=topics,
             zookeeper_connected=int(member.zk.connected),
+            leader_elections=elections,
+            unclean_leader_elections=unclean,
+            controller_terms=0 if elector is None else elector.terms,
         )
 
     return BrokerView(

@@ -487,7 +487,7 @@ def test_cluster_metrics_and_their_alert_rules(zookeeper: ZooKeeperServer, tmp_p
         assert status == 200
         out: dict[str, float] = {}
         for line in text.splitlines():
-            if line.startswith(("kafka_controller_", "kbroker_zookeeper_")):
+            if line.startswith(("kafka_controller_", "kbroker_zookeeper_", "kbroker_controller_")):
                 name, _, value = line.rpartition(" ")
                 out[name] = float(value)
         return out
@@ -509,6 +509,13 @@ def test_cluster_metrics_and_their_alert_rules(zookeeper: ZooKeeperServer, tmp_p
         counts = gauges(controller)
         assert counts["kafka_controller_kafkacontroller_offlinepartitionscount"] == 0
         assert counts["kafka_controller_kafkacontroller_globalpartitioncount"] >= 6
+        # Each new partition's first leader is an election; none was unclean.
+        assert counts["kbroker_controller_leader_elections_total"] >= 6
+        assert counts["kbroker_controller_unclean_leader_elections_total"] == 0
+        assert counts["kbroker_controller_changes_total"] == 1
+        assert all(
+            gauges(i)["kbroker_controller_changes_total"] == 0 for i in ports if i != controller
+        )
 
         victim = next(i for i in nodes if i != controller)
         nodes[victim].kill()

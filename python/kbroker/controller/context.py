@@ -79,6 +79,10 @@ class ControllerContext:
     topics: dict[str, TopicAssignment] = field(default_factory=dict)
     states: dict[TopicPartition, PartitionState] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
+    # Leaders elected (a partition's leader set to a broker other than its last) and,
+    # of those, unclean ones, since this controller started.
+    leader_elections: int = 0
+    unclean_leader_elections: int = 0
 
     # -- reads --------------------------------------------------------------------
 
@@ -266,6 +270,12 @@ class ControllerContext:
 
     def apply(self, transition: Transition, version: int) -> None:
         """Records a transition written to ZooKeeper (``version``: its state node's now)."""
+        previous = self.states.get(transition.tp)
+        leader = transition.state.leader
+        if leader >= 0 and (previous is None or previous.leader != leader):
+            self.leader_elections += 1
+            if transition.unclean:
+                self.unclean_leader_elections += 1
         if transition.unclean:
             log.warning(
                 "%s: unclean election of broker %d: records acknowledged by the previous "

@@ -44,6 +44,10 @@ class ControllerElector:
         self._tasks: set[asyncio.Task[None]] = set()
         self._remove_listener: Callable[[], None] | None = None
         self._stopped = False
+        # Times this broker became the controller, and the (clean, unclean) leader
+        # elections of its controllers that stopped.
+        self.terms = 0
+        self._past_elections = (0, 0)
 
     @property
     def is_controller(self) -> bool:
@@ -111,6 +115,7 @@ class ControllerElector:
                     await resign(self.zk)
                 return
             self.controller = controller
+            self.terms += 1
             self._spawn(self._watch_fencing(controller))
 
     async def _watch_fencing(self, controller: Controller) -> None:
@@ -123,9 +128,23 @@ class ControllerElector:
         async with self._lock:
             await self._stop_controller(why)
 
+    def leader_elections(self) -> tuple[int, int]:
+        """(leader elections, unclean ones) by this broker's controllers so far."""
+        done, unclean = self._past_elections
+        controller = self.controller
+        if controller is not None:
+            done += controller.ctx.leader_elections
+            unclean += controller.ctx.unclean_leader_elections
+        return done, unclean
+
     async def _stop_controller(self, why: str) -> None:
         controller, self.controller = self.controller, None
         if controller is None:
             return
+        done, unclean = self._past_elections
+        self._past_elections = (
+            done + controller.ctx.leader_elections,
+            unclean + controller.ctx.unclean_leader_elections,
+        )
         log.info("broker %d: no longer the controller: %s", self.broker_id, why)
         await controller.stop()

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 
 class LogView(Protocol):
@@ -79,6 +79,11 @@ class ClusterState:
     global_topics: int
     # 1 while the ZooKeeper session is connected.
     zookeeper_connected: int
+    # Leader elections (and unclean ones) by this broker's controller, summed over the
+    # times it was the controller; the times it became the controller.
+    leader_elections: int = 0
+    unclean_leader_elections: int = 0
+    controller_terms: int = 0
 
 
 @dataclass
@@ -148,6 +153,25 @@ class StateCollector:
             ),
         ):
             yield GaugeMetricFamily(name, doc, value=value)
+        for name, doc, count in (
+            (
+                "kbroker_controller_leader_elections",
+                "Leaders elected by this broker's controller (a partition's leader set to "
+                "another broker, new partitions included).",
+                state.leader_elections,
+            ),
+            (
+                "kbroker_controller_unclean_leader_elections",
+                "Of those, leaders elected from outside the ISR (records may be lost).",
+                state.unclean_leader_elections,
+            ),
+            (
+                "kbroker_controller_changes",
+                "Times this broker became the controller.",
+                state.controller_terms,
+            ),
+        ):
+            yield CounterMetricFamily(name, doc, value=count)
 
     def _partitions(self, per_partition: bool) -> Iterable[Metric]:
         labels = ["topic", "partition"]
