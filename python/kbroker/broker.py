@@ -152,19 +152,7 @@ class Broker:
                 log.warning("ignoring stored broker setting %s: %s", name, exc)
         for topic in store.topics().values():
             self._topic_configs[topic.name] = parse_stored_topic_configs(topic.name, topic.configs)
-        self.logs = LogManager(
-            self.data_dir,
-            self.log_config_for,
-            max_open_files=self.config.get_optional_int("log.max.open.files"),
-        )
-        self.logs.open()
-        self._storage_open = True
-        if self.metrics is not None:
-            self.logs.flush_observer = self.metrics.flushed
-        self.replica_manager = ReplicaManager(
-            self.broker_id, self.logs, self.topic_config, metrics=self.metrics
-        )
-        self.replica_manager.add_listener(self.coordinator.on_leadership_change)
+        self._open_logs()
         self._reconcile_logs(store.loaded_existing)
         for topic in store.topics().values():
             self._collisions[collision_key(topic.name)] = topic.name
@@ -257,14 +245,8 @@ class Broker:
             "the metadata did not record it" if had_metadata else "the metadata files were missing",
         )
 
-    def open_cluster_storage(self) -> None:
-        """Opens (recovering) every partition log of a cluster member.
-
-        The logs are served once the controller names this broker a replica
-        (LeaderAndIsr); the topics come from the controller (UpdateMetadata).
-        """
-        assert self.cluster is not None
-        self.producer_ids = self.cluster.producer_ids
+    def _open_logs(self) -> None:
+        """Opens (recovering) every partition log and the replica manager over them."""
         self.logs = LogManager(
             self.data_dir,
             self.log_config_for,
@@ -278,6 +260,16 @@ class Broker:
             self.broker_id, self.logs, self.topic_config, metrics=self.metrics
         )
         self.replica_manager.add_listener(self.coordinator.on_leadership_change)
+
+    def open_cluster_storage(self) -> None:
+        """Opens (recovering) every partition log of a cluster member.
+
+        The logs are served once the controller names this broker a replica
+        (LeaderAndIsr); the topics come from the controller (UpdateMetadata).
+        """
+        assert self.cluster is not None
+        self.producer_ids = self.cluster.producer_ids
+        self._open_logs()
 
     async def load_topic_configs(self, topics: Iterable[str]) -> None:
         """Reads the overrides of ``topics`` not known yet (cluster mode), before their
@@ -309,12 +301,8 @@ class Broker:
         cache.update_from_controller(controller_id, brokers, partitions)
         after = cache.topics()
         for name in before.keys() - after.keys():
-            self._collisions.pop(collision_key(name), None)
-            self._topic_configs.pop(name, None)
-            self._effective.pop(name, None)
-            self.coordinator.on_topic_deleted(name)
-            if self.metrics is not None:
-                self.metrics.forget_topic(name)
+            self._forget_topic(name)
+            self._topic_deleted(name)
         for name, topic in after.items():
             self._collisions.setdefault(collision_key(name), name)
             count = before.get(name)
@@ -659,11 +647,21 @@ class Broker:
                 await self._in_admin_thread(self.logs.delete_all, tps)
         return results
 
+    def _forget_topic(self, name: str) -> None:
+        """Drops what the broker keeps of a topic's name and settings."""
+        self._collisions.pop(collision_key(name), None)
+        self._topic_configs.pop(name, None)
+        self._effective.pop(name, None)
+
+    def _topic_deleted(self, name: str) -> None:
+        """Tells the coordinator and the metrics that a topic is gone."""
+        self.coordinator.on_topic_deleted(name)
+        if self.metrics is not None:
+            self.metrics.forget_topic(name)
+
     def _unregister_topic(self, topic: TopicMetadata) -> None:
         """Stops serving ``topic`` (its logs stay until deleted)."""
-        self._collisions.pop(collision_key(topic.name), None)
-        self._topic_configs.pop(topic.name, None)
-        self._effective.pop(topic.name, None)
+        self._forget_topic(topic.name)
         self.replica_manager.remove_partitions(
             TopicPartition(topic.name, p) for p in topic.partitions
         )
@@ -736,9 +734,7 @@ class Broker:
             return results
         for topic in gone:
             self._unregister_topic(topic)
-            self.coordinator.on_topic_deleted(topic.name)
-            if self.metrics is not None:
-                self.metrics.forget_topic(topic.name)
+            self._topic_deleted(topic.name)
         tps = [TopicPartition(t.name, p) for t in gone for p in t.partitions]
         left = {tp.topic for tp in await self._in_admin_thread(self.logs.delete_all, tps)}
         for topic in gone:
