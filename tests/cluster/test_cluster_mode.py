@@ -38,6 +38,7 @@ from confluent_kafka.admin import (
     ConfigEntry,
     ConfigResource,
     ConfigSource,
+    NewPartitions,
     NewTopic,
     ResourceType,
 )
@@ -543,3 +544,48 @@ def test_cluster_metrics_and_their_alert_rules(zookeeper: ZooKeeperServer, tmp_p
     finally:
         for node in nodes.values():
             node.kill()
+
+
+def test_partitions_added_and_topic_deleted_through_any_broker(brokers: Cluster) -> None:
+    b1, b2, b3 = (brokers.nodes[i].bootstrap for i in (1, 2, 3))
+    topic = f"grow-{uuid.uuid4().hex[:6]}"
+    create_topic(b1, topic, 2)
+    produce(b1, topic, [(None, b"old", None, p) for p in range(2)], acks="all")
+    # CreatePartitions through broker 2: the new partitions get leaders on the brokers.
+    admin = AdminClient({"bootstrap.servers": b2})
+    admin.create_partitions([NewPartitions(topic, 6)], operation_timeout=30)[topic].result(60)
+    leaders = wait_for(
+        lambda: (found := partition_leaders(b3, topic)) and len(found) == 6 and found,
+        "six partitions with leaders",
+        timeout=30,
+    )
+    assert -1 not in leaders.values() and set(leaders.values()) == {1, 2, 3}
+    # DeleteTopics through broker 3: every broker stops listing it, and the name is free
+    # again for a new, empty topic.
+    deleter = AdminClient({"bootstrap.servers": b3})
+    deleter.delete_topics([topic], operation_timeout=30)[topic].result(60)
+    for bootstrap in (b1, b2, b3):
+        wait_for(
+            lambda b=bootstrap: (
+                topic not in AdminClient({"bootstrap.servers": b}).list_topics(timeout=10).topics
+            ),
+            f"{topic} gone from {bootstrap}",
+            timeout=30,
+        )
+    wait_for(
+        lambda: _created_again(b1, topic),
+        f"{topic} created again",
+        timeout=60,
+        interval=0.5,
+    )
+    produce(b1, topic, [(None, b"new", None, 0)], acks="all")
+    got = consume_all(b2, topic, 1, expected=2, timeout=5)
+    assert [m.value() for m in got] == [b"new"]
+
+
+def _created_again(bootstrap: str, topic: str) -> bool:
+    try:
+        create_topic(bootstrap, topic, 1, timeout=5)
+        return True
+    except Exception:  # the deletion may still be finishing on some broker
+        return False
