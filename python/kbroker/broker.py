@@ -51,6 +51,8 @@ from kbroker.metadata_types import TopicMetadata
 from kbroker.metrics.core import BrokerMetrics
 from kbroker.network.server import Dispatch, Server, ServerLimits
 from kbroker.producer_ids import ProducerIdAllocator, ProducerIds
+from kbroker.replication.alter_partition import IsrChannel
+from kbroker.replication.fetcher import FetcherSettings, ReplicaFetcherManager
 from kbroker.replication.partition import Partition
 from kbroker.replication.producer_state import expire_producers_periodically
 from kbroker.replication.replica_manager import ReplicaManager
@@ -268,8 +270,40 @@ class Broker:
         (LeaderAndIsr); the topics come from the controller (UpdateMetadata).
         """
         assert self.cluster is not None
-        self.producer_ids = self.cluster.producer_ids
+        cluster = self.cluster
+        self.producer_ids = cluster.producer_ids
         self._open_logs()
+        self.replica_manager.start_replication(
+            ReplicaFetcherManager(self.broker_id, FetcherSettings.from_config(self.config)),
+            IsrChannel(self.broker_id, lambda: cluster.broker_epoch, self.metadata_cache),
+            self._endpoint,
+        )
+
+    @property
+    def in_cluster(self) -> bool:
+        return self.cluster is not None
+
+    def _endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        known = self.metadata_cache.broker(broker_id)
+        return None if known is None else (known.host, known.port)
+
+    async def _replication_upkeep(self) -> None:
+        """Cluster mode: leaders drop lagging followers from their ISRs every half
+        ``replica.lag.time.max.ms``; the high watermarks are checkpointed every
+        ``replica.high.watermark.checkpoint.interval.ms``."""
+        loop = asyncio.get_running_loop()
+        next_checkpoint = loop.time()
+        while True:
+            max_lag = self.config.get_int("replica.lag.time.max.ms")
+            self.replica_manager.shrink_isrs(max_lag)
+            if loop.time() >= next_checkpoint:
+                interval = self.config.get_int("replica.high.watermark.checkpoint.interval.ms")
+                next_checkpoint = loop.time() + interval / 1000
+                try:
+                    await asyncio.to_thread(self.replica_manager.checkpoint_high_watermarks)
+                except OSError as exc:
+                    log.warning("could not checkpoint the high watermarks: %s", exc)
+            await asyncio.sleep(min(max_lag / 2000, 1.0))
 
     async def load_topic_configs(self, topics: Iterable[str]) -> None:
         """Reads the overrides of ``topics`` not known yet (cluster mode), before their
@@ -376,6 +410,7 @@ class Broker:
             )
         )
         if self.cluster is not None:
+            self._background.append(asyncio.ensure_future(self._replication_upkeep()))
             await self.cluster.join(self.advertised.host, self.advertised.port)
         log.info(
             "kbroker %d serving on %s:%d (cluster %s, %d partitions)",
@@ -402,6 +437,7 @@ class Broker:
             self.replica_manager.shutdown()
         for task in self._background:
             task.cancel()
+        await self.replica_manager.stop_replication()
         await asyncio.to_thread(self._admin_thread.shutdown)
         await asyncio.to_thread(self.logs.close)
         if self.cluster is None:

@@ -76,8 +76,6 @@ from kbroker.topics import NewTopic
 
 log = logging.getLogger(__name__)
 
-# The most replicas a partition has until followers replicate.
-MAX_REPLICATION_FACTOR = 1
 # What Kafka 3.9 brokers send (v3: the broker epoch, flexible versions).
 CONTROLLED_SHUTDOWN_VERSION = 3
 
@@ -384,12 +382,6 @@ class ClusterMember:
             raise TopicError(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
                 f"Replication factor: {replication_factor} larger than available brokers: {alive}.",
-            )
-        if replication_factor > MAX_REPLICATION_FACTOR:
-            raise TopicError(
-                ErrorCode.INVALID_REPLICATION_FACTOR,
-                f"replication factor {replication_factor}: partitions have one replica until "
-                "followers replicate (not built yet); use replication factor 1",
             )
 
     def check_replicas(self, replicas: Iterable[int]) -> None:

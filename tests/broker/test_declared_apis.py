@@ -128,7 +128,7 @@ def test_offset_for_leader_epoch(wire: Wire) -> None:
 
 
 def test_end_offset_of_earlier_epochs(tmp_path: Path) -> None:
-    """As Kafka's leader epoch cache answers, found from the batches' epochs."""
+    """As Kafka's leader epoch cache answers (the log's cache, kept by appends and leaders)."""
     lg = Log.open(tmp_path, TopicPartition("t", 0), LogConfig())
     try:
         for epoch, n in [(0, 3), (1, 2), (3, 2)]:
@@ -145,8 +145,10 @@ def test_end_offset_of_earlier_epochs(tmp_path: Path) -> None:
             4: (-1, -1),
             5: (-1, -1),
         }
-        state.leader_epoch = 5  # epochs 4 and 5 wrote nothing yet
+        # Leading again in epoch 5 records where it starts; epoch 4 wrote nothing.
+        partition.become_leader(PartitionState(replicas=[0], leader=0, leader_epoch=5, isr=[0]))
         assert end_offset_for_epoch(partition, 4) == (3, 7)
+        assert end_offset_for_epoch(partition, 5) == (5, 7)
     finally:
         lg.close()
 

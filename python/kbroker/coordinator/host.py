@@ -24,6 +24,9 @@ class CoordinatorHost(Protocol):
     replica_manager: ReplicaManager
     logs: LogManager
 
+    @property
+    def in_cluster(self) -> bool: ...
+
     def create_topic(
         self,
         name: str,

@@ -1,8 +1,8 @@
 """The internal topic ``__consumer_offsets`` as the coordinator's durable store.
 
 `OffsetsStore` owns the topic's I/O: creating it (compacted, with
-``offsets.topic.num.partitions`` partitions and a replication factor of
-min(``offsets.topic.replication.factor``, live brokers)), appending keyed
+``offsets.topic.num.partitions`` partitions, and ``offsets.topic.replication.factor``
+replicas in a cluster, one on a single node), appending keyed
 records to one partition (a commit is one batch: all its offsets or none),
 and reading a partition back from its start at load time. What the records
 mean is the coordinator's business (see `records`); how a storage failure
@@ -86,11 +86,12 @@ class OffsetsStore:
     def create(self) -> int:
         """Creates the topic (first use of any group); returns its partition count."""
         config = self.broker.config
-        # One replica per partition until followers replicate (the replication issue):
-        # an offsets partition with more could not commit anything.
-        live_brokers = max(1, len(self.broker.metadata_cache.alive_brokers()))
         partitions = as_int(config["offsets.topic.num.partitions"])
-        replication = min(as_int(config["offsets.topic.replication.factor"]), live_brokers, 1)
+        replication = as_int(config["offsets.topic.replication.factor"])
+        if not self.broker.in_cluster:
+            replication = 1  # a single node: the only replica there can be
+        # In a cluster, fewer live brokers than that is refused (INVALID_REPLICATION_FACTOR):
+        # groups wait (COORDINATOR_NOT_AVAILABLE) until enough brokers are up, as in Kafka.
         self.broker.create_topic(
             OFFSETS_TOPIC, partitions, replication, self.topic_configs(), internal=True
         )
@@ -141,7 +142,7 @@ class OffsetsStore:
     def is_empty(self, index: int) -> bool:
         """Nothing to read back in partition ``index`` (or it is not on this broker)."""
         partition = self.broker.replica_manager.get_partition(TopicPartition(OFFSETS_TOPIC, index))
-        return partition is None or partition.log.log_start_offset >= partition.high_watermark
+        return partition is None or partition.log.log_start_offset >= partition.log.log_end_offset
 
     async def read_partition(self, index: int) -> AsyncIterator[list[Record]]:
         """Yields the keyed records of one partition, oldest first, a chunk at a time."""
@@ -150,7 +151,9 @@ class OffsetsStore:
             return
         buffer = as_int(self.broker.config["offsets.load.buffer.size"])
         offset = partition.log.log_start_offset
-        end = partition.high_watermark
+        # To the log end, as Kafka loads: a new leader's high watermark may still lag
+        # behind commits its predecessor acknowledged.
+        end = partition.log.log_end_offset
         while offset < end:
             try:
                 chunk = partition.read(offset, buffer, True, end)

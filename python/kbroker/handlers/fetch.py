@@ -9,6 +9,10 @@ past the high watermark (read_uncommitted) or the last stable offset
 The replica manager reads, and holds the request in its fetch purgatory
 until ``min_bytes`` are there or ``max_wait_ms`` passes (DelayedFetch).
 
+A follower's fetch (``replica_id`` set) reads up to the log end and counts as
+its progress; from v12 a fetch names the epoch of its last batch and gets
+``diverging_epoch`` when its log parts from the leader's there.
+
 Fetch sessions (KIP-227) are answered session-less: session id 0, so
 clients keep sending full fetch requests.
 """
@@ -46,11 +50,17 @@ def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             responses=[],
         )
     committed = version >= 4 and request.isolation_level == READ_COMMITTED
+    if version >= 15:
+        state = request.replica_state
+        replica_id = -1 if state is None else state.replica_id
+    else:
+        replica_id = request.replica_id
     params = FetchParams(
         max_wait_ms=min(max(request.max_wait_ms, 0), MAX_WAIT_MS),
         min_bytes=request.min_bytes,
         max_bytes=request.max_bytes if version >= 3 else 0x7FFFFFFF,
         read_committed=committed,
+        replica_id=max(replica_id, -1),
     )
     # Per topic in request order: (topic entry, [(partition entry, index in fetches or None)])
     plan: list[tuple[Any, list[tuple[Any, int | None]]]] = []
@@ -73,6 +83,8 @@ def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                     p.fetch_offset,
                     p.partition_max_bytes,
                     p.current_leader_epoch,
+                    p.last_fetched_epoch if version >= 12 else -1,
+                    p.log_start_offset,
                 )
             )
         plan.append((topic, entries))
@@ -97,6 +109,11 @@ def _response(
                 continue
             r = results[i]
             records = r.records
+            diverging = None
+            if r.diverging_epoch is not None:
+                diverging = PartitionResponse.EpochEndOffset(
+                    epoch=r.diverging_epoch[0], end_offset=r.diverging_epoch[1]
+                )
             parts.append(
                 PartitionResponse(
                     partition_index=req.partition,
@@ -107,6 +124,7 @@ def _response(
                     aborted_transactions=[] if committed else None,
                     preferred_read_replica=-1,
                     records=b"" if records is None else RecordsPlaceholder(len(records), records),
+                    diverging_epoch=diverging,
                 )
             )
         responses.append(

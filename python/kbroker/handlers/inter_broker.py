@@ -134,7 +134,9 @@ def _partition_states(
 
 
 def leader_and_isr_orders(request: Any, version: int) -> list[LeaderAndIsrOrder]:
-    """The partitions of a LeaderAndIsr request as the replica manager's orders."""
+    """The partitions of a LeaderAndIsr request as the replica manager's orders (each
+    with its leader's address, from the request's live leaders)."""
+    endpoints = {b.broker_id: (b.host_name, b.port) for b in request.live_leaders}
     return [
         LeaderAndIsrOrder(
             TopicPartition(topic, p.partition_index),
@@ -148,6 +150,7 @@ def leader_and_isr_orders(request: Any, version: int) -> list[LeaderAndIsrOrder]
             ),
             topic_id,
             bool(version >= 1 and p.is_new),
+            endpoints.get(p.leader),
         )
         for topic, topic_id, p in _partition_states(request, version, 2, 5)
     ]

@@ -28,9 +28,15 @@ TopicResponse = ListOffsetsResponse.Topic
 PartitionResponse = ListOffsetsResponse.Topic.Partition
 
 
-def _lookup(partition: Partition, timestamp: int, committed: bool) -> tuple[int, int]:
-    """(timestamp, offset) answering one partition's query."""
-    bound = partition.last_stable_offset if committed else partition.high_watermark
+def _lookup(
+    partition: Partition, timestamp: int, committed: bool, from_replica: bool
+) -> tuple[int, int]:
+    """(timestamp, offset) answering one partition's query (a follower's: up to the
+    log end)."""
+    if from_replica:
+        bound = partition.log.log_end_offset
+    else:
+        bound = partition.last_stable_offset if committed else partition.high_watermark
     if timestamp == LATEST:
         return -1, bound
     if timestamp == EARLIEST:
@@ -66,7 +72,7 @@ def handle_list_offsets(broker: Broker, ctx: RequestContext, request: Any) -> An
                 )
                 if p.timestamp == MAX_TIMESTAMP and version < 7:
                     raise PartitionError(ErrorCode.UNSUPPORTED_VERSION)
-                ts, offset = _lookup(partition, p.timestamp, committed)
+                ts, offset = _lookup(partition, p.timestamp, committed, request.replica_id >= 0)
                 epoch = partition.leader_epoch
             except PartitionError as exc:
                 code = exc.code

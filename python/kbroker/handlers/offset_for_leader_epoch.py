@@ -4,14 +4,13 @@ Per partition, as Kafka's leader answers: UNKNOWN_TOPIC_OR_PARTITION,
 NOT_LEADER_OR_FOLLOWER, or a fenced ``current_leader_epoch``; otherwise for the
 requested epoch the largest epoch at or below it that the log holds and the
 offset where the next epoch starts; for the current epoch that is the log end
-offset; an epoch above the current one, or -1, gets (-1, -1). The log keeps no
-epoch cache (on one node the epoch never changes), so an earlier epoch is found
-by reading batch headers from the log start.
+offset; an epoch above the current one, or -1, gets (-1, -1). Earlier
+epochs come from the log's leader-epoch cache (``leader-epoch-checkpoint``),
+which every append and every new leader keep.
 """
 
 from __future__ import annotations
 
-import struct
 from typing import TYPE_CHECKING, Any
 
 from kbroker.errors import PartitionError
@@ -28,10 +27,6 @@ TopicResult = OffsetForLeaderEpochResponse.Topic
 PartitionResult = OffsetForLeaderEpochResponse.Topic.Partition
 
 UNDEFINED = -1
-# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta
-_HEADER = struct.Struct(">qiibIhi")
-_LOG_OVERHEAD = 12
-_CHUNK = 8 << 20
 
 
 def end_offset_for_epoch(partition: Partition, epoch: int) -> tuple[int, int]:
@@ -41,28 +36,7 @@ def end_offset_for_epoch(partition: Partition, epoch: int) -> tuple[int, int]:
         return current, partition.log.log_end_offset
     if epoch < 0 or epoch > current:
         return UNDEFINED, UNDEFINED
-    # An earlier epoch: it ends where the first batch of a later epoch starts.
-    floor = epoch
-    found = False
-    offset, end = partition.log.log_start_offset, partition.log.log_end_offset
-    while offset < end:
-        chunk = partition.log.read(offset, _CHUNK, None, True)
-        if chunk is None:
-            break
-        data = chunk.read_bytes()
-        pos = 0
-        while pos + _HEADER.size <= len(data):
-            base, length, batch_epoch, _m, _c, _a, delta = _HEADER.unpack_from(data, pos)
-            if batch_epoch > epoch:
-                return (floor if found else epoch), base
-            if batch_epoch >= 0:
-                floor, found = batch_epoch, True
-            offset = base + delta + 1
-            pos += length + _LOG_OVERHEAD
-        if pos == 0:
-            break
-    # No batch of a later epoch: the later epochs began at the log end.
-    return (floor if found else epoch), end
+    return partition.log.end_offset_for_epoch(epoch)
 
 
 def _answer(broker: Broker, topic: str, p: Any) -> Any:

@@ -3,16 +3,30 @@
 `Partition` owns the partition's state that changes with writes: the high
 watermark (the offset below which every in-sync replica has the data;
 consumers never see past it) and the idempotent producer state. Leadership
-(leader, epoch, ISR) comes from the metadata; the replica manager changes it
-with `become_leader` / `become_follower`. Whenever the high watermark or the
-log end moves, ``on_progress(tp)`` tells the replica manager, which wakes
-the requests waiting on this partition.
+(leader, epoch, ISR) comes from the controller's orders; the replica manager
+changes it with `become_leader` / `become_follower`. Whenever the high
+watermark or the log end moves, ``on_progress(tp)`` tells the replica
+manager, which wakes the requests waiting on this partition.
+
+As leader it tracks each follower's progress from the follower's fetches
+(`update_follower_fetch_state`): the high watermark is the smallest log end
+of the in-sync replicas, a follower that reaches it joins the ISR, and one
+that has not caught up for ``replica.lag.time.max.ms`` leaves it
+(`maybe_shrink_isr`). An ISR change is asked of the controller
+(``request_isr``) and takes effect only once the controller wrote it
+(`isr_change_answered`); while it is pending, the high watermark counts the
+larger of the old and the asked ISR (Kafka's "maximal ISR"), and acks=all
+counts the smaller, so neither can run ahead of what the controller knows.
+
+As follower it appends the leader's batches as they are (`append_as_follower`)
+and truncates where its log diverges from the leader's (`truncate_to`).
 """
 
 from __future__ import annotations
 
 import logging
 import struct
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -31,6 +45,10 @@ _LOG_OVERHEAD = 12
 _SCAN_CHUNK = 8 << 20
 
 
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
 @dataclass(slots=True)
 class ProduceResult:
     base_offset: int
@@ -40,19 +58,58 @@ class ProduceResult:
     end_offset: int
 
 
+@dataclass(slots=True)
+class FollowerProgress:
+    """What the leader knows of one follower, from its fetches (Kafka's remote replica)."""
+
+    broker_id: int
+    # The follower's log end: the offset of its last fetch (-1: not fetched yet).
+    log_end_offset: int = -1
+    log_start_offset: int = -1
+    # When it last had everything the leader had (monotonic ms; 0: never).
+    last_caught_up_ms: int = 0
+    # The leader's log end and the time at its previous fetch.
+    last_fetch_leader_end: int = -1
+    last_fetch_ms: int = 0
+
+
+# Asks the controller for a new ISR of a partition this broker leads.
+IsrRequester = Callable[["Partition", list[int]], None]
+
+
 class Partition:
-    def __init__(self, log_: Log, state: PartitionState, broker_id: int, new: bool = False) -> None:
-        """``new``: the log was just created, so there is no producer state to rebuild."""
+    def __init__(
+        self,
+        log_: Log,
+        state: PartitionState,
+        broker_id: int,
+        new: bool = False,
+        high_watermark: int | None = None,
+    ) -> None:
+        """``new``: the log was just created, so there is no producer state to rebuild.
+        ``high_watermark``: the last one checkpointed (None: the log end, a single node's)."""
         self.log = log_
         self.tp = log_.tp
         self.state = state
         self.broker_id = broker_id
-        # Alone in the ISR, everything in the log is committed.
-        self.high_watermark = log_.log_end_offset
+        end = log_.log_end_offset
+        if high_watermark is None:
+            high_watermark = end
+        self.high_watermark = min(max(high_watermark, log_.log_start_offset), end)
         self.producers = ProducerStateManager()
         self.on_progress: Callable[[TopicPartition], None] | None = None
+        # Set by the replica manager in a cluster: how ISR changes reach the controller.
+        self.request_isr: IsrRequester | None = None
+        # Leader: the followers' progress, the ISR asked for and not answered yet, where
+        # this leader's epoch starts, and whether the controller fenced this leadership.
+        self.followers: dict[int, FollowerProgress] = {}
+        self.pending_isr: list[int] | None = None
+        self.epoch_start_offset = end
+        self.fenced = False
         if not new:
             self._rebuild_producer_state()
+        if self.is_leader:
+            self._start_leading(monotonic_ms())
 
     # -- leadership ----------------------------------------------------------
 
@@ -62,16 +119,49 @@ class Partition:
 
     @property
     def is_leader(self) -> bool:
-        return self.state.leader == self.broker_id
+        return self.state.leader == self.broker_id and not self.fenced
+
+    @property
+    def isr(self) -> list[int]:
+        """The ISR the controller wrote (what acks=all and min.insync.replicas count)."""
+        return self.state.isr
+
+    @property
+    def maximal_isr(self) -> set[int]:
+        """The ISR the high watermark waits for: the written one and, while a change is
+        pending, the one asked for too."""
+        isr = set(self.state.isr)
+        if self.pending_isr is not None:
+            isr.update(self.pending_isr)
+        return isr
 
     def become_leader(self, state: PartitionState) -> None:
         """This broker leads from ``state.leader_epoch`` on."""
         self.state = state
+        self.fenced = False
+        self._start_leading(monotonic_ms())
         self._maybe_advance_high_watermark()
+
+    def _start_leading(self, now_ms: int) -> None:
+        self.pending_isr = None
+        end = self.log.log_end_offset
+        self.epoch_start_offset = end
+        if self.state.leader_epoch >= 0 and end > self.log.log_start_offset:
+            # Followers asking where the previous epoch ended learn it from here (an
+            # empty log has nothing to truncate: its first append records the epoch).
+            self.log.maybe_assign_epoch_start_offset(self.state.leader_epoch, end)
+        self.followers = {
+            r: FollowerProgress(r, last_caught_up_ms=now_ms if r in self.state.isr else 0)
+            for r in self.state.replicas
+            if r != self.broker_id
+        }
 
     def become_follower(self, state: PartitionState) -> None:
         """Another broker leads; this one stops answering reads and writes."""
         self.state = state
+        self.fenced = False
+        self.followers = {}
+        self.pending_isr = None
 
     def check_enough_replicas_reached(
         self, required_offset: int, min_insync_replicas: int
@@ -92,6 +182,104 @@ class Partition:
         if current_leader_epoch < self.state.leader_epoch:
             raise PartitionError(ErrorCode.FENCED_LEADER_EPOCH)
         raise PartitionError(ErrorCode.UNKNOWN_LEADER_EPOCH)
+
+    # -- followers' progress (leader) ------------------------------------------
+
+    def update_follower_fetch_state(
+        self, replica_id: int, fetch_offset: int, log_start_offset: int, now_ms: int
+    ) -> bool:
+        """A follower fetched from ``fetch_offset`` (its log end): notes its progress,
+        then the ISR may grow and the high watermark move. False if it is no replica."""
+        progress = self.followers.get(replica_id)
+        if progress is None:
+            return False
+        leader_end = self.log.log_end_offset
+        if fetch_offset >= leader_end:
+            progress.last_caught_up_ms = max(progress.last_caught_up_ms, now_ms)
+        elif fetch_offset >= progress.last_fetch_leader_end:
+            progress.last_caught_up_ms = max(progress.last_caught_up_ms, progress.last_fetch_ms)
+        progress.last_fetch_leader_end = leader_end
+        progress.last_fetch_ms = now_ms
+        progress.log_end_offset = fetch_offset
+        progress.log_start_offset = log_start_offset
+        self._maybe_expand_isr(progress)
+        self._maybe_advance_high_watermark()
+        return True
+
+    def _maybe_expand_isr(self, progress: FollowerProgress) -> None:
+        if (
+            self.pending_isr is not None
+            or self.request_isr is None
+            or progress.broker_id in self.state.isr
+            or not self.is_leader
+        ):
+            return
+        caught_up = progress.log_end_offset >= max(self.high_watermark, self.epoch_start_offset)
+        if caught_up:
+            self._ask_isr([*self.state.isr, progress.broker_id], "caught up")
+
+    def maybe_shrink_isr(self, now_ms: int, max_lag_ms: int) -> None:
+        """Drops from the ISR the followers that have not caught up for ``max_lag_ms``."""
+        if self.pending_isr is not None or self.request_isr is None or not self.is_leader:
+            return
+        leader_end = self.log.log_end_offset
+        lagging = [
+            r
+            for r in self.state.isr
+            if r != self.broker_id
+            and (p := self.followers.get(r)) is not None
+            and p.log_end_offset != leader_end
+            and now_ms - p.last_caught_up_ms > max_lag_ms
+        ]
+        if lagging:
+            self._ask_isr([r for r in self.state.isr if r not in lagging], f"{lagging} lag")
+
+    def _ask_isr(self, isr: list[int], why: str) -> None:
+        assert self.request_isr is not None
+        log.info(
+            "%s: asking for ISR %s (was %s): %s, high watermark %d, log end %d",
+            self.tp,
+            isr,
+            self.state.isr,
+            why,
+            self.high_watermark,
+            self.log.log_end_offset,
+        )
+        self.pending_isr = isr
+        self.request_isr(self, isr)
+
+    def isr_change_answered(self, error: ErrorCode, state: PartitionState | None) -> None:
+        """The controller's answer to the pending ISR change: the written state, or why not."""
+        if self.pending_isr is None:
+            return
+        if error == ErrorCode.NONE and state is not None:
+            if state.leader_epoch != self.state.leader_epoch or state.version < self.state.version:
+                return  # an answer about another leadership: a newer order already came
+            self.pending_isr = None
+            self.state = PartitionState(
+                replicas=list(self.state.replicas),
+                leader=self.state.leader,
+                leader_epoch=self.state.leader_epoch,
+                isr=list(state.isr),
+                controller_epoch=self.state.controller_epoch,
+                version=state.version,
+                offline_replicas=list(self.state.offline_replicas),
+            )
+            log.info("%s: ISR now %s (partition epoch %d)", self.tp, state.isr, state.version)
+            self._maybe_advance_high_watermark()
+            if self.on_progress is not None:
+                self.on_progress(self.tp)  # acks=all waits count the ISR
+            return
+        self.pending_isr = None
+        if error in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER):
+            # Leadership moved on without this broker hearing of it yet: it stops
+            # taking writes until the controller's next order.
+            log.warning("%s: the controller fenced this leader (%s)", self.tp, error.name)
+            self.fenced = True
+            if self.on_progress is not None:
+                self.on_progress(self.tp)
+        else:
+            log.info("%s: ISR change refused (%s); kept %s", self.tp, error.name, self.state.isr)
 
     # -- writes ----------------------------------------------------------------
 
@@ -143,7 +331,8 @@ class Partition:
                 appended.first_offset,
                 appended.max_timestamp,  # the append time on LogAppendTime topics
             )
-        self._maybe_advance_high_watermark()
+        if not self._maybe_advance_high_watermark() and self.on_progress is not None:
+            self.on_progress(self.tp)  # followers waiting for new data
         return ProduceResult(
             appended.first_offset,
             appended.log_append_time,
@@ -151,15 +340,73 @@ class Partition:
             appended.last_offset + 1,
         )
 
-    def _maybe_advance_high_watermark(self) -> None:
-        # With this broker as the only in-sync replica, the HW is the log end.
-        # Followers in the ISR (the cluster issue) will hold it back.
-        if len(self.state.isr) <= 1:
-            new_hw = self.log.log_end_offset
-            if new_hw > self.high_watermark:
-                self.high_watermark = new_hw
-                if self.on_progress is not None:
-                    self.on_progress(self.tp)
+    def _maybe_advance_high_watermark(self) -> bool:
+        """Moves the high watermark to the smallest log end of the (maximal) ISR; True
+        when it moved (and ``on_progress`` was told)."""
+        if not self.is_leader:
+            return False
+        new_hw = self.log.log_end_offset
+        if len(self.state.isr) > 1 or self.pending_isr is not None:
+            for r in self.maximal_isr:
+                if r != self.broker_id:
+                    progress = self.followers.get(r)
+                    new_hw = min(new_hw, -1 if progress is None else progress.log_end_offset)
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+            if self.on_progress is not None:
+                self.on_progress(self.tp)
+            return True
+        return False
+
+    # -- follower --------------------------------------------------------------
+
+    def append_as_follower(self, batches: bytes | memoryview) -> AppendInfo:
+        """Appends the leader's batches as they are; their producers' state follows."""
+        appended = self.log.append_as_follower(batches)
+        for b in appended.producer_batches:
+            if not b.is_control:
+                self.producers.update(
+                    b.producer_id,
+                    b.producer_epoch,
+                    b.base_sequence,
+                    b.last_offset - b.base_offset,
+                    b.base_offset,
+                    b.max_timestamp,
+                )
+        return appended
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        """The leader's high watermark, bounded by what this follower has."""
+        self.high_watermark = min(leader_high_watermark, self.log.log_end_offset)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drops this replica's records from ``offset`` on (they diverge from the leader's)."""
+        if offset >= self.log.log_end_offset:
+            return
+        log.info(
+            "%s: truncating from %d to %d (high watermark %d)",
+            self.tp,
+            self.log.log_end_offset,
+            offset,
+            self.high_watermark,
+        )
+        self.log.truncate_to(offset)
+        self.producers.truncate(offset)
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empties this replica and starts it at ``offset`` (the leader's log start)."""
+        log.info("%s: emptied to start at the leader's log start %d", self.tp, offset)
+        self.log.truncate_fully_and_start_at(offset)
+        self.producers.truncate(-1)
+        self.high_watermark = offset
+
+    def maybe_increment_log_start_offset(self, offset: int) -> None:
+        """The leader's log start moved (retention, DeleteRecords): this replica follows,
+        never above its own high watermark."""
+        target = min(offset, self.high_watermark)
+        if target > self.log.log_start_offset:
+            self.log.delete_records_before(target)
 
     # -- reads ---------------------------------------------------------------
 

@@ -14,7 +14,11 @@
   (the group coordinator) hear of them. In a cluster the controller orders
   them: `become_leader_or_follower` applies its LeaderAndIsr and
   `stop_replicas` its StopReplica, each fenced by the controller's epoch and
-  each partition's leader epoch.
+  each partition's leader epoch. A follower's partitions go to the replica
+  fetchers (`kbroker.replication.fetcher`); a leader counts its followers'
+  fetches as their progress, and its ISR changes go to the controller
+  (`kbroker.replication.alter_partition`). `shrink_isrs` runs periodically,
+  and the high watermarks are checkpointed (`checkpoint_high_watermarks`).
 
 Both purgatories are keyed by partition; a partition calls back when its
 high watermark or log end moves, which wakes exactly the operations
@@ -44,7 +48,10 @@ from kbroker.log import Log, LogManager, TopicPartition
 from kbroker.log.compression import recompress_for_topic
 from kbroker.metadata_types import PartitionState
 from kbroker.metrics.core import BrokerMetrics
-from kbroker.replication.partition import Partition
+from kbroker.replication.alter_partition import IsrChannel
+from kbroker.replication.checkpoint import read_high_watermarks, write_high_watermarks
+from kbroker.replication.fetcher import ReplicaFetcherManager
+from kbroker.replication.partition import Partition, monotonic_ms
 from kbroker.replication.purgatory import DelayedOperation, Purgatory, Scheduler
 
 log = logging.getLogger(__name__)
@@ -72,6 +79,8 @@ class FetchParams:
     min_bytes: int
     max_bytes: int
     read_committed: bool
+    # A follower's broker id (it reads up to the log end); -1 for a consumer.
+    replica_id: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +89,10 @@ class FetchPartition:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = -1
+    # The epoch of the fetcher's last batch (v12+): checked against this log's epochs.
+    last_fetched_epoch: int = -1
+    # A follower's log start offset.
+    log_start_offset: int = -1
 
 
 @dataclass(slots=True)
@@ -91,6 +104,8 @@ class ReadResult:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     records: LogSlice | None = None
+    # (epoch, end offset) where the fetcher's log parts from this one (v12+).
+    diverging_epoch: tuple[int, int] | None = None
 
 
 LeadershipListener = Callable[[TopicPartition, bool, int], None]
@@ -112,6 +127,8 @@ class LeaderAndIsrOrder:
     state: PartitionState
     topic_id: uuid.UUID | None = None
     is_new: bool = False
+    # Where the leader takes fetches (the request's live leaders), for a follower.
+    leader_endpoint: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +165,46 @@ class ReplicaManager:
         self.controller_epoch = -1
         # Topic ids of the partitions served (the controller names them in its orders).
         self._topic_ids: dict[TopicPartition, uuid.UUID] = {}
+        # Cluster mode (`start_replication`): the fetchers of the partitions followed, the
+        # way to the controller for ISR changes, and the high watermarks checkpointed at
+        # the last stop (a partition opened since has taken its own).
+        self.fetchers: ReplicaFetcherManager | None = None
+        self.isr_channel: IsrChannel | None = None
+        self._endpoint_of: Callable[[int], tuple[str, int] | None] = lambda _id: None
+        self._checkpointed: dict[TopicPartition, int] = {}
+
+    def start_replication(
+        self,
+        fetchers: ReplicaFetcherManager,
+        isr_channel: IsrChannel,
+        endpoint_of: Callable[[int], tuple[str, int] | None],
+    ) -> None:
+        """Cluster mode: partitions follow their leaders (reached at ``endpoint_of`` their
+        id when an order names no address) and lead their followers."""
+        self.fetchers = fetchers
+        self.isr_channel = isr_channel
+        self._endpoint_of = endpoint_of
+        self._checkpointed = read_high_watermarks(self.logs.data_dir)
+
+    async def stop_replication(self) -> None:
+        """Stops the fetchers and the ISR channel (after `shutdown`)."""
+        if self.fetchers is not None:
+            await self.fetchers.close()
+        if self.isr_channel is not None:
+            await self.isr_channel.close()
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Writes every partition's high watermark to the data directory (blocking)."""
+        hws = dict(self._checkpointed)
+        hws.update((tp, p.high_watermark) for tp, p in self._partitions.items())
+        write_high_watermarks(self.logs.data_dir, hws)
+
+    def shrink_isrs(self, max_lag_ms: int) -> None:
+        """Leaders drop from their ISRs the followers more than ``max_lag_ms`` behind."""
+        now = monotonic_ms()
+        for partition in self._partitions.values():
+            if partition.followers:
+                partition.maybe_shrink_isr(now, max_lag_ms)
 
     # -- partitions ----------------------------------------------------------
 
@@ -180,15 +237,21 @@ class ReplicaManager:
         """Starts serving ``partition`` in the role its state gives it."""
         self._partitions[partition.tp] = partition
         partition.on_progress = self._on_progress
+        if self.isr_channel is not None:
+            partition.request_isr = self.isr_channel.submit
         if partition.is_leader:
             self._notify(partition.tp, True, partition.leader_epoch)
 
     def remove_partitions(self, tps: Iterable[TopicPartition]) -> None:
         """Stops serving partitions (deleted or moved away); their logs stay until deleted."""
+        tps = list(tps)
+        if self.fetchers is not None:
+            self.fetchers.stop_following(tps)
         for tp in tps:
             partition = self._partitions.pop(tp, None)
             if partition is None:
                 continue
+            self._checkpointed[tp] = partition.high_watermark
             partition.close()
             if partition.is_leader:
                 self._notify(tp, False, partition.leader_epoch)
@@ -197,6 +260,8 @@ class ReplicaManager:
     def make_leader(self, tp: TopicPartition, state: PartitionState) -> None:
         """This broker leads ``tp`` from ``state.leader_epoch`` on."""
         partition = self._partitions[tp]
+        if self.fetchers is not None:
+            self.fetchers.stop_following([tp])
         partition.become_leader(state)
         self._notify(tp, True, state.leader_epoch)
         self._on_progress(tp)
@@ -287,12 +352,16 @@ class ReplicaManager:
             if order.topic_id is not None:
                 self._topic_ids[tp] = order.topic_id
             new = order.is_new and lg.log_end_offset == 0
-            self.add_partition(Partition(lg, state, self.broker_id, new=new))
+            hw = self._checkpointed.pop(tp, lg.log_start_offset)
+            partition = Partition(lg, state, self.broker_id, new=new, high_watermark=hw)
+            self.add_partition(partition)
             self._on_progress(tp)
         elif state.leader == self.broker_id:
             self.make_leader(tp, state)
         else:
             self.make_follower(tp, state)
+        if state.leader != self.broker_id:
+            self._follow(self._partitions[tp], state, order.leader_endpoint)
         log.info(
             "%s: %s in leader epoch %d (isr %s)",
             tp,
@@ -301,6 +370,21 @@ class ReplicaManager:
             state.isr,
         )
         return ErrorCode.NONE
+
+    def _follow(
+        self, partition: Partition, state: PartitionState, endpoint: tuple[str, int] | None
+    ) -> None:
+        """Starts fetching ``partition`` from its leader (none: until there is one)."""
+        if self.fetchers is None:
+            return
+        if endpoint is None and state.leader >= 0:
+            endpoint = self._endpoint_of(state.leader)
+        if state.leader < 0 or endpoint is None:
+            self.fetchers.stop_following([partition.tp])
+            if state.leader >= 0:
+                log.warning("%s: no address known for leader %d", partition.tp, state.leader)
+            return
+        self.fetchers.follow(partition, state.leader, state.leader_epoch, endpoint)
 
     def stop_replicas(
         self, controller_epoch: int, orders: Iterable[StopReplicaOrder]
@@ -344,6 +428,11 @@ class ReplicaManager:
         self.produce_purgatory.complete_all()
         for partition in self._partitions.values():
             partition.close()
+        if self.fetchers is not None:
+            try:
+                self.checkpoint_high_watermarks()
+            except OSError as exc:
+                log.warning("could not checkpoint the high watermarks: %s", exc)
 
     # -- writes ----------------------------------------------------------------
 
@@ -447,12 +536,31 @@ class ReplicaManager:
         allows an answer now.
         """
         done: asyncio.Future[list[ReadResult]] = asyncio.get_running_loop().create_future()
+        if params.replica_id >= 0:
+            self._update_followers(params.replica_id, fetches)
         op = DelayedFetch(self, params, fetches, done)
         if self._closing or params.max_wait_ms <= 0 or not fetches:
             op.force_complete()
         else:
             self.fetch_purgatory.try_complete_else_watch(op, {f.tp for f in fetches})
         return done
+
+    def _update_followers(self, replica_id: int, fetches: list[FetchPartition]) -> None:
+        """A follower's fetch offsets are its log ends: the leaders note its progress
+        (not when its log diverges: it truncates first)."""
+        now = monotonic_ms()
+        for f in fetches:
+            partition = self._partitions.get(f.tp)
+            if partition is None or not partition.is_leader:
+                continue
+            if f.current_leader_epoch >= 0 and f.current_leader_epoch != partition.leader_epoch:
+                continue
+            if f.last_fetched_epoch >= 0 and _diverging(partition, f) is not None:
+                continue
+            if not partition.update_follower_fetch_state(
+                replica_id, f.fetch_offset, f.log_start_offset, now
+            ):
+                log.debug("%s: fetch from broker %d, not a replica", f.tp, replica_id)
 
     def read_from_local_log(
         self, params: FetchParams, fetches: list[FetchPartition]
@@ -461,6 +569,7 @@ class ReplicaManager:
         remaining = params.max_bytes
         total = 0
         results = []
+        follower = params.replica_id >= 0
         for f in fetches:
             try:
                 partition = self.leader_partition(f.tp, f.current_leader_epoch)
@@ -471,14 +580,18 @@ class ReplicaManager:
             lso = partition.last_stable_offset
             result = ReadResult(ErrorCode.NONE, hw, lso, partition.log.log_start_offset)
             try:
+                if f.last_fetched_epoch >= 0:
+                    result.diverging_epoch = _diverging(partition, f)
+                    if result.diverging_epoch is not None:
+                        results.append(result)
+                        continue
                 limit = min(f.max_bytes, remaining)
                 if limit > 0 or total == 0:
-                    records = partition.read(
-                        f.fetch_offset,
-                        max(limit, 0),
-                        total == 0,
-                        lso if params.read_committed else hw,
-                    )
+                    if follower:
+                        bound = partition.log.log_end_offset
+                    else:
+                        bound = lso if params.read_committed else hw
+                    records = partition.read(f.fetch_offset, max(limit, 0), total == 0, bound)
                     if records is not None:
                         n = len(records)
                         result.records = records
@@ -583,7 +696,9 @@ class DelayedFetch(DelayedOperation):
 
     def try_complete(self) -> bool:
         results, total = self._replicas.read_from_local_log(self._params, self._fetches)
-        if total >= self._params.min_bytes or any(r.error != ErrorCode.NONE for r in results):
+        if total >= self._params.min_bytes or any(
+            r.error != ErrorCode.NONE or r.diverging_epoch is not None for r in results
+        ):
             self._results = results
             return self.force_complete()
         return False
@@ -604,3 +719,17 @@ class DelayedFetch(DelayedOperation):
                 if r.records is not None:
                     metrics.fetched(f.tp.topic, len(r.records))
         self._done.set_result(results)
+
+
+def _diverging(partition: Partition, f: FetchPartition) -> tuple[int, int] | None:
+    """Where the fetcher's log parts from this leader's, given the epoch of its last batch:
+    (the largest epoch here at or below it, where that ends), or None when the fetch
+    offset is within that epoch here (Kafka's check, KIP-595 as used since 2.7)."""
+    epoch, end = partition.log.end_offset_for_epoch(f.last_fetched_epoch)
+    if epoch < 0:
+        # No epoch here at or below it: nothing to compare; an offset beyond this log
+        # is answered OFFSET_OUT_OF_RANGE.
+        return None
+    if epoch < f.last_fetched_epoch or end < f.fetch_offset:
+        return epoch, end
+    return None

@@ -1,0 +1,168 @@
+"""How a partition leader's ISR changes reach the controller (AlterPartition, Kafka 2.7+).
+
+A leader asks (`IsrChannel.submit`); the channel sends what is queued to the
+controller in one AlterPartition request at a time, and hands each
+partition's answer back (`Partition.isr_change_answered`). A request that
+fails as a whole (the controller moved or is unreachable, NOT_CONTROLLER,
+STALE_BROKER_EPOCH while this broker re-registers) is sent again after
+``retry_backoff_s`` to whichever broker is the controller then; a change
+asked again meanwhile replaces the queued one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kbroker.log import TopicPartition
+from kbroker.metadata_cache import MetadataCache
+from kbroker.metadata_types import PartitionState
+from kbroker.network.client import BrokerConnection, BrokerUnreachable
+from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages.inter_broker import AlterPartitionRequest
+
+if TYPE_CHECKING:
+    from kbroker.replication.partition import Partition
+
+log = logging.getLogger(__name__)
+
+# Topics by name (v2+ names them by id); ISR members without broker epochs (v3).
+ALTER_PARTITION_VERSION = 1
+
+
+class IsrChannel:
+    def __init__(
+        self,
+        broker_id: int,
+        broker_epoch: Callable[[], int | None],
+        cache: MetadataCache,
+        request_timeout_s: float = 30.0,
+        retry_backoff_s: float = 0.1,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.cache = cache
+        self.request_timeout_s = request_timeout_s
+        self.retry_backoff_s = retry_backoff_s
+        # The changes not sent yet, in the order asked.
+        self._queued: dict[TopicPartition, tuple[Partition, list[int]]] = {}
+        self._sender: asyncio.Task[None] | None = None
+        self._conn: BrokerConnection | None = None
+        self._conn_to: int | None = None
+        self._closed = False
+        self._closing: set[asyncio.Future[None]] = set()
+
+    def submit(self, partition: Partition, isr: list[int]) -> None:
+        """Asks the controller for ``isr`` as the ISR of ``partition`` (which leads it)."""
+        if self._closed:
+            return
+        self._queued[partition.tp] = (partition, list(isr))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.ensure_future(self._send_all())
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._sender is not None:
+            self._sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._sender
+        if self._conn is not None:
+            await self._conn.close()
+
+    async def _send_all(self) -> None:
+        while self._queued and not self._closed:
+            batch, self._queued = self._queued, {}
+            try:
+                answers = await self._send(batch)
+            except (BrokerUnreachable, _Retry) as exc:
+                log.info("ISR changes of %d partition(s) not sent yet: %s", len(batch), exc)
+                for tp, item in batch.items():
+                    self._queued.setdefault(tp, item)
+                await asyncio.sleep(self.retry_backoff_s)
+                continue
+            for tp, (partition, _isr) in batch.items():
+                if tp in self._queued:
+                    continue  # asked again since: the newer change decides
+                error, state = answers.get(tp, (ErrorCode.UNKNOWN_SERVER_ERROR, None))
+                partition.isr_change_answered(error, state)
+
+    def _connection(self) -> BrokerConnection:
+        controller_id = self.cache.controller_id
+        controller = None if controller_id is None else self.cache.broker(controller_id)
+        if controller is None:
+            raise _Retry("no controller is known")
+        if (
+            self._conn is None
+            or self._conn_to != controller_id
+            or ((self._conn.host, self._conn.port) != (controller.host, controller.port))
+        ):
+            if self._conn is not None:
+                old = self._conn
+                self._conn = None
+                task = asyncio.ensure_future(old.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+            self._conn = BrokerConnection(
+                controller.host, controller.port, f"broker-{self.broker_id}-alter-partition"
+            )
+            self._conn_to = controller_id
+        return self._conn
+
+    async def _send(
+        self, batch: dict[TopicPartition, tuple[Partition, list[int]]]
+    ) -> dict[TopicPartition, tuple[ErrorCode, PartitionState | None]]:
+        epoch = self.broker_epoch()
+        if epoch is None:
+            raise _Retry("this broker is not registered")
+        topics: dict[str, list[Any]] = {}
+        for tp, (partition, isr) in batch.items():
+            topics.setdefault(tp.topic, []).append(
+                AlterPartitionRequest.Topic.Partition(
+                    partition_index=tp.partition,
+                    leader_epoch=partition.leader_epoch,
+                    new_isr=isr,
+                    leader_recovery_state=0,
+                    partition_epoch=partition.state.version,
+                )
+            )
+        request = AlterPartitionRequest(
+            broker_id=self.broker_id,
+            broker_epoch=epoch,
+            topics=[
+                AlterPartitionRequest.Topic(topic_name=name, partitions=parts)
+                for name, parts in topics.items()
+            ],
+        )
+        response = await self._connection().request(
+            ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION, request, self.request_timeout_s
+        )
+        if response.error_code != ErrorCode.NONE:
+            raise _Retry(f"the controller answered {ErrorCode(response.error_code).name}")
+        answers: dict[TopicPartition, tuple[ErrorCode, PartitionState | None]] = {}
+        for t in response.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.topic_name, p.partition_index)
+                item = batch.get(tp)
+                if item is None:
+                    continue
+                code = ErrorCode(p.error_code)
+                state = None
+                if code == ErrorCode.NONE:
+                    current = item[0].state
+                    state = PartitionState(
+                        replicas=list(current.replicas),
+                        leader=p.leader_id,
+                        leader_epoch=p.leader_epoch,
+                        isr=list(p.isr),
+                        controller_epoch=current.controller_epoch,
+                        version=p.partition_epoch,
+                    )
+                answers[tp] = (code, state)
+        return answers
+
+
+class _Retry(Exception):
+    """The whole request is to be sent again later."""
