@@ -258,6 +258,8 @@ class Broker:
         self._storage_open = True
         if self.metrics is not None:
             self.logs.flush_observer = self.metrics.flushed
+        # Retention never deletes above a partition's high watermark.
+        self.logs.retention_bound = self._high_watermark
         self.replica_manager = ReplicaManager(
             self.broker_id, self.logs, self.topic_config, metrics=self.metrics
         )
@@ -451,9 +453,8 @@ class Broker:
     # -- topics ----------------------------------------------------------------
 
     def _high_watermark(self, tp: TopicPartition) -> int | None:
-        # The cleaner stays below it: records above may still be truncated.
-        partition = self.replica_manager.get_partition(tp)
-        return None if partition is None else partition.high_watermark
+        # The cleaner and retention stay below it: records above may still be truncated.
+        return self.replica_manager.high_watermark_of(tp)
 
     def log_config_for(self, topic: str) -> LogConfig:
         return log_config_from_topic(self.topic_config(topic))

@@ -22,7 +22,7 @@ from kbroker.metadata import MetadataError, StateFileError
 from kbroker.metrics import BrokerMetrics, BrokerView, GroupLag, build_registry
 from kbroker.metrics.http import LoopWatch, MetricsServer, Readiness, SystemdNotifier
 from kbroker.metrics.logs import setup_logging
-from kbroker.metrics.state import ClusterState
+from kbroker.metrics.state import ClusterState, ReplicationState
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,23 @@ def broker_view(broker: Broker, started: list[bool]) -> BrokerView:
             controller_terms=0 if elector is None else elector.terms,
         )
 
+    def replication() -> ReplicationState:
+        if not started:
+            return ReplicationState()
+        rm = broker.replica_manager
+        lag = rm.fetchers.max_lag() if rm.fetchers is not None else 0
+        return ReplicationState(rm.isr_shrinks, rm.isr_expands, lag)
+
+    def min_insync(topic: str) -> int:
+        try:
+            return broker.topic_config(topic).get_int("min.insync.replicas")
+        except Exception:  # a topic deleted while the scrape ran
+            return 1
+
     return BrokerView(
         cluster=cluster,
+        replication=replication,
+        min_insync=min_insync,
         broker_id=broker.broker_id,
         version=__version__,
         data_dirs=lambda: [str(broker.data_dir)],

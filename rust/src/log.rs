@@ -1283,6 +1283,13 @@ impl Log {
     /// (by total size, never the active segment), and segments wholly below
     /// the log start. Returns how many segments were deleted.
     pub fn apply_retention(&self, now_ms: i64) -> Result<usize> {
+        self.apply_retention_below(now_ms, None)
+    }
+
+    /// [`Log::apply_retention`], deleting only segments that end at or below
+    /// `max_offset` (a replica's high watermark: records above it may still be
+    /// needed by followers or truncated, and are never deleted by retention).
+    pub fn apply_retention_below(&self, now_ms: i64, max_offset: Option<i64>) -> Result<usize> {
         let mut w = self.lock_writer();
         self.check_open()?;
         let segs = self.snapshot();
@@ -1315,6 +1322,17 @@ impl Log {
                 excess -= segs[count].size() as i64;
                 count += 1;
             }
+        }
+        if let Some(bound) = max_offset {
+            // A segment ends where the next begins (the active one at the log end).
+            let end_of = |i: usize| {
+                if i + 1 < n {
+                    segs[i + 1].base_offset()
+                } else {
+                    self.log_end_offset()
+                }
+            };
+            count = (0..count).take_while(|&i| end_of(i) <= bound).count();
         }
         if count == n {
             // The active segment expired too: roll so it can go.
@@ -1505,6 +1523,10 @@ impl Log {
     }
     pub fn segment_base_offsets(&self) -> Vec<i64> {
         self.snapshot().iter().map(|s| s.base_offset()).collect()
+    }
+    /// The base offset of the segment appends go to (it changes when the log rolls).
+    pub fn active_segment_base_offset(&self) -> i64 {
+        self.active().base_offset()
     }
     pub fn segments(&self) -> Vec<Arc<Segment>> {
         self.snapshot().to_vec()

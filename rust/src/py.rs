@@ -910,8 +910,14 @@ impl Log {
         Ok(py.detach(|| self.inner.delete_records_before(offset))?)
     }
 
-    fn apply_retention(&self, py: Python<'_>, now_ms: i64) -> PyResult<usize> {
-        Ok(py.detach(|| self.inner.apply_retention(now_ms))?)
+    #[pyo3(signature = (now_ms, max_offset = None))]
+    fn apply_retention(
+        &self,
+        py: Python<'_>,
+        now_ms: i64,
+        max_offset: Option<i64>,
+    ) -> PyResult<usize> {
+        Ok(py.detach(|| self.inner.apply_retention_below(now_ms, max_offset))?)
     }
 
     #[pyo3(signature = (now_ms, max_offset = None))]
@@ -981,6 +987,10 @@ impl Log {
     #[getter]
     fn segment_base_offsets(&self) -> Vec<i64> {
         self.inner.segment_base_offsets()
+    }
+    #[getter]
+    fn active_segment_base_offset(&self) -> i64 {
+        self.inner.active_segment_base_offset()
     }
     #[getter]
     fn dir(&self) -> String {

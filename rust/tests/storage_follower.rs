@@ -462,3 +462,30 @@ proptest! {
         check_cache(&log)?;
     }
 }
+
+#[test]
+fn retention_never_deletes_above_the_high_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), small());
+    lead(&log, 1, 40);
+    let bases = log.segment_base_offsets();
+    assert!(bases.len() > 3, "{bases:?}");
+    log.set_config(LogConfig {
+        retention_ms: 1,
+        ..small()
+    });
+    // Everything expired, but only segments ending at or below bases[2] may go.
+    assert_eq!(
+        log.apply_retention_below(100_000, Some(bases[2])).unwrap(),
+        2
+    );
+    assert_eq!(log.log_start_offset(), bases[2]);
+    // A bound inside the active segment keeps it, though it expired too.
+    let end = log.log_end_offset();
+    log.apply_retention_below(100_000, Some(end - 1)).unwrap();
+    assert_eq!(log.log_end_offset(), end);
+    assert!(log.log_start_offset() < end);
+    // At the log end, everything goes (the active segment rolls first).
+    log.apply_retention_below(100_000, Some(end)).unwrap();
+    assert_eq!(log.log_start_offset(), end);
+}

@@ -10,6 +10,8 @@ answered by hand (the cluster tests drive the real one).
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from kbroker.log import Log, LogConfig, TopicPartition
 from kbroker.metadata_types import PartitionState
 from kbroker.replication.checkpoint import read_high_watermarks, write_high_watermarks
 from kbroker.replication.partition import Partition, monotonic_ms
+from kbroker.replication.producer_state import SNAPSHOT_FILE
 
 TP = TopicPartition("t", 0)
 LEADER, F1, F2 = 1, 2, 3
@@ -30,7 +33,9 @@ def batch(n: int = 1, pid: int = -1, seq: int = -1) -> bytes:
     records = [(b"k", b"v" * 50, []) for _ in range(n)]
     if pid < 0:
         return build_batch(records, timestamp=1)
-    return build_batch(records, timestamp=1, producer_id=pid, producer_epoch=0, base_sequence=seq)
+    # Now: a producer whose last write is older than producer.id.expiration.ms is forgotten.
+    now = time.time_ns() // 1_000_000
+    return build_batch(records, timestamp=now, producer_id=pid, producer_epoch=0, base_sequence=seq)
 
 
 def state(leader: int = LEADER, epoch: int = 1, isr: list[int] | None = None, version: int = 0):
@@ -181,3 +186,26 @@ def test_high_watermark_checkpoint_round_trip(tmp_path: Path) -> None:
     (tmp_path / "replication-offset-checkpoint").write_text("0\n3\na 0 5\n")
     assert read_high_watermarks(tmp_path) == {}  # damaged: nothing trusted
     assert read_high_watermarks(tmp_path / "missing") == {}
+
+
+def test_producer_state_is_saved_when_the_log_rolls(tmp_path: Path) -> None:
+    """So a restart after kill -9 replays only what came after the last roll."""
+    config = LogConfig(segment_bytes=1024)
+    lead = Partition(
+        Log.open(tmp_path, TP, config), state(isr=[LEADER]), LEADER, new=True, high_watermark=0
+    )
+    from kbroker._kbroker import validate_batches
+
+    snapshot = lead.log.dir / SNAPSHOT_FILE
+    seq = 0
+    while lead.log.segment_count < 3:
+        data = batch(2, pid=42, seq=seq)
+        lead.append_as_leader(data, validate_batches(data, 1 << 20), 1, 1, False)
+        seq += 2
+    saved = json.loads(snapshot.read_text())
+    assert 0 < saved["offset"] <= lead.log.log_end_offset
+    assert "42" in saved["producers"]
+    # No close (a crash): reopened, the producer's last batch is still known as a duplicate.
+    reopened = Partition(Log.open(tmp_path, TP, config), state(isr=[LEADER]), LEADER)
+    dup = reopened.producers.check(42, 0, seq - 2, 1)
+    assert dup is not None and dup.last_offset == lead.log.log_end_offset - 1

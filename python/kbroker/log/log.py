@@ -243,8 +243,10 @@ class Log:
     def delete_records_before(self, offset: int) -> int:
         return self._log.delete_records_before(offset)
 
-    def apply_retention(self) -> int:
-        return self._log.apply_retention(now_ms())
+    def apply_retention(self, max_offset: int | None = None) -> int:
+        """Deletes expired segments (time and size retention), only those ending at or
+        below ``max_offset`` when given (the high watermark)."""
+        return self._log.apply_retention(now_ms(), max_offset)
 
     def cleanable(self, max_offset: int | None = None) -> CleanableInfo:
         """How dirty the log is below ``max_offset`` and whether cleaning is due."""
@@ -295,6 +297,11 @@ class Log:
     @property
     def segment_base_offsets(self) -> list[int]:
         return self._log.segment_base_offsets
+
+    @property
+    def active_segment_base_offset(self) -> int:
+        """Where the segment appends go to starts (it changes when the log rolls)."""
+        return self._log.active_segment_base_offset
 
     @property
     def dir(self) -> Path:

@@ -135,6 +135,9 @@ class LogManager:
         self.errors = StorageErrors()
         # Told the duration (ns) of each time-based flush (flush metrics).
         self.flush_observer: Callable[[int], None] | None = None
+        # The offset retention stays below for a partition (its high watermark; None:
+        # no bound, a log no partition serves).
+        self.retention_bound: Callable[[TopicPartition], int | None] = lambda _tp: None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -304,7 +307,7 @@ class LogManager:
         deleted = 0
         for log_ in self.logs():
             try:
-                deleted += log_.apply_retention()
+                deleted += log_.apply_retention(self.retention_bound(log_.tp))
             except ValueError:
                 if self.get(log_.tp) is log_:
                     raise

@@ -42,6 +42,10 @@ class PartitionView(Protocol):
     def is_leader(self) -> bool: ...
     @property
     def log(self) -> LogView: ...
+    @property
+    def replicas(self) -> list[int]: ...
+    @property
+    def isr(self) -> list[int]: ...
 
 
 class TopicPartitionKey(Protocol):
@@ -86,6 +90,17 @@ class ClusterState:
     controller_terms: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicationState:
+    """A broker's replication counters, read at a scrape."""
+
+    # ISR changes this broker's leaders made since it started.
+    isr_shrinks: int = 0
+    isr_expands: int = 0
+    # The most records a partition it follows is behind its leader's high watermark.
+    max_lag: int = 0
+
+
 @dataclass
 class BrokerView:
     broker_id: int
@@ -96,6 +111,9 @@ class BrokerView:
     partition_level: Callable[[], bool]
     # A cluster member's state; None on a single node.
     cluster: Callable[[], ClusterState | None] = lambda: None
+    replication: Callable[[], ReplicationState] = ReplicationState
+    # A topic's min.insync.replicas.
+    min_insync: Callable[[str], int] = lambda _topic: 1
 
 
 class StateCollector:
@@ -194,12 +212,20 @@ class StateCollector:
             labels=labels,
         )
         topic_size: dict[str, int] = {}
-        leaders = 0
+        leaders = under_replicated = under_min_isr = at_min_isr = 0
         count = 0
         for tp, partition in list(view_items(self._view.partitions())):
             count += 1
             if partition.is_leader:
                 leaders += 1
+                isr = len(partition.isr)
+                if isr < len(partition.replicas):
+                    under_replicated += 1
+                min_isr = self._view.min_insync(tp.topic)
+                if isr < min_isr:
+                    under_min_isr += 1
+                elif isr == min_isr:
+                    at_min_isr += 1
             lg = partition.log
             try:
                 nbytes = lg.size_bytes
@@ -233,6 +259,44 @@ class StateCollector:
             "kafka_server_replicamanager_leadercount",
             "Partitions this broker leads (LeaderCount).",
             value=leaders,
+        )
+        for name, doc, value in (
+            (
+                "kafka_server_replicamanager_underreplicatedpartitions",
+                "Partitions this broker leads whose ISR lacks a replica "
+                "(UnderReplicatedPartitions).",
+                under_replicated,
+            ),
+            (
+                "kafka_server_replicamanager_underminisrpartitioncount",
+                "Partitions this broker leads whose ISR is below min.insync.replicas: acks=all "
+                "writes are refused (UnderMinIsrPartitionCount).",
+                under_min_isr,
+            ),
+            (
+                "kafka_server_replicamanager_atminisrpartitioncount",
+                "Partitions this broker leads whose ISR is at min.insync.replicas: one more "
+                "failure stops acks=all writes (AtMinIsrPartitionCount).",
+                at_min_isr,
+            ),
+        ):
+            yield GaugeMetricFamily(name, doc, value=value)
+        replication = self._view.replication()
+        yield CounterMetricFamily(
+            "kafka_server_replicamanager_isrshrinks",
+            "Followers this broker's leaders dropped from an ISR (IsrShrinksPerSec's count).",
+            value=replication.isr_shrinks,
+        )
+        yield CounterMetricFamily(
+            "kafka_server_replicamanager_isrexpands",
+            "Followers this broker's leaders added to an ISR (IsrExpandsPerSec's count).",
+            value=replication.isr_expands,
+        )
+        yield GaugeMetricFamily(
+            "kafka_server_replicafetchermanager_maxlag",
+            "Records the partition this broker follows furthest behind lacks of its leader's "
+            "high watermark (ReplicaFetcherManager MaxLag).",
+            value=replication.max_lag,
         )
 
     def _lag(self, per_partition: bool) -> Iterable[Metric]:

@@ -99,6 +99,8 @@ class _Target:
     truncating: bool = True
     # Parked until this loop time (after an error).
     parked_until: float = 0.0
+    # Records the leader has committed that this replica has not (at the last answer).
+    lag: int = 0
 
 
 class ReplicaFetcher:
@@ -364,6 +366,7 @@ class ReplicaFetcher:
                 self._park([t], self.settings.backoff_ms / 1000)
                 return
         p.update_follower_high_watermark(r.high_watermark)
+        t.lag = max(0, r.high_watermark - p.log.log_end_offset)
         if r.log_start_offset >= 0:
             try:
                 p.maybe_increment_log_start_offset(r.log_start_offset)
@@ -496,6 +499,14 @@ class ReplicaFetcherManager:
             if not fetcher.targets:
                 del self._fetchers[key]
                 self._close_later(fetcher)
+
+    def max_lag(self) -> int:
+        """The most records any followed partition is behind its leader's high watermark
+        (Kafka's ReplicaFetcherManager MaxLag)."""
+        return max(
+            (t.lag for f in list(self._fetchers.values()) for t in list(f.targets.values())),
+            default=0,
+        )
 
     def following(self) -> dict[TopicPartition, int]:
         """Each followed partition's leader."""

@@ -98,8 +98,10 @@ class Partition:
         self.high_watermark = min(max(high_watermark, log_.log_start_offset), end)
         self.producers = ProducerStateManager()
         self.on_progress: Callable[[TopicPartition], None] | None = None
-        # Set by the replica manager in a cluster: how ISR changes reach the controller.
+        # Set by the replica manager in a cluster: how ISR changes reach the controller,
+        # and who hears of those written (old ISR, new ISR).
         self.request_isr: IsrRequester | None = None
+        self.on_isr_change: Callable[[list[int], list[int]], None] | None = None
         # Leader: the followers' progress, the ISR asked for and not answered yet, where
         # this leader's epoch starts, and whether the controller fenced this leadership.
         self.followers: dict[int, FollowerProgress] = {}
@@ -108,6 +110,9 @@ class Partition:
         self.fenced = False
         if not new:
             self._rebuild_producer_state()
+        # Producer state is saved when the log rolls (and at close), so a restart after a
+        # crash replays at most the segments since.
+        self._snapshot_segment = log_.active_segment_base_offset
         if self.is_leader:
             self._start_leading(monotonic_ms())
 
@@ -120,6 +125,10 @@ class Partition:
     @property
     def is_leader(self) -> bool:
         return self.state.leader == self.broker_id and not self.fenced
+
+    @property
+    def replicas(self) -> list[int]:
+        return self.state.replicas
 
     @property
     def isr(self) -> list[int]:
@@ -256,6 +265,7 @@ class Partition:
             if state.leader_epoch != self.state.leader_epoch or state.version < self.state.version:
                 return  # an answer about another leadership: a newer order already came
             self.pending_isr = None
+            before = self.state.isr
             self.state = PartitionState(
                 replicas=list(self.state.replicas),
                 leader=self.state.leader,
@@ -266,6 +276,8 @@ class Partition:
                 offline_replicas=list(self.state.offline_replicas),
             )
             log.info("%s: ISR now %s (partition epoch %d)", self.tp, state.isr, state.version)
+            if self.on_isr_change is not None:
+                self.on_isr_change(before, self.state.isr)
             self._maybe_advance_high_watermark()
             if self.on_progress is not None:
                 self.on_progress(self.tp)  # acks=all waits count the ISR
@@ -331,6 +343,7 @@ class Partition:
                 appended.first_offset,
                 appended.max_timestamp,  # the append time on LogAppendTime topics
             )
+        self._maybe_snapshot_producers()
         if not self._maybe_advance_high_watermark() and self.on_progress is not None:
             self.on_progress(self.tp)  # followers waiting for new data
         return ProduceResult(
@@ -373,6 +386,7 @@ class Partition:
                     b.base_offset,
                     b.max_timestamp,
                 )
+        self._maybe_snapshot_producers()
         return appended
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
@@ -393,6 +407,7 @@ class Partition:
         self.log.truncate_to(offset)
         self.producers.truncate(offset)
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+        self._snapshot_producers()  # a saved state from above the cut no longer fits
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empties this replica and starts it at ``offset`` (the leader's log start)."""
@@ -400,6 +415,7 @@ class Partition:
         self.log.truncate_fully_and_start_at(offset)
         self.producers.truncate(-1)
         self.high_watermark = offset
+        self._snapshot_producers()
 
     def maybe_increment_log_start_offset(self, offset: int) -> None:
         """The leader's log start moved (retention, DeleteRecords): this replica follows,
@@ -438,6 +454,15 @@ class Partition:
         return self.log.delete_records_before(offset)
 
     def close(self) -> None:
+        self._snapshot_producers()
+
+    def _maybe_snapshot_producers(self) -> None:
+        active = self.log.active_segment_base_offset
+        if active != self._snapshot_segment:
+            self._snapshot_segment = active
+            self._snapshot_producers()
+
+    def _snapshot_producers(self) -> None:
         try:
             self.producers.write_snapshot(self.log.dir, self.log.log_end_offset)
         except OSError as exc:

@@ -172,6 +172,15 @@ class ReplicaManager:
         self.isr_channel: IsrChannel | None = None
         self._endpoint_of: Callable[[int], tuple[str, int] | None] = lambda _id: None
         self._checkpointed: dict[TopicPartition, int] = {}
+        # ISR changes this broker's leaders made (Kafka's IsrShrinksPerSec/IsrExpandsPerSec).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+
+    def _isr_changed(self, before: list[int], after: list[int]) -> None:
+        if len(after) < len(before):
+            self.isr_shrinks += 1
+        elif len(after) > len(before):
+            self.isr_expands += 1
 
     def start_replication(
         self,
@@ -192,6 +201,17 @@ class ReplicaManager:
             await self.fetchers.close()
         if self.isr_channel is not None:
             await self.isr_channel.close()
+
+    def high_watermark_of(self, tp: TopicPartition) -> int | None:
+        """The high watermark of a partition's log: None when it has no bound (a log no
+        partition serves on a single node); in a cluster an unserved log keeps the one
+        checkpointed (0 if none), until the controller says what it is."""
+        partition = self._partitions.get(tp)
+        if partition is not None:
+            return partition.high_watermark
+        if self.fetchers is None:
+            return None
+        return self._checkpointed.get(tp, 0)
 
     def checkpoint_high_watermarks(self) -> None:
         """Writes every partition's high watermark to the data directory (blocking)."""
@@ -239,6 +259,7 @@ class ReplicaManager:
         partition.on_progress = self._on_progress
         if self.isr_channel is not None:
             partition.request_isr = self.isr_channel.submit
+        partition.on_isr_change = self._isr_changed
         if partition.is_leader:
             self._notify(partition.tp, True, partition.leader_epoch)
 
