@@ -10,13 +10,13 @@ ZooKeeper's view, not on answers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kbroker.controller.context import LiveBroker
+from kbroker.futures import cancel_and_wait
 from kbroker.network.client import BrokerConnection, BrokerUnreachable
 from kbroker.protocol import ApiKey
 
@@ -79,9 +79,7 @@ class _BrokerQueue:
                 )
 
     async def close(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
+        await cancel_and_wait(self.task)
         await self.connection.close()
 
 

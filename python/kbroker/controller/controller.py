@@ -57,6 +57,7 @@ from kbroker.controller.context import (
 )
 from kbroker.controller.election import ElectionType
 from kbroker.controller.isr_changes import IsrAnswer, IsrChange, plan_isr_change, resolve
+from kbroker.futures import cancel_and_wait
 from kbroker.log import TopicPartition
 from kbroker.metadata_types import PartitionState
 from kbroker.protocol import ApiKey, ErrorCode
@@ -170,9 +171,7 @@ class Controller:
         self._topic_watches.clear()
         for task in (self._rebalancer, self._task):
             if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await cancel_and_wait(task)
         self._refuse_asked()
         await self.channel.close()
 

@@ -12,11 +12,11 @@ asked again meanwhile replaces the queued one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from kbroker.futures import cancel_and_wait
 from kbroker.log import TopicPartition
 from kbroker.metadata_cache import MetadataCache
 from kbroker.metadata_types import PartitionState
@@ -66,9 +66,7 @@ class IsrChannel:
     async def close(self) -> None:
         self._closed = True
         if self._sender is not None:
-            self._sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._sender
+            await cancel_and_wait(self._sender)
         if self._conn is not None:
             await self._conn.close()
 

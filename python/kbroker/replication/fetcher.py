@@ -44,6 +44,7 @@ from kbroker._kbroker import (
     UnexpectedAppendOffsetError,
 )
 from kbroker.config import BrokerConfig
+from kbroker.futures import cancel_and_wait
 from kbroker.log import TopicPartition
 from kbroker.network.client import BrokerConnection, BrokerUnreachable
 from kbroker.protocol import ApiKey, ErrorCode
@@ -144,9 +145,7 @@ class ReplicaFetcher:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await cancel_and_wait(self._task)
         await self.conn.close()
 
     # -- the loop --------------------------------------------------------------

@@ -1,0 +1,210 @@
+"""The two KIP-101 scenarios, driven deterministically on real broker processes.
+
+Each runs against Apache Kafka 3.9.1 in ZooKeeper mode first (the reference)
+and then against kbroker, on three brokers with a topic of replication factor
+2 on brokers 1 (leader) and 2:
+
+1. *A restarted follower keeps committed records.* The follower is killed
+   (kill -9) right after an acks=all write, with a high-watermark checkpoint
+   older than the write (the checkpoint interval is long), and restarted.
+   Truncating to the checkpointed high watermark (the rule KIP-101 replaced)
+   would cut the committed records and fetch them again; agreeing on leader
+   epochs with the leader leaves its log file untouched: same bytes, never
+   written again. Then the leader dies, the follower leads, and every
+   acknowledged record is there.
+2. *Replicas do not diverge.* Both replicas hold m1, m2 (acks=all); the
+   leader is killed, the follower takes over and is killed too, and loses m2
+   from its disk before it restarts (a write it acknowledged but had not
+   flushed: cut from its segment file, as a power failure would). Back first,
+   it leads and takes m3 at m2's offset. The old leader then returns with
+   m2 still at that offset and a checkpointed high watermark above it: by
+   the old rule it would keep m2 and the replicas would differ there for
+   good; by leader epochs it truncates m2 and fetches m3. Afterwards both
+   logs are byte-identical below the high watermark.
+
+Select with ``-m kafka`` (the reference needs Kafka's jars: bench/kafka/fetch.sh).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.cluster.nodes import SYSTEMS, Cluster, cluster
+from tests.helpers import wait_for
+from tests.zookeeper import ZooKeeperServer
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+
+LEADER, FOLLOWER = 1, 2
+# Longer than any test: the follower's checkpointed high watermark stays behind.
+SETTINGS = {
+    "replica.high.watermark.checkpoint.interval.ms": "600000",
+    "unclean.leader.election.enable": "false",
+    "auto.leader.rebalance.enable": "false",
+}
+
+
+@pytest.fixture(params=SYSTEMS)
+def brokers(
+    request: pytest.FixtureRequest, zookeeper: ZooKeeperServer, tmp_path: Path
+) -> Iterator[Cluster]:
+    chroot = f"/kip101-{uuid.uuid4().hex[:8]}"
+    with cluster(
+        request.param,
+        zookeeper.connect,
+        chroot,
+        tmp_path,
+        kafka_settings=SETTINGS,
+        kbroker_settings=[f"{k}={v}" for k, v in SETTINGS.items()],
+    ) as c:
+        c.root = tmp_path  # type: ignore[attr-defined]
+        yield c
+
+
+def segment_file(c: Cluster, broker: int, topic: str) -> Path:
+    root: Path = c.root  # type: ignore[attr-defined]
+    data = root / f"b{broker}" / ("logs" if c.system == "kafka" else "data")
+    return data / f"{topic}-0" / f"{0:020d}.log"
+
+
+def batches(path: Path, below: int) -> list[bytes]:
+    """The record batches of a segment file whose offsets are all below ``below``."""
+    data = path.read_bytes()
+    out, pos = [], 0
+    while pos + 12 <= len(data):
+        base, length = struct.unpack_from(">qi", data, pos)
+        end = pos + 12 + length
+        last_delta = struct.unpack_from(">i", data, pos + 23)[0]
+        if end > len(data) or base + last_delta >= below:
+            break
+        out.append(data[pos:end])
+        pos = end
+    return out
+
+
+def state(c: Cluster, topic: str) -> tuple[int, list[int]]:
+    """(leader, sorted ISR) of partition 0, as a live broker answers Metadata."""
+    md = AdminClient({"bootstrap.servers": c.live_bootstrap()}).list_topics(topic, timeout=10)
+    p = md.topics[topic].partitions[0]
+    return p.leader, sorted(p.isrs)
+
+
+def create(c: Cluster, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    new = NewTopic(
+        topic,
+        num_partitions=1,
+        replica_assignment=[[LEADER, FOLLOWER]],
+        config={"min.insync.replicas": "1"},
+    )
+    admin.create_topics([new], operation_timeout=30)[topic].result(60)
+    wait_for(lambda: state(c, topic) == (LEADER, [LEADER, FOLLOWER]), "both replicas in sync")
+
+
+def write(c: Cluster, topic: str, values: list[bytes], acks: str = "all") -> list[int]:
+    """Produces ``values`` to partition 0; their offsets (all acknowledged)."""
+    producer = Producer({"bootstrap.servers": c.live_bootstrap(), "acks": acks, "linger.ms": 2})
+    reports: list[tuple[object, int]] = []
+    for v in values:
+        producer.produce(
+            topic, value=v, partition=0, on_delivery=lambda e, m: reports.append((e, m.offset()))
+        )
+    assert producer.flush(60) == 0
+    assert all(e is None for e, _ in reports), reports
+    return [o for _, o in reports]
+
+
+def read(c: Cluster, topic: str, expected: int) -> list[tuple[int, bytes]]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": c.live_bootstrap(),
+            "group.id": "kip101",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                out.append((m.offset(), m.value()))
+        # Nothing more than expected.
+        m = consumer.poll(1.0)
+        assert m is None or m.error() is not None, (m.offset(), m.value())
+    finally:
+        consumer.close()
+    return out
+
+
+def fingerprint(path: Path) -> tuple[int, int, str]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_restarted_follower_keeps_committed_records(brokers: Cluster) -> None:
+    c = brokers
+    topic = f"kip101-keep-{uuid.uuid4().hex[:6]}"
+    create(c, topic)
+    values = [f"m{i}".encode() for i in range(200)]
+    offsets = write(c, topic, values)
+    assert offsets == list(range(200))
+    follower_file = segment_file(c, FOLLOWER, topic)
+    wait_for(
+        lambda: (
+            len(batches(follower_file, 200)) > 0
+            and follower_file.stat().st_size == segment_file(c, LEADER, topic).stat().st_size
+        ),
+        "the follower has every record",
+    )
+    before = fingerprint(follower_file)
+    c.nodes[FOLLOWER].kill()
+    wait_for(lambda: state(c, topic) == (LEADER, [LEADER]), "the follower out of the ISR", 30)
+    c.nodes[FOLLOWER].restart()
+    wait_for(lambda: state(c, topic) == (LEADER, [LEADER, FOLLOWER]), "the follower back", 60)
+    # Not truncated and fetched again: the file was never written since.
+    assert fingerprint(follower_file) == before
+    # The follower leads now; it has every acknowledged record.
+    c.nodes[LEADER].kill()
+    wait_for(lambda: state(c, topic)[0] == FOLLOWER, "the follower leading", 30)
+    assert read(c, topic, 200) == list(zip(range(200), values, strict=True))
+
+
+def test_replicas_do_not_diverge(brokers: Cluster) -> None:
+    c = brokers
+    topic = f"kip101-diverge-{uuid.uuid4().hex[:6]}"
+    create(c, topic)
+    assert write(c, topic, [b"m1"]) == [0]
+    assert write(c, topic, [b"m2"]) == [1]
+    leader_file = segment_file(c, LEADER, topic)
+    follower_file = segment_file(c, FOLLOWER, topic)
+    wait_for(lambda: len(batches(follower_file, 2)) == 2, "the follower has m1 and m2")
+    # The leader's high watermark reaches its checkpoint before it dies (a clean stop
+    # writes it): it would keep m2 by the old rule.
+    assert c.nodes[LEADER].terminate() in (0, 143)
+    wait_for(lambda: state(c, topic) == (FOLLOWER, [FOLLOWER]), "the follower leading", 30)
+    c.nodes[FOLLOWER].kill()
+    wait_for(lambda: state(c, topic)[0] == -1, "the partition offline", 30)
+    # The follower loses m2, as unflushed data is lost in a power failure.
+    first = batches(follower_file, 1)
+    assert len(first) == 1
+    os.truncate(follower_file, len(first[0]))
+    c.nodes[FOLLOWER].restart()
+    wait_for(lambda: state(c, topic) == (FOLLOWER, [FOLLOWER]), "the follower leading again", 30)
+    assert write(c, topic, [b"m3"]) == [1]
+    c.nodes[LEADER].restart()
+    wait_for(lambda: state(c, topic) == (FOLLOWER, [LEADER, FOLLOWER]), "the old leader back", 60)
+    assert read(c, topic, 2) == [(0, b"m1"), (1, b"m3")]
+    assert batches(leader_file, 2) == batches(follower_file, 2)
+    assert len(batches(leader_file, 2)) == 2
