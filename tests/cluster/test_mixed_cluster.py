@@ -7,7 +7,9 @@ broker; then both kbrokers are killed, Kafka's controller takes over, and the
 kbrokers, restarted, obey it. Each time a topic is created through one kind of
 broker, spread over all three, written through another and read back by a
 consumer group (whose coordinator is wherever its ``__consumer_offsets``
-partition landed).
+partition landed). Every partition has a replica on each of the three brokers and
+takes acks=all writes with ``min.insync.replicas`` 3: each kind follows leaders
+of the other (Kafka's follower fetching from a kbroker leader, and the reverse).
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.cluster.kafka_zk import prepare_kafka_zk_broker
 from tests.cluster.nodes import SESSION_TIMEOUT_MS, Cluster, KafkaNode, KbrokerNode, Node
-from tests.cluster.test_cluster_mode import create_topic, partition_leaders
+from tests.cluster.test_cluster_mode import partition_leaders
 from tests.helpers import produce, wait_for
 from tests.zookeeper import ZooKeeperServer
 
@@ -42,7 +44,9 @@ def round_trip(write_via: str, read_via: str, create_via: str, label: str) -> No
     # client, told so, waits for its next metadata refresh (minutes) before creating.
     wait_for(lambda: knows_controller(create_via), f"{create_via} to know the controller")
     topic = f"mixed-{label}-{uuid.uuid4().hex[:6]}"
-    create_topic(create_via, topic, 6)
+    admin = AdminClient({"bootstrap.servers": create_via})
+    new = NewTopic(topic, 6, 3, config={"min.insync.replicas": "3"})
+    admin.create_topics([new], operation_timeout=30)[topic].result(60)
     leaders = wait_for(
         lambda: (
             (found := partition_leaders(read_via, topic)) and -1 not in found.values() and found
@@ -51,8 +55,11 @@ def round_trip(write_via: str, read_via: str, create_via: str, label: str) -> No
         timeout=30,
     )
     assert set(leaders.values()) == {1, 2, 3}, leaders
-    reports = produce(write_via, topic, [(None, f"{label}-{i}".encode()) for i in range(300)])
-    assert all(err is None for err, _ in reports)
+    # Acknowledged only once all three replicas, of both kinds, have each record.
+    reports = produce(
+        write_via, topic, [(None, f"{label}-{i}".encode()) for i in range(300)], acks="all"
+    )
+    assert all(err is None for err, _ in reports), {str(err) for err, _ in reports}
     consumer = Consumer(
         {
             "bootstrap.servers": read_via,
