@@ -16,7 +16,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kbroker.errors import PartitionError, TopicError
+from kbroker.errors import TopicError
+from kbroker.futures import then
 from kbroker.handlers.admin_configs import topic_config_entries
 from kbroker.log import TopicPartition
 from kbroker.network.request import RequestContext
@@ -355,35 +356,44 @@ async def handle_create_partitions(broker: Broker, ctx: RequestContext, request:
 # -- DeleteRecords -------------------------------------------------------------------
 
 
-def _delete_records(broker: Broker, topic: str, index: int, offset: int) -> tuple[int, ErrorCode]:
-    """(low watermark, error) for one partition."""
-    tp = TopicPartition(topic, index)
-    if tp not in broker.replica_manager:
-        known = broker.metadata_cache.topics().get(topic)
-        if known is not None and index in known.partitions:
-            return -1, ErrorCode.NOT_LEADER_OR_FOLLOWER
-        return -1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    try:
-        return broker.replica_manager.delete_records(tp, offset), ErrorCode.NONE
-    except PartitionError as exc:
-        return -1, exc.code
-
-
 def handle_delete_records(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    """Each partition's records before its offset go, on every in-sync replica: the answer
+    waits (at most the request's timeout) until their log starts are there."""
     TopicResult = DeleteRecordsResponse.Topic
     PartitionResult = TopicResult.Partition
-    topics = []
+    early: dict[TopicPartition, tuple[int, ErrorCode]] = {}
+    asked: dict[TopicPartition, int] = {}
     for t in request.topics:
-        partitions = []
         for p in t.partitions:
-            low, error = _delete_records(broker, t.name, p.partition_index, p.offset)
-            partitions.append(
-                PartitionResult(
-                    partition_index=p.partition_index, low_watermark=low, error_code=error
+            tp = TopicPartition(t.name, p.partition_index)
+            if tp in broker.replica_manager:
+                asked[tp] = p.offset
+                continue
+            known = broker.metadata_cache.topics().get(t.name)
+            if known is not None and p.partition_index in known.partitions:
+                early[tp] = (-1, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            else:
+                early[tp] = (-1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+    def answer(results: dict[TopicPartition, tuple[int, ErrorCode]]) -> Any:
+        results = early | results
+        topics = []
+        for t in request.topics:
+            partitions = []
+            for p in t.partitions:
+                low, error = results[TopicPartition(t.name, p.partition_index)]
+                partitions.append(
+                    PartitionResult(
+                        partition_index=p.partition_index, low_watermark=low, error_code=error
+                    )
                 )
-            )
-        topics.append(TopicResult(name=t.name, partitions=partitions))
-    return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
+            topics.append(TopicResult(name=t.name, partitions=partitions))
+        return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
+
+    done = broker.replica_manager.delete_records(asked, request.timeout_ms)
+    if done.done():
+        return answer(done.result())
+    return then(done, answer)
 
 
 HANDLERS = {

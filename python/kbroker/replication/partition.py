@@ -293,6 +293,17 @@ class Partition:
         else:
             log.info("%s: ISR change refused (%s); kept %s", self.tp, error.name, self.state.isr)
 
+    @property
+    def low_watermark(self) -> int:
+        """The smallest log start offset of the replicas in the ISR (the leader's own
+        alone, when no follower has reported one yet): what DeleteRecords waits for."""
+        low = self.log.log_start_offset
+        for r in self.maximal_isr:
+            progress = self.followers.get(r)
+            if progress is not None and progress.log_start_offset >= 0:
+                low = min(low, progress.log_start_offset)
+        return low
+
     # -- writes ----------------------------------------------------------------
 
     def append_as_leader(

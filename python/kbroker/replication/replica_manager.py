@@ -157,6 +157,9 @@ class ReplicaManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         self.fetch_purgatory: Purgatory[TopicPartition] = Purgatory("Fetch", scheduler)
         self.produce_purgatory: Purgatory[TopicPartition] = Purgatory("Produce", scheduler)
+        self.delete_records_purgatory: Purgatory[TopicPartition] = Purgatory(
+            "DeleteRecords", scheduler
+        )
         # Told (partition, is_leader_now, leader_epoch) on every leadership transition.
         self._listeners: list[LeadershipListener] = []
         # Shutting down: no request waits any more.
@@ -441,12 +444,14 @@ class ReplicaManager:
         """The high watermark or log end of ``tp`` moved (or its leadership changed)."""
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
 
     def shutdown(self) -> None:
         """Answers every waiting request now, then closes the partitions."""
         self._closing = True
         self.fetch_purgatory.complete_all()
         self.produce_purgatory.complete_all()
+        self.delete_records_purgatory.complete_all()
         for partition in self._partitions.values():
             partition.close()
         if self.fetchers is not None:
@@ -582,6 +587,8 @@ class ReplicaManager:
                 replica_id, f.fetch_offset, f.log_start_offset, now
             ):
                 log.debug("%s: fetch from broker %d, not a replica", f.tp, replica_id)
+            elif self.delete_records_purgatory.watched(f.tp):
+                self.delete_records_purgatory.check_and_complete(f.tp)
 
     def read_from_local_log(
         self, params: FetchParams, fetches: list[FetchPartition]
@@ -630,16 +637,37 @@ class ReplicaManager:
 
     # -- maintenance -----------------------------------------------------------
 
-    def delete_records(self, tp: TopicPartition, offset: int) -> int:
-        """DeleteRecords on a partition this broker leads: the new log start offset."""
-        partition = self.leader_partition(tp)
-        try:
-            partition.delete_records_before(offset)
-        except OSError as exc:
-            self.logs.errors.failed("deleting records of", tp, exc)
-            raise PartitionError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from None
-        self.logs.errors.succeeded("deleting records of", tp)
-        return partition.log.log_start_offset
+    def delete_records(
+        self, offsets: Mapping[TopicPartition, int], timeout_ms: int
+    ) -> asyncio.Future[dict[TopicPartition, tuple[int, ErrorCode]]]:
+        """DeleteRecords on partitions this broker leads: each one's (low watermark, error)
+        once every in-sync replica has moved its log start there (`DelayedDeleteRecords`),
+        or REQUEST_TIMED_OUT at ``timeout_ms``. Offset -1 means the high watermark."""
+        results: dict[TopicPartition, tuple[int, ErrorCode]] = {}
+        targets: dict[TopicPartition, int] = {}
+        for tp, offset in offsets.items():
+            try:
+                partition = self.leader_partition(tp)
+                partition.delete_records_before(offset)
+            except PartitionError as exc:
+                results[tp] = (-1, exc.code)
+                continue
+            except OSError as exc:
+                self.logs.errors.failed("deleting records of", tp, exc)
+                results[tp] = (-1, ErrorCode.KAFKA_STORAGE_ERROR)
+                continue
+            self.logs.errors.succeeded("deleting records of", tp)
+            targets[tp] = partition.log.log_start_offset
+            results[tp] = (partition.low_watermark, ErrorCode.NONE)
+        done: asyncio.Future[dict[TopicPartition, tuple[int, ErrorCode]]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        op = DelayedDeleteRecords(self, timeout_ms, targets, results, done)
+        if self._closing or not targets:
+            op.try_complete() or op.force_complete()
+        else:
+            self.delete_records_purgatory.try_complete_else_watch(op, targets)
+        return done
 
 
 class DelayedProduce(DelayedOperation):
@@ -754,3 +782,45 @@ def _diverging(partition: Partition, f: FetchPartition) -> tuple[int, int] | Non
     if epoch < f.last_fetched_epoch or end < f.fetch_offset:
         return epoch, end
     return None
+
+
+class DelayedDeleteRecords(DelayedOperation):
+    """DeleteRecords: waits until each partition's low watermark (the smallest log start
+    of its in-sync replicas) reaches the new log start, or the timeout (Kafka's
+    DelayedDeleteRecords); a partition whose leadership moved meanwhile gets
+    NOT_LEADER_OR_FOLLOWER."""
+
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        timeout_ms: int,
+        targets: dict[TopicPartition, int],
+        results: dict[TopicPartition, tuple[int, ErrorCode]],
+        done: asyncio.Future[dict[TopicPartition, tuple[int, ErrorCode]]],
+    ) -> None:
+        super().__init__(timeout_ms)
+        self._replicas = replicas
+        self._waiting = dict(targets)
+        self._results = results
+        self._done = done
+
+    def try_complete(self) -> bool:
+        for tp, target in list(self._waiting.items()):
+            partition = self._replicas.get_partition(tp)
+            if partition is None or not partition.is_leader:
+                self._results[tp] = (-1, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                del self._waiting[tp]
+                continue
+            low = partition.low_watermark
+            if low >= target:
+                self._results[tp] = (low, ErrorCode.NONE)
+                del self._waiting[tp]
+        if self._waiting:
+            return False
+        return self.force_complete()
+
+    def on_complete(self) -> None:
+        for tp in self._waiting:
+            self._results[tp] = (-1, ErrorCode.REQUEST_TIMED_OUT)
+        if not self._done.done():
+            self._done.set_result(self._results)
