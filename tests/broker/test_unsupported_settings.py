@@ -27,7 +27,6 @@ pytestmark = pytest.mark.timeout(120)
 
 UNSUPPORTED = {
     "cluster.id": "ZlTTKn5WQraMKYmHHU1PAg",
-    "replica.lag.time.max.ms": "30000",
     "transactional.id.expiration.ms": "604800000",
     "log.preallocate": "true",
 }
@@ -57,7 +56,7 @@ def test_the_table_marks_what_is_refused() -> None:
         parse_topic_configs({"preallocate": "true"})
     # A bad value is still a bad value first.
     with pytest.raises(ConfigError, match="not a valid"):
-        BrokerConfig.from_strings([("replica.lag.time.max.ms", "soon")])
+        BrokerConfig.from_strings([("transactional.id.expiration.ms", "soon")])
 
 
 def test_stored_overrides_not_supported_any_more_are_dropped_with_a_warning(
@@ -72,7 +71,6 @@ def test_stored_overrides_not_supported_any_more_are_dropped_with_a_warning(
     "args",
     [
         ["--set", "unclean.leader.election.enable=false", "--set", "cluster.id=x"],
-        ["--set", "replica.lag.time.max.ms=10000"],
         ["--set", "transactional.id.expiration.ms=1000"],
         ["--set", "log.preallocate=true"],
     ],
@@ -107,7 +105,9 @@ def test_settings_command_shows_what_is_refused() -> None:
     assert rows["log.preallocate"]["honoured_values"] == ["false"]
     assert rows["producer.id.expiration.ms"]["supported"]
     text = subprocess.run([*KBROKER, "settings"], capture_output=True, text=True, timeout=60)
-    line = next(x for x in text.stdout.splitlines() if x.startswith("replica.lag.time.max.ms"))
+    line = next(
+        x for x in text.stdout.splitlines() if x.startswith("transactional.id.expiration.ms")
+    )
     assert "a value is refused: not supported yet" in line
 
 
@@ -142,10 +142,12 @@ def test_admin_apis_answer_invalid_config(
         "0",
         incremental_configs=[
             ConfigEntry(
-                "replica.lag.time.max.ms", "10000", incremental_operation=AlterConfigOpType.SET
+                "transactional.id.expiration.ms",
+                "10000",
+                incremental_operation=AlterConfigOpType.SET,
             )
         ],
     )
     err = error_of(incremental(a, broker))
     assert err.name() == "INVALID_CONFIG"
-    assert "no followers" in err.str()
+    assert "transactions are not" in err.str()
