@@ -335,6 +335,8 @@ class Broker:
         cache = self.metadata_cache
         before = {name: len(t.partitions) for name, t in cache.topics().items()}
         cache.update_from_controller(controller_id, brokers, partitions)
+        if self.replica_manager.isr_channel is not None:
+            self.replica_manager.isr_channel.controller_changed()
         after = cache.topics()
         for name in before.keys() - after.keys():
             self._forget_topic(name)

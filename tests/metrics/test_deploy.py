@@ -91,22 +91,30 @@ def _dashboard_exprs() -> list[str]:
 
 # The rule group whose metrics only a cluster member exports (tests/cluster checks it).
 CLUSTER_GROUP = "kbroker-cluster"
+# The replication rules (tests/cluster/test_replication_metrics.py sees them fire).
+REPLICATION_GROUP = "kbroker-replication"
 
 
-def alert_exprs(cluster: bool = False) -> list[str]:
+def alert_exprs(cluster: bool = False, group: str | None = None) -> list[str]:
     """The exprs of the rule groups a single node serves, or (``cluster``) of the group
-    only a cluster member does."""
+    only a cluster member does, or of the one ``group``."""
     text = ALERTS.read_text()
     # Folded (>) and one-line exprs; commented-out rules are not loaded.
     exprs = []
-    group = ""
+    current = ""
+    only = group
     lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
     for i, line in enumerate(lines):
         named = re.match(r"\s*- name:\s*(\S+)", line)
         if named:
-            group = named.group(1)
+            current = named.group(1)
         m = re.match(r"\s*expr:\s*(.*)$", line)
-        if not m or (group == CLUSTER_GROUP) != cluster:
+        if not m:
+            continue
+        if only is not None:
+            if current != only:
+                continue
+        elif (current == CLUSTER_GROUP) != cluster:
             continue
         if m.group(1).strip() == ">":
             indent = len(lines[i + 1]) - len(lines[i + 1].lstrip())

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kbroker.futures import cancel_and_wait
@@ -48,7 +49,7 @@ class IsrChannel:
         self.request_timeout_s = request_timeout_s
         self.retry_backoff_s = retry_backoff_s
         # The changes not sent yet, in the order asked.
-        self._queued: dict[TopicPartition, tuple[Partition, list[int]]] = {}
+        self._queued: dict[TopicPartition, _Change] = {}
         self._sender: asyncio.Task[None] | None = None
         self._conn: BrokerConnection | None = None
         self._conn_to: int | None = None
@@ -59,9 +60,25 @@ class IsrChannel:
         """Asks the controller for ``isr`` as the ISR of ``partition`` (which leads it)."""
         if self._closed:
             return
-        self._queued[partition.tp] = (partition, list(isr))
+        state = partition.state
+        self._queued[partition.tp] = _Change(
+            partition, list(isr), state.leader_epoch, state.version
+        )
         if self._sender is None or self._sender.done():
             self._sender = asyncio.ensure_future(self._send_all())
+
+    def controller_changed(self) -> None:
+        """Another broker is the controller: a request in flight to the old one is sent
+        again to it (the old one may never answer)."""
+        if self._conn is not None and self._conn_to != self.cache.controller_id:
+            self._drop_connection()
+
+    def _drop_connection(self) -> None:
+        old, self._conn = self._conn, None
+        if old is not None:
+            task = asyncio.ensure_future(old.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         self._closed = True
@@ -81,11 +98,11 @@ class IsrChannel:
                     self._queued.setdefault(tp, item)
                 await asyncio.sleep(self.retry_backoff_s)
                 continue
-            for tp, (partition, _isr) in batch.items():
+            for tp, change in batch.items():
                 if tp in self._queued:
                     continue  # asked again since: the newer change decides
                 error, state = answers.get(tp, (ErrorCode.UNKNOWN_SERVER_ERROR, None))
-                partition.isr_change_answered(error, state)
+                change.partition.isr_change_answered(error, state, change.isr, change.leader_epoch)
 
     def _connection(self) -> BrokerConnection:
         controller_id = self.cache.controller_id
@@ -97,12 +114,7 @@ class IsrChannel:
             or self._conn_to != controller_id
             or ((self._conn.host, self._conn.port) != (controller.host, controller.port))
         ):
-            if self._conn is not None:
-                old = self._conn
-                self._conn = None
-                task = asyncio.ensure_future(old.close())
-                self._closing.add(task)
-                task.add_done_callback(self._closing.discard)
+            self._drop_connection()
             self._conn = BrokerConnection(
                 controller.host, controller.port, f"broker-{self.broker_id}-alter-partition"
             )
@@ -110,20 +122,20 @@ class IsrChannel:
         return self._conn
 
     async def _send(
-        self, batch: dict[TopicPartition, tuple[Partition, list[int]]]
+        self, batch: dict[TopicPartition, _Change]
     ) -> dict[TopicPartition, tuple[ErrorCode, PartitionState | None]]:
         epoch = self.broker_epoch()
         if epoch is None:
             raise _Retry("this broker is not registered")
         topics: dict[str, list[Any]] = {}
-        for tp, (partition, isr) in batch.items():
+        for tp, change in batch.items():
             topics.setdefault(tp.topic, []).append(
                 AlterPartitionRequest.Topic.Partition(
                     partition_index=tp.partition,
-                    leader_epoch=partition.leader_epoch,
-                    new_isr=isr,
+                    leader_epoch=change.leader_epoch,
+                    new_isr=change.isr,
                     leader_recovery_state=0,
-                    partition_epoch=partition.state.version,
+                    partition_epoch=change.partition_epoch,
                 )
             )
         request = AlterPartitionRequest(
@@ -146,10 +158,13 @@ class IsrChannel:
                 item = batch.get(tp)
                 if item is None:
                     continue
-                code = ErrorCode(p.error_code)
+                try:
+                    code = ErrorCode(p.error_code)
+                except ValueError:
+                    code = ErrorCode.UNKNOWN_SERVER_ERROR
                 state = None
                 if code == ErrorCode.NONE:
-                    current = item[0].state
+                    current = item.partition.state
                     state = PartitionState(
                         replicas=list(current.replicas),
                         leader=p.leader_id,
@@ -160,6 +175,16 @@ class IsrChannel:
                     )
                 answers[tp] = (code, state)
         return answers
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    """An ISR change as asked: of which leadership, from which partition state."""
+
+    partition: Partition
+    isr: list[int]
+    leader_epoch: int
+    partition_epoch: int
 
 
 class _Retry(Exception):

@@ -257,9 +257,21 @@ class Partition:
         self.pending_isr = isr
         self.request_isr(self, isr)
 
-    def isr_change_answered(self, error: ErrorCode, state: PartitionState | None) -> None:
-        """The controller's answer to the pending ISR change: the written state, or why not."""
+    def isr_change_answered(
+        self,
+        error: ErrorCode,
+        state: PartitionState | None,
+        asked: list[int] | None = None,
+        asked_in_epoch: int | None = None,
+    ) -> None:
+        """The controller's answer to the ISR change ``asked`` in leader epoch
+        ``asked_in_epoch`` (None: the pending one): the written state, or why not. An
+        answer to a change that is no longer pending changes nothing."""
         if self.pending_isr is None:
+            return
+        if asked is not None and (
+            asked != self.pending_isr or asked_in_epoch != self.state.leader_epoch
+        ):
             return
         if error == ErrorCode.NONE and state is not None:
             if state.leader_epoch != self.state.leader_epoch or state.version < self.state.version:

@@ -1,0 +1,135 @@
+"""kbroker only: a leader's replication metrics follow its followers, and the replication
+alert rules read them.
+
+Three brokers, a topic of replication factor 3 with ``min.insync.replicas`` 3,
+acks=1 writes going on. A follower paused (SIGSTOP) past
+``replica.lag.time.max.ms`` leaves the ISR of the leaders it follows: they count
+the shrink, and their under-replicated and under-min-ISR gauges rise (acks=all
+writes are refused meanwhile with NOT_ENOUGH_REPLICAS). Resumed, it catches up and joins again: the
+expand is counted and the gauges fall back to 0. The ``kbroker-replication``
+alert rules name only metrics the brokers export, and their conditions hold
+while the follower is out.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kbroker._kbroker import build_batch
+from kbroker.protocol import ErrorCode
+from tests.cluster.nodes import SESSION_TIMEOUT_MS, KbrokerNode
+from tests.helpers import Wire, free_port, wait_for, wire_produce
+from tests.metrics.prom import get, samples
+from tests.zookeeper import ZooKeeperServer
+
+pytestmark = pytest.mark.timeout(240)
+
+LAG_MS = 2000
+
+
+def test_leader_metrics_follow_the_isr(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    connect = zookeeper.connect + f"/repl-metrics-{uuid.uuid4().hex[:8]}"
+    ports = {i: free_port() for i in (1, 2, 3)}
+    nodes = {
+        i: KbrokerNode(
+            i,
+            connect,
+            tmp_path / f"b{i}",
+            [
+                f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
+                "offsets.topic.replication.factor=1",
+                f"metrics.listeners=127.0.0.1:{ports[i]}",
+                f"replica.lag.time.max.ms={LAG_MS}",
+            ],
+        )
+        for i in (1, 2, 3)
+    }
+
+    def metric(i: int, name: str) -> float:
+        status, text = get(f"http://127.0.0.1:{ports[i]}/metrics")
+        assert status == 200
+        return samples(text).get(name, 0.0)
+
+    stop = threading.Event()
+    try:
+        for node in nodes.values():
+            node.launch()
+        for node in nodes.values():
+            node.wait_started()
+        bootstrap = ",".join(n.bootstrap for n in nodes.values())
+        topic = f"rm-{uuid.uuid4().hex[:6]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        new = NewTopic(topic, 1, 3, config={"min.insync.replicas": "3"})
+        admin.create_topics([new], operation_timeout=30)[topic].result(60)
+
+        def leader_and_isr() -> tuple[int, list[int]]:
+            p = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+            return p.leader, sorted(p.isrs)
+
+        leader = wait_for(lambda: leader_and_isr()[0] > 0 and leader_and_isr()[0], "a leader")
+        # (Not the controller: a paused controller would take the ISR change with it.)
+        controller = wait_for(lambda: admin.list_topics(timeout=10).controller_id, "a controller")
+        follower = next(i for i in nodes if i not in (leader, controller))
+        # Metadata from the leader from now on: the paused follower answers nothing.
+        admin = AdminClient({"bootstrap.servers": nodes[leader].bootstrap})
+        assert metric(leader, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+        assert metric(leader, "kafka_server_replicamanager_atminisrpartitioncount") == 1
+
+        def write() -> None:
+            p = Producer({"bootstrap.servers": nodes[leader].bootstrap, "acks": "1"})
+            while not stop.is_set():
+                p.produce(topic, b"x", partition=0)
+                p.poll(0.01)
+            p.flush(10)
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        nodes[follower].pause()
+        try:
+            wait_for(
+                lambda: leader_and_isr()[1] == sorted(set(nodes) - {follower}),
+                "the paused follower out of the ISR",
+                timeout=LAG_MS / 1000 + 15,
+            )
+            assert metric(leader, "kafka_server_replicamanager_isrshrinks_total") >= 1
+            assert metric(leader, "kafka_server_replicamanager_underreplicatedpartitions") == 1
+            assert metric(leader, "kafka_server_replicamanager_underminisrpartitioncount") == 1
+            # acks=all is refused before the append (librdkafka retries that error, so
+            # ask on the wire).
+            wire = Wire(nodes[leader].bootstrap)
+            try:
+                batch = build_batch([(None, b"refused", [])])
+                assert wire_produce(wire, topic, batch)[0] == ErrorCode.NOT_ENOUGH_REPLICAS
+            finally:
+                wire.close()
+            # The rules: each names exported metrics, and the two gauges' conditions hold.
+            from tests.metrics.prom import exported_names, promql_metric_names
+            from tests.metrics.test_deploy import REPLICATION_GROUP, alert_exprs
+
+            _, text = get(f"http://127.0.0.1:{ports[leader]}/metrics")
+            exprs = alert_exprs(group=REPLICATION_GROUP)
+            assert len(exprs) == 3
+            for expr in exprs:
+                names = promql_metric_names(expr)
+                assert names and not names - exported_names(text), expr
+        finally:
+            nodes[follower].resume()
+        wait_for(
+            lambda: leader_and_isr()[1] == [1, 2, 3],
+            "the follower back in the ISR",
+            timeout=30,
+        )
+        assert metric(leader, "kafka_server_replicamanager_isrexpands_total") >= 1
+        assert metric(leader, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+        assert metric(leader, "kafka_server_replicamanager_underminisrpartitioncount") == 0
+        assert metric(follower, "kafka_server_replicafetchermanager_maxlag") >= 0
+    finally:
+        stop.set()
+        for node in nodes.values():
+            node.kill()
