@@ -467,8 +467,9 @@ class ReplicaFetcherManager:
         """Fetches ``partition`` from ``leader_id`` (at ``endpoint``) in ``leader_epoch``, after
         agreeing where their logs part."""
         tp = partition.tp
-        self.stop_following([tp])
         key = (leader_id, self.fetcher_id(tp))
+        if self._on.get(tp, key) != key:
+            self.stop_following([tp])
         fetcher = self._fetchers.get(key)
         if fetcher is not None and fetcher.endpoint != endpoint:
             # The leader came back at another address: a new connection.
