@@ -48,13 +48,22 @@ KCAT_CONF = {
 CTX = mp.get_context("spawn")
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def create_topic(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    replication_factor: int = 1,
+    config: dict[str, str] | None = None,
+    timeout: float = 30,
+) -> None:
+    """Creates ``topic`` and waits until every partition has a leader (and, when replicated, all
+    its replicas in the ISR), as the brokers' Metadata reports it."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-    # Wait until every partition has a leader, as both brokers report it.
-    deadline = time.monotonic() + 30
+    new = NewTopic(topic, partitions, replication_factor, config=config or {})
+    admin.create_topics([new])[topic].result(timeout)
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         md = admin.list_topics(topic, timeout=10).topics.get(topic)
         if (
@@ -62,10 +71,14 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
             and md.error is None
             and len(md.partitions) == partitions
             and all(p.leader >= 0 for p in md.partitions.values())
+            and (
+                replication_factor == 1
+                or all(len(p.isrs) == replication_factor for p in md.partitions.values())
+            )
         ):
             return
         time.sleep(0.1)
-    raise RuntimeError(f"topic {topic} has no leaders after 30 s")
+    raise RuntimeError(f"topic {topic} has no leaders (or not a full ISR) after {timeout:.0f} s")
 
 
 def _cpu_seconds() -> float:
