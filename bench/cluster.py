@@ -30,10 +30,18 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.systems import KAFKA_JVM_OPTS, REPO, free_port, kafka_lib, kbroker_python, pin
+from bench.systems import (
+    KAFKA_JVM_OPTS,
+    REPO,
+    free_port,
+    kafka_lib,
+    kbroker_python,
+    pin,
+    wait_for_port,
+)
 
 KAFKA_ZK_VERSION = "3.9.1"
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
@@ -240,6 +248,10 @@ class Cluster:
     procs: dict[int, subprocess.Popen[bytes]]
     addresses: dict[int, str]
     root: Path
+    # Filled in on the way out: seconds each broker took to stop, and those killed after the
+    # timeout.
+    stop_s: dict[int, float] = field(default_factory=dict)
+    killed: list[int] = field(default_factory=list)
 
     @property
     def bootstrap(self) -> str:
@@ -247,6 +259,20 @@ class Cluster:
 
     def data_dir(self, broker_id: int) -> Path:
         return self.root / f"{self.system}-{broker_id}" / "data"
+
+    def stop(self, broker_id: int, timeout: float) -> None:
+        proc = self.procs[broker_id]
+        start = time.monotonic()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                self.killed.append(broker_id)
+        self.stop_s[broker_id] = round(time.monotonic() - start, 2)
 
 
 @contextmanager
@@ -257,11 +283,13 @@ def three_brokers(
     settings: dict[str, str] | None = None,
     cpus: set[int] | None = None,
     log_dir: Path | None = None,
+    stop_timeout: float = 30,
 ) -> Iterator[Cluster]:
     """A fresh ZooKeeper under ``root/system`` and brokers 1-3 of ``system`` on its ``/bench``
     chroot, until all three are registered and one is the controller; stops the brokers, then
     ZooKeeper, on the way out (also on errors and Ctrl-C). ``log_dir``: keep each broker's output
-    in ``log_dir/SYSTEM-ID.log`` (appended) rather than in ``root``."""
+    in ``log_dir/SYSTEM-ID.log`` (appended) rather than in ``root``. Brokers stop one at a time,
+    3 first, each SIGTERM then SIGKILL after ``stop_timeout`` seconds (``Cluster.stop_s``)."""
     from kazoo.client import KazooClient
 
     # Brokers stop (their callbacks) before ZooKeeper does.
@@ -274,6 +302,7 @@ def three_brokers(
         client.close()
         procs: dict[int, subprocess.Popen[bytes]] = {}
         addresses: dict[int, str] = {}
+        cluster = Cluster(system, zk, procs, addresses, root / system)
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
         for i in (1, 2, 3):
@@ -281,8 +310,8 @@ def three_brokers(
             proc, address = start_broker(
                 system, i, zk, root / system, session_timeout_ms, settings, cpus, log
             )
-            stack.callback(_stop, proc)
             procs[i], addresses[i] = proc, address
+            stack.callback(cluster.stop, i, stop_timeout)
 
         def registered() -> bool:
             if any(p.poll() is not None for p in procs.values()):
@@ -299,9 +328,12 @@ def three_brokers(
                 c.close()
 
         _wait(registered, "three brokers registered", 120, 0.5)
+        # Kafka registers in ZooKeeper before its listener takes connections.
+        for i, address in addresses.items():
+            wait_for_port(int(address.rsplit(":", 1)[1]), procs[i], f"{system} broker {i}", 120)
         _wait(lambda: controller_id(zk) is not None, "a controller", 60)
         time.sleep(2)  # the controller's first round of requests
-        yield Cluster(system, zk, procs, addresses, root / system)
+        yield cluster
 
 
 def run_system(system: str, args: argparse.Namespace, root: Path) -> dict[str, object]:

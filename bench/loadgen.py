@@ -26,6 +26,7 @@ import struct
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,9 +149,18 @@ class ProduceResult:
 
 
 def produce(
-    bootstrap: str, topic: str, records: int, size: int, acks: str, producers: int, rate: float = 0
+    bootstrap: str,
+    topic: str,
+    records: int,
+    size: int,
+    acks: str,
+    producers: int,
+    rate: float = 0,
+    on_start: Callable[[], None] | None = None,
 ) -> ProduceResult:
-    """``records`` in all from ``producers`` processes, at ``rate`` records/s in all (0: max)."""
+    """``records`` in all from ``producers`` processes, at ``rate`` records/s in all (0: max).
+    ``on_start`` runs once they are connected, as they are told to start (e.g. to read the
+    brokers' CPU time without the processes' start-up)."""
     per = records // producers
     ready = CTX.Semaphore(0)
     go = CTX.Event()
@@ -168,6 +178,8 @@ def produce(
             proc.start()
         for _ in procs:
             _await_ready(ready, procs, "a producer")
+        if on_start is not None:
+            on_start()
         go.set()
         results = [out.get(timeout=900) for _ in procs]
     finally:

@@ -73,9 +73,7 @@ def pin(cpus: set[int] | None) -> Callable[[], None] | None:
     return lambda: os.sched_setaffinity(0, cpus)
 
 
-def _wait_for_port(
-    port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 60
-) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -234,7 +232,7 @@ def kbroker_node(
     )
     stop_scraping = threading.Event()
     try:
-        _wait_for_port(port, proc, "kbroker")
+        wait_for_port(port, proc, "kbroker")
         if metrics_url is not None:
             threading.Thread(
                 target=_scrape, args=(metrics_url, scrape_s, stop_scraping), daemon=True
@@ -332,7 +330,7 @@ def kafka_node(
             stdin=subprocess.DEVNULL,
             preexec_fn=pin(cpus),
         )
-        _wait_for_port(port, proc, "kafka")
+        wait_for_port(port, proc, "kafka")
         yield Broker("kafka", version, f"127.0.0.1:{port}", proc, data, settings)
     finally:
         if proc is not None:
