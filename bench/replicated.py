@@ -31,6 +31,9 @@ ZooKeeper changed (every ISR shrink or expansion and leader change is a new
 version), how long the followers took to catch up once the producers were
 done, and the brokers' log lines about the ISR and at WARN or above.
 
+``--quick``: smaller sizes, one repetition, and the last system's max-rate
+session goes on with the fixed-rate rows (one cluster start fewer).
+
 Results print as tables and append as JSON lines to bench/results/replicated.jsonl;
 broker logs stay in --logs (bench/out/replicated/, one folder per session).
 """
@@ -50,7 +53,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -124,6 +127,7 @@ class Options:
     broker_cpus: set[int] | None = None  # from ``pin``, set once by run()
     client_cpus: set[int] | None = None
     stop_timeout: float = 15
+    share_last: bool = False  # the last max-rate session also runs the fixed-rate rows
     rate_fraction: float = 0.5
     sample_s: float = 0.5
     session_timeout_ms: int = 6000
@@ -390,13 +394,19 @@ def run_row(
 
 
 def session(
-    system: str, rows: list[Row], opts: Options, rep: int, rates: dict[str, float] | None = None
+    system: str,
+    rows: list[Row],
+    opts: Options,
+    rep: int,
+    rates: dict[str, float] | None = None,
+    then_rates: Callable[[], dict[str, float]] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """A fresh cluster of ``system``: warm-up, then ``rows`` at full speed (``rates`` None) or
-    at ``rates[row.name]`` records/s; yields each result row."""
+    at ``rates[row.name]`` records/s, then (``then_rates``) the rows again at the rates it
+    returns; yields each result row, then a ``session`` line."""
     broker_cpus, client_cpus = opts.broker_cpus, opts.client_cpus
     n_client = len(client_cpus or os.sched_getaffinity(0))
-    kind = "rate" if rates else "max"
+    kind = "rate" if rates else "max+rate" if then_rates else "max"
     log_dir = opts.logs / f"{opts.run_id}-{system}-rep{rep}-{kind}"
     root = Path(tempfile.mkdtemp(prefix="kbroker-repl-bench-", dir=opts.data_root))
     try:
@@ -416,10 +426,8 @@ def session(
             warm = logs.read()
             if warm["warn"]:
                 _say(f"{system}: {len(warm['warn'])} WARN+ log lines during the warm-up")
-            for row in rows:
-                rate = rates[row.name] if rates else 0
-                if rates is not None and rate <= 0:
-                    continue
+
+            def measure(row: Row, rate: float) -> dict[str, Any]:
                 result = run_row(c, row, opts, rate, n_client)
                 noted = logs.read()
                 result.update(
@@ -437,7 +445,18 @@ def session(
                     logs=str(log_dir),
                 )
                 _say(_progress_line(result))
-                yield result
+                return result
+
+            for row in rows:
+                if rates is None:
+                    yield measure(row, 0)
+                elif rates.get(row.name, 0) > 0:
+                    yield measure(row, rates[row.name])
+            if then_rates is not None:
+                later = then_rates()
+                for row in rows:
+                    if later.get(row.name, 0) > 0:
+                        yield measure(row, later[row.name])
             end = time.monotonic()
         noted = logs.read()
         info = {
@@ -598,6 +617,7 @@ def run(opts: Options) -> list[dict[str, Any]]:
             "systems": opts.systems,
             "rows": [r.name for r in opts.rows],
             "rate_fraction": opts.rate_fraction,
+            "share_last": opts.share_last,
             "pin": opts.pin,
             "broker_cpus": sorted(opts.broker_cpus or []),
             "client_cpus": sorted(opts.client_cpus or []),
@@ -606,22 +626,44 @@ def run(opts: Options) -> list[dict[str, Any]]:
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
     )
-    for rep in range(1, opts.sizes.reps + 1):
+    rates: dict[str, float] = {}
+
+    def fixed_rates() -> dict[str, float]:
+        """Once every maximum is known: the fraction of the lower median per row."""
+        if not rates:
+            med = _median_rows([r for r in rows if "workload" in r])
+            for row in opts.rows:
+                maxima = [
+                    med[(s, row.name)]["records_s"] for s in opts.systems if (s, row.name) in med
+                ]
+                rates[row.name] = opts.rate_fraction * min(maxima) if maxima else 0
+            _say("fixed rates: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in rates.items()))
+        return rates
+
+    reps = opts.sizes.reps
+    shared: tuple[str, int] | None = None
+    for rep in range(1, reps + 1):
         order = opts.systems if rep % 2 else list(reversed(opts.systems))
-        for system in order:
-            for row in session(system, opts.rows, opts, rep):
+        for i, system in enumerate(order):
+            # --quick: the last max-rate session goes on with the fixed-rate rows (one cluster
+            # start fewer); otherwise every fixed-rate session is a fresh cluster.
+            share = (
+                opts.share_last and opts.rate_fraction > 0 and rep == reps and i == len(order) - 1
+            )
+            if share:
+                shared = (system, rep)
+            for row in session(
+                system, opts.rows, opts, rep, then_rates=fixed_rates if share else None
+            ):
                 emit(row)
     if opts.rate_fraction <= 0:
         return rows
-    med = _median_rows([r for r in rows if "workload" in r])
-    rates: dict[str, float] = {}
-    for row in opts.rows:
-        maxima = [med[(s, row.name)]["records_s"] for s in opts.systems if (s, row.name) in med]
-        rates[row.name] = opts.rate_fraction * min(maxima) if maxima else 0
-    _say("fixed rates: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in rates.items()))
-    for rep in range(1, opts.sizes.reps + 1):
+    fixed_rates()
+    for rep in range(1, reps + 1):
         order = opts.systems if rep % 2 else list(reversed(opts.systems))
         for system in order:
+            if (system, rep) == shared:
+                continue
             for row in session(system, opts.rows, opts, rep, rates):
                 emit(row)
     return rows
@@ -689,6 +731,7 @@ def main(argv: list[str] | None = None) -> int:
         results=args.results,
         run_id=time.strftime("%Y%m%d-%H%M%S"),
         mode="quick" if args.quick else "full",
+        share_last=args.quick,
     )
     signal.signal(signal.SIGTERM, _terminate)
     # kazoo's retries while ZooKeeper starts are expected; its warnings are noise here.
