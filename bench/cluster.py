@@ -30,9 +30,18 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.systems import KAFKA_JVM_OPTS, REPO, free_port, kafka_lib
+from bench.systems import (
+    KAFKA_JVM_OPTS,
+    REPO,
+    free_port,
+    kafka_lib,
+    kbroker_python,
+    pin,
+    wait_for_port,
+)
 
 KAFKA_ZK_VERSION = "3.9.1"
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
@@ -105,14 +114,29 @@ def zookeeper(root: Path) -> Iterator[str]:
 
 
 def start_broker(
-    system: str, broker_id: int, zk: str, root: Path, session_timeout_ms: int
+    system: str,
+    broker_id: int,
+    zk: str,
+    root: Path,
+    session_timeout_ms: int,
+    settings: dict[str, str] | None = None,
+    cpus: set[int] | None = None,
+    log_path: Path | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """Starts broker ``broker_id`` of ``system`` on ZooKeeper ``zk`` (with its chroot), data in
+    ``root/SYSTEM-ID/data``; ``settings`` are added to (or override) the defaults below. Its
+    output goes to ``log_path`` [``root/SYSTEM-ID/broker.log``]; ``cpus`` pins it."""
     port = free_port()
     home = root / f"{system}-{broker_id}"
     home.mkdir(parents=True)
     if system == "kbroker":
+        defaults = {
+            "zookeeper.session.timeout.ms": str(session_timeout_ms),
+            "offsets.topic.replication.factor": "1",
+            "max.broker.partitions": "1000000",
+        }
         cmd = [
-            sys.executable,
+            kbroker_python(),
             "-m",
             "kbroker.cli",
             "serve",
@@ -124,13 +148,9 @@ def start_broker(
             f"127.0.0.1:{port}",
             "--data-dir",
             str(home / "data"),
-            "--set",
-            f"zookeeper.session.timeout.ms={session_timeout_ms}",
-            "--set",
-            "offsets.topic.replication.factor=1",
-            "--set",
-            "max.broker.partitions=1000000",
         ]
+        for key, value in (defaults | (settings or {})).items():
+            cmd += ["--set", f"{key}={value}"]
     else:
         props = {
             "broker.id": str(broker_id),
@@ -140,13 +160,15 @@ def start_broker(
             "log.dirs": str(home / "data"),
             "offsets.topic.replication.factor": "1",
             "auto.create.topics.enable": "false",
-        }
+        } | (settings or {})
         (home / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (home / "log4j.properties").write_text(
             "log4j.rootLogger=WARN, out\nlog4j.appender.out=org.apache.log4j.ConsoleAppender\n"
             "log4j.appender.out.layout=org.apache.log4j.PatternLayout\n"
             "log4j.appender.out.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
             "log4j.logger.kafka.server.KafkaServer=INFO\n"
+            # ISR shrinks and expansions, as kbroker logs them at INFO
+            "log4j.logger.kafka.cluster.Partition=INFO\n"
         )
         cmd = [
             "java",
@@ -157,8 +179,14 @@ def start_broker(
             "kafka.Kafka",
             str(home / "server.properties"),
         ]
-    with open(home / "broker.log", "ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    with open(log_path or home / "broker.log", "ab") as out:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=pin(cpus),
+        )
     return proc, f"127.0.0.1:{port}"
 
 
@@ -211,15 +239,62 @@ def create(bootstrap: str, name: str, partitions: int, timeout: float = 300) -> 
     futures[name].result(timeout * 2)
 
 
-def run_system(system: str, args: argparse.Namespace, root: Path) -> dict[str, object]:
-    from confluent_kafka import Producer
+@dataclass
+class Cluster:
+    """Three running brokers of one system on one ZooKeeper chroot."""
 
-    out: dict[str, object] = {"system": system, "partitions": args.partitions}
+    system: str
+    zk: str  # host:port/chroot, as the brokers have it
+    procs: dict[int, subprocess.Popen[bytes]]
+    addresses: dict[int, str]
+    root: Path
+    # Filled in on the way out: seconds each broker took to stop, and those killed after the
+    # timeout.
+    stop_s: dict[int, float] = field(default_factory=dict)
+    killed: list[int] = field(default_factory=list)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.addresses.values())
+
+    def data_dir(self, broker_id: int) -> Path:
+        return self.root / f"{self.system}-{broker_id}" / "data"
+
+    def stop(self, broker_id: int, timeout: float) -> None:
+        proc = self.procs[broker_id]
+        start = time.monotonic()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                self.killed.append(broker_id)
+        self.stop_s[broker_id] = round(time.monotonic() - start, 2)
+
+
+@contextmanager
+def three_brokers(
+    system: str,
+    root: Path,
+    session_timeout_ms: int = 6000,
+    settings: dict[str, str] | None = None,
+    cpus: set[int] | None = None,
+    log_dir: Path | None = None,
+    stop_timeout: float = 30,
+) -> Iterator[Cluster]:
+    """A fresh ZooKeeper under ``root/system`` and brokers 1-3 of ``system`` on its ``/bench``
+    chroot, until all three are registered and one is the controller; stops the brokers, then
+    ZooKeeper, on the way out (also on errors and Ctrl-C). ``log_dir``: keep each broker's output
+    in ``log_dir/SYSTEM-ID.log`` (appended) rather than in ``root``. Brokers stop one at a time,
+    3 first, each SIGTERM then SIGKILL after ``stop_timeout`` seconds (``Cluster.stop_s``)."""
+    from kazoo.client import KazooClient
+
     # Brokers stop (their callbacks) before ZooKeeper does.
     with zookeeper(root / system) as zk_hosts, ExitStack() as stack:
         zk = zk_hosts + "/bench"
-        from kazoo.client import KazooClient
-
         client = KazooClient(hosts=zk_hosts, timeout=5)
         client.start(timeout=5)
         client.ensure_path("/bench")
@@ -227,13 +302,21 @@ def run_system(system: str, args: argparse.Namespace, root: Path) -> dict[str, o
         client.close()
         procs: dict[int, subprocess.Popen[bytes]] = {}
         addresses: dict[int, str] = {}
+        cluster = Cluster(system, zk, procs, addresses, root / system)
+        if log_dir is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
         for i in (1, 2, 3):
-            proc, address = start_broker(system, i, zk, root, args.session_timeout_ms)
-            stack.callback(_stop, proc)
+            log = log_dir / f"{system}-{i}.log" if log_dir is not None else None
+            proc, address = start_broker(
+                system, i, zk, root / system, session_timeout_ms, settings, cpus, log
+            )
             procs[i], addresses[i] = proc, address
-        bootstrap = ",".join(addresses.values())
+            stack.callback(cluster.stop, i, stop_timeout)
 
         def registered() -> bool:
+            if any(p.poll() is not None for p in procs.values()):
+                codes = {i: p.returncode for i, p in procs.items()}
+                raise RuntimeError(f"a {system} broker exited while starting: {codes}")
             c = KazooClient(hosts=zk, timeout=5)
             c.start(timeout=5)
             try:
@@ -245,8 +328,25 @@ def run_system(system: str, args: argparse.Namespace, root: Path) -> dict[str, o
                 c.close()
 
         _wait(registered, "three brokers registered", 120, 0.5)
+        # Kafka registers in ZooKeeper before its listener takes connections.
+        for i, address in addresses.items():
+            wait_for_port(int(address.rsplit(":", 1)[1]), procs[i], f"{system} broker {i}", 120)
         _wait(lambda: controller_id(zk) is not None, "a controller", 60)
         time.sleep(2)  # the controller's first round of requests
+        yield cluster
+
+
+def run_system(system: str, args: argparse.Namespace, root: Path) -> dict[str, object]:
+    from confluent_kafka import Producer
+
+    out: dict[str, object] = {"system": system, "partitions": args.partitions}
+    with three_brokers(system, root, args.session_timeout_ms) as cluster:
+        zk, procs, addresses, bootstrap = (
+            cluster.zk,
+            cluster.procs,
+            cluster.addresses,
+            cluster.bootstrap,
+        )
         idle = [rss_mb(p.pid) for p in procs.values()]
         out["idle_rss_mb"] = [round(x, 1) for x in idle]
 

@@ -26,6 +26,7 @@ import struct
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,13 +49,22 @@ KCAT_CONF = {
 CTX = mp.get_context("spawn")
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def create_topic(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    replication_factor: int = 1,
+    config: dict[str, str] | None = None,
+    timeout: float = 30,
+) -> None:
+    """Creates ``topic`` and waits until every partition has a leader (and, when replicated, all
+    its replicas in the ISR), as the brokers' Metadata reports it."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-    # Wait until every partition has a leader, as both brokers report it.
-    deadline = time.monotonic() + 30
+    new = NewTopic(topic, partitions, replication_factor, config=config or {})
+    admin.create_topics([new])[topic].result(timeout)
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         md = admin.list_topics(topic, timeout=10).topics.get(topic)
         if (
@@ -62,10 +72,14 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
             and md.error is None
             and len(md.partitions) == partitions
             and all(p.leader >= 0 for p in md.partitions.values())
+            and (
+                replication_factor == 1
+                or all(len(p.isrs) == replication_factor for p in md.partitions.values())
+            )
         ):
             return
         time.sleep(0.1)
-    raise RuntimeError(f"topic {topic} has no leaders after 30 s")
+    raise RuntimeError(f"topic {topic} has no leaders (or not a full ISR) after {timeout:.0f} s")
 
 
 def _cpu_seconds() -> float:
@@ -135,9 +149,18 @@ class ProduceResult:
 
 
 def produce(
-    bootstrap: str, topic: str, records: int, size: int, acks: str, producers: int, rate: float = 0
+    bootstrap: str,
+    topic: str,
+    records: int,
+    size: int,
+    acks: str,
+    producers: int,
+    rate: float = 0,
+    on_start: Callable[[], None] | None = None,
 ) -> ProduceResult:
-    """``records`` in all from ``producers`` processes, at ``rate`` records/s in all (0: max)."""
+    """``records`` in all from ``producers`` processes, at ``rate`` records/s in all (0: max).
+    ``on_start`` runs once they are connected, as they are told to start (e.g. to read the
+    brokers' CPU time without the processes' start-up)."""
     per = records // producers
     ready = CTX.Semaphore(0)
     go = CTX.Event()
@@ -155,6 +178,8 @@ def produce(
             proc.start()
         for _ in procs:
             _await_ready(ready, procs, "a producer")
+        if on_start is not None:
+            on_start()
         go.set()
         results = [out.get(timeout=900) for _ in procs]
     finally:

@@ -66,15 +66,14 @@ def fetch_kafka(version: str = KAFKA_VERSION) -> None:
     subprocess.run(["bash", str(REPO / "bench" / "kafka" / "fetch.sh"), version], check=True)
 
 
-def _pin(cpus: set[int] | None) -> Callable[[], None] | None:
+def pin(cpus: set[int] | None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that pins the child to ``cpus`` (None: no pinning)."""
     if not cpus:
         return None
     return lambda: os.sched_setaffinity(0, cpus)
 
 
-def _wait_for_port(
-    port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 60
-) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -103,6 +102,33 @@ def _stop(proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
         proc.wait(10)
 
 
+def proc_usage(pid: int) -> dict[str, float]:
+    """A process's CPU seconds (user+system, all threads), peak and current RSS in MiB, from
+    /proc; {} once it has gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        with open(f"/proc/{pid}/status") as f:
+            status = dict(line.split(":", 1) for line in f if ":" in line)
+        return {
+            "cpu_s": cpu,
+            "peak_rss_mb": int(status["VmHWM"].split()[0]) / 1024,
+            "rss_mb": int(status["VmRSS"].split()[0]) / 1024,
+        }
+    except (OSError, KeyError, IndexError, ValueError):
+        return {}
+
+
+def reset_peak_rss(pid: int) -> None:
+    """Makes a process's VmHWM start again from its current RSS (Linux clear_refs 5)."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 class Broker:
     """A running broker process: its address, pid and resource use."""
 
@@ -124,28 +150,11 @@ class Broker:
 
     def usage(self) -> dict[str, float]:
         """CPU seconds (user+system, all threads) and peak RSS in MiB so far."""
-        pid = self.proc.pid
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            with open(f"/proc/{pid}/status") as f:
-                status = dict(line.split(":", 1) for line in f if ":" in line)
-            return {
-                "cpu_s": cpu,
-                "peak_rss_mb": int(status["VmHWM"].split()[0]) / 1024,
-                "rss_mb": int(status["VmRSS"].split()[0]) / 1024,
-            }
-        except (OSError, KeyError, IndexError, ValueError):
-            return {}
+        return proc_usage(self.proc.pid)
 
     def reset_peak_rss(self) -> None:
         """Makes VmHWM start again from the current RSS (Linux clear_refs 5)."""
-        try:
-            with open(f"/proc/{self.proc.pid}/clear_refs", "w") as f:
-                f.write("5")
-        except OSError:
-            pass
+        reset_peak_rss(self.proc.pid)
 
     def data_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.data_dir.rglob("*") if p.is_file())
@@ -219,11 +228,11 @@ def kbroker_node(
         metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     log = open(log_path or os.devnull, "ab")  # noqa: SIM115 - closed in finally
     proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_pin(cpus)
+        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=pin(cpus)
     )
     stop_scraping = threading.Event()
     try:
-        _wait_for_port(port, proc, "kbroker")
+        wait_for_port(port, proc, "kbroker")
         if metrics_url is not None:
             threading.Thread(
                 target=_scrape, args=(metrics_url, scrape_s, stop_scraping), daemon=True
@@ -319,9 +328,9 @@ def kafka_node(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_pin(cpus),
+            preexec_fn=pin(cpus),
         )
-        _wait_for_port(port, proc, "kafka")
+        wait_for_port(port, proc, "kafka")
         yield Broker("kafka", version, f"127.0.0.1:{port}", proc, data, settings)
     finally:
         if proc is not None:
