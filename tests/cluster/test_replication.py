@@ -38,6 +38,8 @@ mark, so ``-k kafka`` alone selects both).
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 import time
 import uuid
@@ -486,3 +488,116 @@ def test_leader_and_controller_bounces_lose_and_duplicate_nothing(
         assert all(by_offset.get((p, o)) == v for p, o, v in group.seen)
         assert {v for _, _, v in group.seen} == {a.value for a in writer.acked}
         assert group.committed == hws
+
+
+class ClientLog(logging.Handler):
+    """librdkafka's log lines of one client (its ``logger``; ``debug`` says which)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.logger = logging.getLogger(f"rdkafka-{uuid.uuid4().hex[:8]}")
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.propagate = False
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def write(
+    bootstrap: str, topic: str, values: list[bytes], **conf: Any
+) -> list[tuple[bytes, KafkaError | None, int]]:
+    """Writes ``values`` to partition 0 with a new producer: (value, error, offset) each."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
+    reports: list[tuple[bytes, KafkaError | None, int]] = []
+    for v in values:
+        producer.produce(
+            topic,
+            value=v,
+            partition=0,
+            on_delivery=lambda err, msg: reports.append((msg.value(), err, msg.offset())),
+        )
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    return reports
+
+
+# librdkafka's debug line for a produce the leader refused this way (and not with
+# NOT_ENOUGH_REPLICAS_AFTER_APPEND, "... in-sync replicas after append").
+REFUSED_LINE = re.compile(r"encountered error: Broker: Not enough in-sync replicas \(actions ")
+
+
+def test_two_replicas_down_refuse_acks_all_and_take_acks_1(
+    system: str, zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    topic = f"isr-{uuid.uuid4().hex[:6]}"
+    with replicated_cluster(system, zookeeper, tmp_path) as c:
+        create_replicated_topic(c, topic, 1)
+        before = write(c.bootstrap, topic, [f"before-{i}".encode() for i in range(100)], acks="all")
+        assert [err for _, err, _ in before] == [None] * 100
+        leader = leader_of(c, topic, 0)
+        followers = [i for i in c.nodes if i != leader]
+        started = time.monotonic()
+        for f in followers:
+            c.nodes[f].kill()
+        alone = c.nodes[leader].bootstrap
+        wait_for(
+            lambda: (s := partition_states(alone, topic).get(0)) and s.isr == (leader,),
+            f"the ISR to shrink to the leader {leader}",
+            timeout=SESSION_S + LAG_MS / 1000 + 20,
+        )
+        print(
+            f"\n[{system}] ISR down to the leader {leader} after {time.monotonic() - started:.1f}s"
+        )
+
+        # acks=all is refused: at once without retries (the error is the broker's)...
+        once = write(alone, topic, [f"once-{i}".encode() for i in range(10)], acks="all", retries=0)
+        assert [err.code() if err else None for _, err, _ in once] == [
+            KafkaError.NOT_ENOUGH_REPLICAS
+        ] * 10
+        # ... and an idempotent producer retries it until message.timeout.ms: then the
+        # delivery report says _MSG_TIMED_OUT, while its log shows the broker's answers.
+        log = ClientLog()
+        retried = write(
+            alone,
+            topic,
+            [f"retried-{i}".encode() for i in range(10)],
+            acks="all",
+            **{
+                "enable.idempotence": True,
+                "message.timeout.ms": 3000,
+                "debug": "msg",
+                "logger": log.logger,
+            },
+        )
+        assert [err.code() if err else None for _, err, _ in retried] == [
+            KafkaError._MSG_TIMED_OUT
+        ] * 10
+        answers = [line for line in log.lines if "encountered error" in line]
+        assert answers, log.lines[-20:]
+        assert all(REFUSED_LINE.search(line) for line in answers), answers
+        print(f"[{system}] the idempotent producer was refused {len(answers)} times")
+
+        # acks=1 still succeeds: the leader alone holds it.
+        acks1 = write(alone, topic, [f"acks1-{i}".encode() for i in range(100)], acks=1)
+        assert [err for _, err, _ in acks1] == [None] * 100
+
+        started = time.monotonic()
+        for f in followers:
+            c.nodes[f].launch()
+        for f in followers:
+            c.nodes[f].wait_started()
+        state = wait_whole(c, topic)[0]
+        print(f"[{system}] ISR whole again after {time.monotonic() - started:.1f}s")
+        assert state.leader == leader
+
+        # Every acknowledged record is there, where it was acknowledged; nothing refused is.
+        acked = {off: v for v, _, off in before + acks1}
+        assert sorted(acked) == list(range(200))
+        hws = high_watermarks(c.bootstrap, topic, 1)
+        assert hws == {0: 200}
+        msgs = read_all(c.bootstrap, topic, 200)
+        assert {m.offset(): m.value() for m in msgs} == acked
+        assert len(msgs) == 200
+        assert_replicas_identical(c, topic, 1)
