@@ -50,10 +50,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
+from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages.group import FindCoordinatorRequest
+from kbroker.tools.client import BrokerClient, ClientError
 from tests.cluster import replica_logs
 from tests.cluster.nodes import SESSION_TIMEOUT_MS, SYSTEMS, Cluster, cluster
 from tests.helpers import wait_for
@@ -657,3 +666,174 @@ def test_divergent_replicas_are_truncated_to_identical_bytes(
             f"acks=1: {len(loose.acked)} acknowledged, {lost} of them lost, "
             f"{len(loose.failed)} failed; acks=all: {len(idem.acked)} acknowledged"
         )
+
+
+def group_coordinator(c: Cluster, group: str) -> int | None:
+    """The broker id of ``group``'s coordinator (FindCoordinator to a live broker), or None
+    while there is none. (A raw request: librdkafka's admin client, destroyed after a
+    coordinator lookup failed, can abort the process on an assertion of its own.)"""
+    for node in c.nodes.values():
+        if not node.alive:
+            continue
+        try:
+            with BrokerClient(node.bootstrap, timeout=5) as client:
+                found = client.request(
+                    ApiKey.FIND_COORDINATOR, 3, FindCoordinatorRequest(key=group, key_type=0)
+                )
+        except (OSError, ClientError):
+            continue
+        return int(found.node_id) if found.error_code == ErrorCode.NONE else None
+    return None
+
+
+def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int] | None:
+    """Partition -> ``group``'s committed offset (OffsetFetch through its coordinator, found
+    through ``bootstrap``; a consumer that does not join), or None while none answers."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 5)
+    except KafkaException:
+        return None
+    finally:
+        consumer.close()
+    if any(tp.error is not None for tp in found):
+        return None
+    return {tp.partition: tp.offset for tp in found}
+
+
+def test_group_keeps_its_offsets_when_its_coordinator_is_killed(
+    system: str, zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    partitions, per_partition = 2, 500
+    topic = f"coord-{uuid.uuid4().hex[:6]}"
+    group = f"g-{topic}"
+    with replicated_cluster(system, zookeeper, tmp_path) as c:
+        create_replicated_topic(c, topic, partitions)
+        values = [f"v-{i}".encode() for i in range(partitions * per_partition)]
+        # Small batches, fetched a few at a time: the group reads the partitions in turn.
+        producer = Producer(
+            {
+                "bootstrap.servers": c.bootstrap,
+                "acks": "all",
+                "linger.ms": 5,
+                "batch.num.messages": 20,
+            }
+        )
+        reports = send_to_partitions(producer, topic, values, partitions)
+        assert all(err is None for err, _ in reports)
+        ends = {p: per_partition for p in range(partitions)}
+        assert high_watermarks(c.bootstrap, topic, partitions) == ends
+
+        consumer = Consumer(
+            {
+                "bootstrap.servers": c.bootstrap,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "max.partition.fetch.bytes": 1024,
+            }
+        )
+        consumer.subscribe([topic])
+        before: list[tuple[int, int]] = []
+        after: list[tuple[int, int]] = []
+        try:
+            poll_into(consumer, before, len(values) // 2, timeout=30)
+            # Each partition's next offset (0 for one not read yet).
+            committed = {p: 1 + max((o for q, o in before if q == p), default=-1) for p in ends}
+            consumer.commit(
+                offsets=[TopicPartition(topic, p, o) for p, o in committed.items()],
+                asynchronous=False,
+            )
+            assert sum(committed.values()) == len(before)
+            assert group_offsets(c.bootstrap, group, topic, partitions) == committed
+            # Read on without committing: these may be read again.
+            poll_into(consumer, before, len(before) + 100, timeout=30)
+
+            coordinator = wait_for(lambda: group_coordinator(c, group), "the group's coordinator")
+            started = time.monotonic()
+            c.nodes[coordinator].kill()
+            # The offsets committed before are intact, through another broker.
+            intact = wait_for(
+                lambda: group_offsets(c.live_bootstrap(), group, topic, partitions),
+                "the group's offsets from a new coordinator",
+                timeout=SESSION_S + 30,
+                interval=0.5,
+            )
+            moved_to = wait_for(
+                lambda: (new := group_coordinator(c, group)) not in (None, coordinator) and new,
+                "a new coordinator",
+            )
+            print(
+                f"\n[{system}] coordinator {coordinator} killed: offsets from "
+                f"coordinator {moved_to} after {time.monotonic() - started:.1f}s; "
+                f"committed {committed}"
+            )
+            assert intact == committed
+
+            # The same consumer keeps reading, from no earlier than the committed offsets.
+            positions = {p: 0 for p in range(partitions)}
+            for p, o in before:
+                positions[p] = max(positions[p], o + 1)
+
+            def reached() -> bool:
+                return all(positions[p] >= end for p, end in ends.items())
+
+            deadline = time.monotonic() + 60
+            while not reached() and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is None or msg.error() is not None:
+                    continue
+                after.append((msg.partition(), msg.offset()))
+                positions[msg.partition()] = max(positions[msg.partition()], msg.offset() + 1)
+            assert reached(), f"read up to {positions} of {ends} in 60s"
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    consumer.commit(asynchronous=False)
+                    break
+                except KafkaException:
+                    assert time.monotonic() < deadline, "no commit took in 30s"
+                    time.sleep(0.5)
+        finally:
+            consumer.close()
+
+        reread = [(p, o) for p, o in after if (p, o) in set(before)]
+        print(
+            f"[{system}] read {len(before)} before the kill, {len(after)} after "
+            f"({len(reread)} again)"
+        )
+        assert all(o >= committed[p] for p, o in after), "read again from before the commit"
+        assert len(after) == len(set(after)), "read twice after the kill"
+        for p in range(partitions):
+            seen = {o for q, o in before + after if q == p}
+            assert seen == set(range(per_partition)), f"partition {p}: a gap"
+        assert group_offsets(c.live_bootstrap(), group, topic, partitions) == ends
+
+
+def send_to_partitions(
+    producer: Producer, topic: str, values: list[bytes], partitions: int
+) -> list[tuple[KafkaError | None, Any]]:
+    """Writes ``values`` round the partitions, flushes; the delivery reports."""
+    reports: list[tuple[KafkaError | None, Any]] = []
+    for i, v in enumerate(values):
+        producer.produce(
+            topic,
+            value=v,
+            partition=i % partitions,
+            on_delivery=lambda err, msg: reports.append((err, msg)),
+        )
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    return reports
+
+
+def poll_into(consumer: Consumer, into: list[tuple[int, int]], count: int, timeout: float) -> None:
+    """Polls until ``into`` holds ``count`` (partition, offset) pairs."""
+    deadline = time.monotonic() + timeout
+    while len(into) < count:
+        assert time.monotonic() < deadline, f"read {len(into)} of {count} in {timeout}s"
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        assert msg.error() is None, msg.error()
+        into.append((msg.partition(), msg.offset()))
