@@ -837,3 +837,32 @@ def poll_into(consumer: Consumer, into: list[tuple[int, int]], count: int, timeo
             continue
         assert msg.error() is None, msg.error()
         into.append((msg.partition(), msg.offset()))
+
+
+def test_replica_logs_reads_the_batches_a_broker_wrote(
+    system: str, zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """replica_logs against each system's files (one replica: runs on kbroker today)."""
+    topic = f"files-{uuid.uuid4().hex[:6]}"
+    chroot = f"/files-{uuid.uuid4().hex[:8]}"
+    with cluster(system, zookeeper.connect, chroot, tmp_path, size=1) as c:
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=30)[topic].result(60)
+        producer = Producer(
+            {"bootstrap.servers": c.bootstrap, "linger.ms": 5, "batch.num.messages": 50}
+        )
+        values = [f"f-{i}".encode() for i in range(500)]
+        assert all(err is None for err, _ in send_to_partitions(producer, topic, values, 1))
+        hw = high_watermarks(c.bootstrap, topic, 1)[0]
+        assert hw == 500
+        batches = replica_logs.batches_below(c.nodes[1].data_dir, topic, 0, hw)
+        assert len(batches) >= 10
+        assert replica_logs.differences({1: c.nodes[1].data_dir}, topic, 0, hw) == []
+        assert {b.leader_epoch for b in batches} == {0}
+        assert all(v in b"".join(b.data for b in batches) for v in values[:: len(values) // 7])
+        # Below a lower mark: the batches wholly below it.
+        mid = batches[len(batches) // 2].base_offset
+        assert (
+            replica_logs.batches_below(c.nodes[1].data_dir, topic, 0, mid)
+            == batches[: len(batches) // 2]
+        )
