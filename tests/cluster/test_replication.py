@@ -16,9 +16,11 @@ and min.insync.replicas 2; unclean leader election is off.
   and the three replicas hold the same bytes below the high watermark.
 - Two of three replicas down (kill -9 of the leader's two followers): the ISR
   shrinks to the leader alone, acks=all writes are refused with
-  NOT_ENOUGH_REPLICAS and nothing of them is written, acks=1 writes still
-  succeed; once both followers are back the ISR is whole and every
-  acknowledged record is there.
+  NOT_ENOUGH_REPLICAS and nothing of them is written (a producer without
+  retries gets that error in its delivery report; an idempotent one retries
+  until message.timeout.ms and reports _MSG_TIMED_OUT, its debug log showing
+  each refusal), acks=1 writes still succeed; once both followers are back the
+  ISR is whole and every acknowledged record is there.
 - Divergent replicas are truncated: leaders killed (kill -9) and stopped while
   an acks=1 producer and an idempotent acks=all producer write, so a killed
   leader may hold records its followers never fetched; once everything is back
@@ -29,6 +31,10 @@ and min.insync.replicas 2; unclean leader election is off.
   three replicas): the offsets committed before are still there, read through
   another broker, and the same consumer keeps reading, re-reading nothing from
   before its last commit and skipping nothing.
+
+And replica_logs itself, on one broker of each system (one replica: it runs on
+kbroker before replication does): the batches it reads cover every offset below
+the high watermark and hold the records written.
 
 Timings (each failover, the longest wait between acknowledgements) are printed:
 ``-s`` shows them. Select with ``-m kafka`` and the system with ``-k``
@@ -50,13 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import (
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
@@ -76,15 +76,15 @@ MIN_ISR = 2
 # Below Kafka's default of 30 s, so that a follower that stopped fetching leaves the ISR
 # in a test's time; the same setting name for both systems.
 LAG_MS = 3000
-# Both systems' settings for every test here: __consumer_offsets replicated three
-# times (few partitions: quick to create and to move), unclean elections off.
+# Both systems' settings (the same names) for every replicated test here:
+# __consumer_offsets replicated three times (few partitions: quick to create and to
+# move), unclean elections off.
 KAFKA_SETTINGS = {
     "replica.lag.time.max.ms": str(LAG_MS),
     "offsets.topic.replication.factor": "3",
     "offsets.topic.num.partitions": "3",
     "unclean.leader.election.enable": "false",
 }
-KBROKER_SETTINGS = [f"{k}={v}" for k, v in KAFKA_SETTINGS.items()]
 
 
 # -- the cluster, its partitions and their ISR ----------------------------------------
