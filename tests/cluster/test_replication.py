@@ -710,6 +710,7 @@ def test_group_keeps_its_offsets_when_its_coordinator_is_killed(
         create_replicated_topic(c, topic, partitions)
         values = [f"v-{i}".encode() for i in range(partitions * per_partition)]
         # Small batches, fetched a few at a time: the group reads the partitions in turn.
+        # (It stops at each one's half, too.)
         producer = Producer(
             {
                 "bootstrap.servers": c.bootstrap,
@@ -736,13 +737,25 @@ def test_group_keeps_its_offsets_when_its_coordinator_is_killed(
         before: list[tuple[int, int]] = []
         after: list[tuple[int, int]] = []
         try:
-            poll_into(consumer, before, len(values) // 2, timeout=30)
-            # Each partition's next offset (0 for one not read yet).
-            committed = {p: 1 + max((o for q, o in before if q == p), default=-1) for p in ends}
+            # Half of each partition: one that reached its half is paused meanwhile.
+            half = per_partition // 2
+            deadline = time.monotonic() + 30
+            while len({p for p, o in before if o >= half - 1}) < partitions:
+                assert time.monotonic() < deadline, f"read {len(before)} of half in 30s"
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    continue
+                assert msg.error() is None, msg.error()
+                before.append((msg.partition(), msg.offset()))
+                if msg.offset() == half - 1:
+                    consumer.pause([TopicPartition(topic, msg.partition())])
+            # Each partition's next offset.
+            committed = {p: 1 + max(o for q, o in before if q == p) for p in ends}
             consumer.commit(
                 offsets=[TopicPartition(topic, p, o) for p, o in committed.items()],
                 asynchronous=False,
             )
+            consumer.resume([TopicPartition(topic, p) for p in ends])
             assert sum(committed.values()) == len(before)
             assert group_offsets(c.bootstrap, group, topic, partitions) == committed
             # Read on without committing: these may be read again.
