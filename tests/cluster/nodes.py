@@ -49,6 +49,12 @@ class Node:
     def output(self) -> str:
         raise NotImplementedError
 
+    @property
+    def data_dir(self) -> Path:
+        """Where the broker keeps its partition logs: a ``<topic>-<partition>`` folder each,
+        holding segment files named by their 20-digit base offset."""
+        raise NotImplementedError
+
     def wait_started(self, timeout: float = 45.0) -> None:
         """Until the process registered in ZooKeeper (and, for Kafka, logged its start)."""
         zk = KazooClient(hosts=self.zk_connect, timeout=10)
@@ -146,6 +152,13 @@ class KafkaNode(Node):
     def launch(self) -> None:
         self.broker.launch()
 
+    @property
+    def data_dir(self) -> Path:
+        # The first of log.dirs in the server.properties the command starts with.
+        properties = Path(self.broker.cmd[-1]).read_text().splitlines()
+        dirs = next(line for line in properties if line.startswith("log.dirs="))
+        return Path(dirs.partition("=")[2].split(",")[0])
+
     def _started(self) -> bool:
         with open(self.broker.log, "rb") as f:
             f.seek(self.broker.log_offset)
@@ -175,6 +188,10 @@ class KbrokerNode(Node):
 
     def launch(self) -> None:
         self.broker.start()
+
+    @property
+    def data_dir(self) -> Path:
+        return self.broker.data_dir
 
     def output(self) -> str:
         return self.broker.output()
@@ -214,6 +231,18 @@ class Cluster:
         return "\n".join(f"--- broker {i}:\n{n.tail(40)}" for i, n in self.nodes.items())
 
 
+def _kbroker_settings(extra: list[str] | None) -> list[str]:
+    """The cluster's defaults for a kbroker node, less those ``extra`` sets again, then
+    ``extra``."""
+    defaults = [
+        f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
+        "offsets.topic.replication.factor=1",
+        "group.initial.rebalance.delay.ms=0",
+    ]
+    named = {s.partition("=")[0].strip() for s in extra or []}
+    return [s for s in defaults if s.partition("=")[0] not in named] + list(extra or [])
+
+
 @contextmanager
 def cluster(
     system: str,
@@ -241,15 +270,7 @@ def cluster(
                 )
             else:
                 node = KbrokerNode(
-                    i,
-                    zk_connect + chroot,
-                    root / f"b{i}",
-                    [
-                        f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
-                        "offsets.topic.replication.factor=1",
-                        "group.initial.rebalance.delay.ms=0",
-                        *(kbroker_settings or []),
-                    ],
+                    i, zk_connect + chroot, root / f"b{i}", _kbroker_settings(kbroker_settings)
                 )
             nodes[i] = node
             stack.callback(node.kill)
