@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import struct
 import time
 import uuid
 from collections.abc import Iterator
@@ -40,6 +39,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.cluster.nodes import SYSTEMS, Cluster, cluster
+from tests.cluster.replica_logs import partition_dir, read_segment
 from tests.helpers import wait_for
 from tests.zookeeper import ZooKeeperServer
 
@@ -67,29 +67,16 @@ def brokers(
         kafka_settings=SETTINGS,
         kbroker_settings=[f"{k}={v}" for k, v in SETTINGS.items()],
     ) as c:
-        c.root = tmp_path  # type: ignore[attr-defined]
         yield c
 
 
 def segment_file(c: Cluster, broker: int, topic: str) -> Path:
-    root: Path = c.root  # type: ignore[attr-defined]
-    data = root / f"b{broker}" / ("logs" if c.system == "kafka" else "data")
-    return data / f"{topic}-0" / f"{0:020d}.log"
+    return partition_dir(c.nodes[broker].data_dir, topic, 0) / f"{0:020d}.log"
 
 
 def batches(path: Path, below: int) -> list[bytes]:
     """The record batches of a segment file whose offsets are all below ``below``."""
-    data = path.read_bytes()
-    out, pos = [], 0
-    while pos + 12 <= len(data):
-        base, length = struct.unpack_from(">qi", data, pos)
-        end = pos + 12 + length
-        last_delta = struct.unpack_from(">i", data, pos + 23)[0]
-        if end > len(data) or base + last_delta >= below:
-            break
-        out.append(data[pos:end])
-        pos = end
-    return out
+    return [b.data for b in read_segment(path) if b.last_offset < below]
 
 
 def state(c: Cluster, topic: str) -> tuple[int, list[int]]:
