@@ -209,3 +209,16 @@ def test_producer_state_is_saved_when_the_log_rolls(tmp_path: Path) -> None:
     reopened = Partition(Log.open(tmp_path, TP, config), state(isr=[LEADER]), LEADER)
     dup = reopened.producers.check(42, 0, seq - 2, 1)
     assert dup is not None and dup.last_offset == lead.log.log_end_offset - 1
+
+
+def test_leader_alone_in_the_isr_commits_its_whole_log_at_once(tmp_path: Path) -> None:
+    """A restarted leader with no checkpointed high watermark (kill -9 before the first
+    checkpoint), alone in its ISR: everything it has is committed."""
+    log_ = Log.open(tmp_path, TP, LogConfig())
+    log_.append(batch(4), leader_epoch=1)
+    alone = Partition(log_, state(isr=[LEADER]), LEADER, high_watermark=0)
+    assert alone.high_watermark == 4
+    # With followers in the ISR it waits for them.
+    log2 = Log.open(tmp_path / "other", TP, LogConfig())
+    log2.append(batch(4), leader_epoch=1)
+    assert Partition(log2, state(), LEADER, high_watermark=1).high_watermark == 1

@@ -115,6 +115,7 @@ class Partition:
         self._snapshot_segment = log_.active_segment_base_offset
         if self.is_leader:
             self._start_leading(monotonic_ms())
+            self._maybe_advance_high_watermark()  # alone in the ISR: up to the log end
 
     # -- leadership ----------------------------------------------------------
 
