@@ -113,8 +113,11 @@ def promql_metric_names(expr: str) -> set[str]:
 
 
 @contextmanager
-def prometheus(tmp: Path, targets: list[str], interval_s: float = 1.0) -> Iterator[str]:
-    """A real Prometheus server scraping ``targets`` (host:port); yields its base URL."""
+def prometheus(
+    tmp: Path, targets: list[str], interval_s: float = 1.0, rules: Path | None = None
+) -> Iterator[str]:
+    """A real Prometheus server scraping ``targets`` (host:port), evaluating the alerting
+    ``rules`` file if given; yields its base URL."""
     exe = shutil.which("prometheus")
     assert exe, "prometheus is not installed (deploy/setup.sh test installs it)"
     port = free_port()
@@ -123,7 +126,8 @@ def prometheus(tmp: Path, targets: list[str], interval_s: float = 1.0) -> Iterat
         "global:\n"
         f"  scrape_interval: {int(interval_s * 1000)}ms\n"
         f"  evaluation_interval: {int(interval_s * 1000)}ms\n"
-        "scrape_configs:\n"
+        + (f"rule_files: [{json.dumps(str(rules))}]\n" if rules is not None else "")
+        + "scrape_configs:\n"
         "  - job_name: kbroker\n"
         f"    scrape_timeout: {int(interval_s * 1000)}ms\n"
         f"    static_configs: [{{targets: {json.dumps(targets)}}}]\n"
@@ -190,3 +194,11 @@ def wait_scraped(url: str, target_port: int, timeout: float = 30) -> None:
         timeout=timeout,
     )
     time.sleep(0)
+
+
+def alerts(url: str) -> list[dict[str, Any]]:
+    """The alerts Prometheus holds now (pending and firing), through its HTTP API."""
+    status, body = get(f"{url}/api/v1/alerts")
+    answer = json.loads(body)
+    assert status == 200 and answer["status"] == "success", body
+    return answer["data"]["alerts"]  # type: ignore[no-any-return]
