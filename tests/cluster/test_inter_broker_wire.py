@@ -258,6 +258,7 @@ def test_the_controllers_bytes(kafka: KafkaZkBroker, zk: KazooClient, probe: Wir
             PartitionState([2, 1], 2, 0, [2, 1], controller_epoch, version=0),
             topic_id,
             is_new=True,
+            leader_endpoint=("127.0.0.1", probe.port),
         )
     ]
     # then UpdateMetadata with the new partition, on the same connection, in that order
