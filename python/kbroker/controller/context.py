@@ -278,12 +278,13 @@ class ControllerContext:
     ) -> Transition | None:
         """Replicas a reassignment no longer wants before it completes (replaced or cancelled)
         leave the ISR (never its last member), and a leader among them hands over to the
-        first replica live and in the ISR (or leaves the partition without a leader), in
-        the next leader epoch. None when the state does not change."""
+        first replica live and in the ISR (or leaves the partition without a leader). In
+        the next leader epoch even when nothing else changes: the dropped replicas are
+        told to stop in an epoch they have not seen. None without a state."""
         current = self.states.get(tp)
-        gone = set(dropped)
-        if current is None or not gone & {current.leader, *current.isr}:
+        if current is None:
             return None
+        gone = set(dropped)
         isr = [r for r in current.isr if r not in gone] or current.isr[-1:]
         leader = current.leader
         if leader in gone:
