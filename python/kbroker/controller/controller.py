@@ -403,6 +403,11 @@ class Controller:
             written = await self._write(planned)
             written += await self._write(self.ctx.plan_remove_from_isr(left))
             self._announce(written)
+            # Every broker learns they are gone, also when no state changed (as Kafka
+            # does): clients stop being sent to them, and their replicas show offline.
+            changed = {t.tp for t in written}
+            offline = [tp for tp in self.ctx.partitions_on(left) if tp not in changed]
+            self._send_update_metadata(self.ctx.live, offline)
         if joined:
             log.info("controller: brokers %s joined", sorted(joined))
             # Everything to the new brokers; the others learn of them.
