@@ -187,12 +187,15 @@ def read_partition(bootstrap: str, topic: str, partition: int) -> list[tuple[int
 
 
 class AckedProducer(threading.Thread):
-    """An idempotent acks=all producer writing numbered records to one partition until
-    stopped; `acked` maps each acknowledged value to its offset."""
+    """An acks=all producer (idempotent unless told otherwise) writing numbered records to
+    one partition until stopped; `acked` maps each acknowledged value to its offset."""
 
-    def __init__(self, bootstrap: str, topic: str, partition: int = 0) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, partition: int = 0, idempotent: bool = True
+    ) -> None:
         super().__init__(daemon=True)
         self.bootstrap, self.topic, self.partition = bootstrap, topic, partition
+        self.idempotent = idempotent
         self.acked: dict[str, int] = {}
         self.failed: list[str] = []
         self.stopping = threading.Event()
@@ -214,7 +217,7 @@ class AckedProducer(threading.Thread):
             {
                 "bootstrap.servers": self.bootstrap,
                 "acks": "all",
-                "enable.idempotence": True,
+                "enable.idempotence": self.idempotent,
                 "linger.ms": 5,
                 "message.timeout.ms": 60000,
             }
