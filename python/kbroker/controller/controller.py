@@ -487,6 +487,22 @@ class Controller:
                 name,
                 moved,
             )
+        # A reassignment in progress whose adding/removing lists a writer dropped (one
+        # that rewrote the znode from the replicas alone): written back, so that a
+        # controller elected later still knows the replicas it started from.
+        for p in known.partitions:
+            tp = TopicPartition(name, p)
+            moving = self.ctx.assignment(tp)
+            lists = (topic.adding.get(p, []), topic.removing.get(p, []))
+            if (
+                p not in moved
+                and moving.moving
+                and lists != (known.adding.get(p, []), known.removing.get(p, []))
+            ):
+                log.warning(
+                    "controller: %s: its reassignment's lists were overwritten; restoring them", tp
+                )
+                await self._write_assignment(tp, moving)
         if added:
             known.partitions.update(added)
             log.info("controller: %s: %d partitions added", name, len(added))
