@@ -55,7 +55,12 @@ from tests.zookeeper import ZooKeeperServer
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
 # Kafka deletes a removed replica's directory after log.segment.delete.delay.ms (60 s).
-KAFKA_SETTINGS = {"log.segment.delete.delay.ms": "1000"}
+# No automatic leader rebalance: the leaders a reassignment leaves are what is checked.
+KAFKA_SETTINGS = {
+    "log.segment.delete.delay.ms": "1000",
+    "auto.leader.rebalance.enable": "false",
+}
+KBROKER_SETTINGS = ["auto.leader.rebalance.enable=false"]
 
 
 @pytest.fixture(params=SYSTEMS)
@@ -64,7 +69,13 @@ def brokers(
 ) -> Iterator[Cluster]:
     chroot = f"/reassign-{uuid.uuid4().hex[:8]}"
     with cluster(
-        request.param, zookeeper.connect, chroot, tmp_path, size=4, kafka_settings=KAFKA_SETTINGS
+        request.param,
+        zookeeper.connect,
+        chroot,
+        tmp_path,
+        size=4,
+        kafka_settings=KAFKA_SETTINGS,
+        kbroker_settings=KBROKER_SETTINGS,
     ) as c:
         yield c
 
