@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from kbroker.controller import election
 from kbroker.controller.election import Elected
+from kbroker.controller.reassignment import Assignment
 from kbroker.log import TopicPartition
 from kbroker.metadata_types import PartitionState
 
@@ -46,6 +47,10 @@ class TopicAssignment:
     topic_id: uuid.UUID
     # partition -> replicas (the first is the preferred leader)
     partitions: dict[int, list[int]]
+    # Partitions being reassigned -> the replicas being added and those being removed
+    # (both listed in `partitions` until the reassignment completes).
+    adding: dict[int, list[int]] = field(default_factory=dict)
+    removing: dict[int, list[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +94,41 @@ class ControllerContext:
     def replicas(self, tp: TopicPartition) -> list[int]:
         topic = self.topics.get(tp.topic)
         return [] if topic is None else topic.partitions.get(tp.partition, [])
+
+    def assignment(self, tp: TopicPartition) -> Assignment:
+        """The partition's replicas and what a reassignment adds and removes (no replicas:
+        an unknown partition)."""
+        topic = self.topics.get(tp.topic)
+        if topic is None:
+            return Assignment(())
+        p = tp.partition
+        return Assignment(
+            tuple(topic.partitions.get(p, ())),
+            tuple(topic.adding.get(p, ())),
+            tuple(topic.removing.get(p, ())),
+        )
+
+    def set_assignment(self, tp: TopicPartition, assignment: Assignment) -> None:
+        topic = self.topics[tp.topic]
+        p = tp.partition
+        topic.partitions[p] = list(assignment.replicas)
+        for lists, replicas in (
+            (topic.adding, assignment.adding),
+            (topic.removing, assignment.removing),
+        ):
+            if replicas:
+                lists[p] = list(replicas)
+            else:
+                lists.pop(p, None)
+
+    def reassigning(self) -> list[TopicPartition]:
+        """The partitions being reassigned (not those of topics being deleted)."""
+        return sorted(
+            TopicPartition(topic.name, p)
+            for topic in self.topics.values()
+            if topic.name not in self.deleting
+            for p in {*topic.adding, *topic.removing}
+        )
 
     def partitions(self) -> Iterable[TopicPartition]:
         for topic in self.topics.values():
@@ -201,6 +241,59 @@ class ControllerContext:
             if elected is not None:
                 out.append(Transition(tp, self._next(tp, elected), "preferred replica election"))
         return out
+
+    def plan_epoch_bump(self, tp: TopicPartition, why: str) -> Transition | None:
+        """The same leader and ISR in the next leader epoch, so every replica takes the
+        partition's replicas anew (a reassignment starting); None without a state."""
+        current = self.states.get(tp)
+        if current is None:
+            return None
+        return Transition(tp, self._next(tp, Elected(current.leader, list(current.isr))), why)
+
+    def plan_reassignment_completion(
+        self, tp: TopicPartition, removed: Iterable[int]
+    ) -> Transition | None:
+        """The state that ends a reassignment whose target replicas (the partition's replicas
+        here, already set to them) are all in the ISR: the ``removed`` replicas leave the
+        ISR, and the leader stays if it is a target replica and electable, else the first
+        target replica live and in the ISR leads (Kafka's reassignment election); either
+        way in the next leader epoch. None when no target replica can lead now."""
+        current = self.states.get(tp)
+        target = self.replicas(tp)
+        if current is None or not target:
+            return None
+        gone = set(removed)
+        isr = [r for r in current.isr if r not in gone]
+        electable = self.live.keys() - self.shutting_down
+        if current.leader in target and current.leader in electable and current.leader in isr:
+            elected: Elected | None = Elected(current.leader, isr)
+        else:
+            elected = election.reassignment(target, isr, electable)
+        if elected is None or not elected.isr:
+            return None
+        return Transition(tp, self._next(tp, elected), f"reassignment to {target} complete")
+
+    def plan_replicas_dropped(
+        self, tp: TopicPartition, dropped: Iterable[int]
+    ) -> Transition | None:
+        """Replicas a reassignment no longer wants before it completes (replaced or cancelled)
+        leave the ISR (never its last member), and a leader among them hands over to the
+        first replica live and in the ISR (or leaves the partition without a leader). In
+        the next leader epoch even when nothing else changes: the dropped replicas are
+        told to stop in an epoch they have not seen. None without a state."""
+        current = self.states.get(tp)
+        if current is None:
+            return None
+        gone = set(dropped)
+        isr = [r for r in current.isr if r not in gone] or current.isr[-1:]
+        leader = current.leader
+        if leader in gone:
+            elected = election.reassignment(
+                self.replicas(tp), isr, self.live.keys() - self.shutting_down
+            )
+            leader = NO_LEADER if elected is None else elected.leader
+        why = f"replicas {sorted(gone)} dropped from a reassignment"
+        return Transition(tp, self._next(tp, Elected(leader, isr)), why)
 
     def _replicated_on(self, broker_id: int) -> list[TopicPartition]:
         """The partitions a controlled shutdown acts on: replicated (a partition with one

@@ -18,14 +18,17 @@ and the topic's znodes go once every replica confirmed, so a replica on a
 dead broker is deleted when it is back), controlled shutdown (a broker
 about to stop hands its leaderships over and leaves the ISRs), and leader
 elections asked for (ElectLeaders, ``/admin/preferred_replica_election``)
-or due (the periodic leader rebalance), and ISR changes partition leaders
-ask for (AlterPartition: written, then UpdateMetadata to every broker). A
-write refused because another controller was elected stops it.
+or due (the periodic leader rebalance), ISR changes partition leaders
+ask for (AlterPartition: written, then UpdateMetadata to every broker), and
+partition reassignments (AlterPartitionReassignments and
+``/admin/reassign_partitions``: replicas added, caught up, and the old ones
+removed; see `kbroker.controller.reassignment`). A write refused because
+another controller was elected stops it.
 
 Requests from outside (`controlled_shutdown`, `elect_leaders`,
-`rebalance_leaders`, `alter_partition`) are events too: they wait their
-turn, and their refusals are `KafkaError`s carrying the code Kafka answers
-with.
+`rebalance_leaders`, `alter_partition`, `alter_partition_reassignments`,
+`list_partition_reassignments`) are events too: they wait their turn, and
+their refusals are `KafkaError`s carrying the code Kafka answers with.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -41,6 +44,7 @@ from kbroker.cluster import zk_data as zd
 from kbroker.cluster.controller import ControllerEpoch, fenced_multi
 from kbroker.cluster.errors import (
     ControllerMovedError,
+    ZkBadVersionError,
     ZkDataError,
     ZkError,
     ZkMultiError,
@@ -57,6 +61,7 @@ from kbroker.controller.context import (
 )
 from kbroker.controller.election import ElectionType
 from kbroker.controller.isr_changes import IsrAnswer, IsrChange, plan_isr_change, resolve
+from kbroker.controller.reassignment import Assignment, plan_request
 from kbroker.futures import cancel_and_wait
 from kbroker.log import TopicPartition
 from kbroker.metadata_types import PartitionState
@@ -133,6 +138,9 @@ class Controller:
         self._undeleted: dict[str, set[tuple[int, TopicPartition]]] = {}
         # A watch on each known topic's assignment (partitions added to it).
         self._topic_watches: dict[str, object] = {}
+        # The creation (czxid) of the /admin/reassign_partitions znode last acted on: as in
+        # Kafka, its partitions are read when it is created, not on each change.
+        self._zk_reassignment_seen: int | None = None
         # Answers owed to callers of the public coroutines (refused if the controller stops).
         self._asked: set[asyncio.Future[Any]] = set()
         self._rebalancer: asyncio.Task[None] | None = None
@@ -157,6 +165,8 @@ class Controller:
         # (The znode comes and goes: a data watch sees its creation.)
         elections = self._queue(self._preferred_election_requested)
         self._watches.append(await self.zk.watch(zd.PREFERRED_REPLICA_ELECTION_PATH, elections))
+        moves = self._queue(self._zk_reassignment_changed)
+        self._watches.append(await self.zk.watch(zd.REASSIGN_PARTITIONS_PATH, moves))
         self._task = asyncio.ensure_future(self._run())
         self._events.put_nowait(self._startup)
         if self.settings.auto_leader_rebalance:
@@ -298,7 +308,21 @@ class Controller:
         if assignment.topic_id is None:
             log.warning("controller: topic %r has no topic id; skipped", name)
             return None
-        return TopicAssignment(name, assignment.topic_id, assignment.replicas())
+        return TopicAssignment(
+            name,
+            assignment.topic_id,
+            assignment.replicas(),
+            {
+                a.partition: list(a.adding_replicas)
+                for a in assignment.partitions
+                if a.adding_replicas
+            },
+            {
+                a.partition: list(a.removing_replicas)
+                for a in assignment.partitions
+                if a.removing_replicas
+            },
+        )
 
     async def _read_states(self, topic: TopicAssignment) -> None:
         """Reads the state of every partition of ``topic`` (all requests in flight at once:
@@ -353,6 +377,10 @@ class Controller:
             self._announce(await self._write(self.ctx.plan_remove_from_isr(dead)))
         await self._deletions_changed()
         await self._preferred_election_requested()
+        # Reassignments asked for through ZooKeeper while no controller was there, then
+        # those in progress (their topics' znodes list them): each goes on.
+        started = await self._zk_reassignment_requested()
+        await self._resume_reassignments(lambda tp, _a: tp not in started)
 
     async def _brokers_changed(self) -> None:
         now = await self._read_brokers()
@@ -375,6 +403,11 @@ class Controller:
             written = await self._write(planned)
             written += await self._write(self.ctx.plan_remove_from_isr(left))
             self._announce(written)
+            # Every broker learns they are gone, also when no state changed (as Kafka
+            # does): clients stop being sent to them, and their replicas show offline.
+            changed = {t.tp for t in written}
+            offline = [tp for tp in self.ctx.partitions_on(left) if tp not in changed]
+            self._send_update_metadata(self.ctx.live, offline)
         if joined:
             log.info("controller: brokers %s joined", sorted(joined))
             # Everything to the new brokers; the others learn of them.
@@ -389,6 +422,8 @@ class Controller:
                     theirs = [tp for r, tp in undeleted if r == b.broker_id]
                     self._send_stop_replicas(b, name, theirs)
             await self._bring_online(self.ctx.offline_partitions())
+            # Reassignments moving replicas to them go on (Kafka's resumption).
+            await self._resume_reassignments(lambda _tp, a: bool(set(a.target) & joined.keys()))
 
     def _served_by(self, broker_id: int) -> list[TopicPartition]:
         """The partitions a broker should serve now: its replicas with a state, but not
@@ -430,7 +465,9 @@ class Controller:
 
     async def _topic_modified(self, name: str) -> None:
         """A topic's assignment changed: partitions added to it get their first states.
-        (Moving existing partitions is a reassignment, which is not handled yet.)"""
+        Other changes are ignored, as Kafka ignores them: replicas move through a
+        reassignment (AlterPartitionReassignments or /admin/reassign_partitions), and the
+        controller's own writes of the znode are known already."""
         known = self.ctx.topics.get(name)
         topic = await self._read_topic(name)
         if known is None or topic is None or topic.topic_id != known.topic_id:
@@ -445,11 +482,27 @@ class Controller:
         ]
         if moved:
             log.warning(
-                "controller: %s: replicas of partitions %s changed; reassignment is not "
-                "supported yet, ignored",
+                "controller: %s: replicas of partitions %s changed in ZooKeeper; ignored "
+                "(replicas move through a partition reassignment)",
                 name,
                 moved,
             )
+        # A reassignment in progress whose adding/removing lists a writer dropped (one
+        # that rewrote the znode from the replicas alone): written back, so that a
+        # controller elected later still knows the replicas it started from.
+        for p in known.partitions:
+            tp = TopicPartition(name, p)
+            moving = self.ctx.assignment(tp)
+            lists = (topic.adding.get(p, []), topic.removing.get(p, []))
+            if (
+                p not in moved
+                and moving.moving
+                and lists != (known.adding.get(p, []), known.removing.get(p, []))
+            ):
+                log.warning(
+                    "controller: %s: its reassignment's lists were overwritten; restoring them", tp
+                )
+                await self._write_assignment(tp, moving)
         if added:
             known.partitions.update(added)
             log.info("controller: %s: %d partitions added", name, len(added))
@@ -781,6 +834,10 @@ class Controller:
                 planned[len(answers)] = plan
                 answers.append(IsrAnswer(change, ErrorCode.NONE, tp))
         written = {t.tp for t in await self._write(list(planned.values()))}
+        # An ISR grown may complete a reassignment: checked once the leader has its answer.
+        moving = sorted(tp for tp in written if self.ctx.assignment(tp).moving)
+        if moving:
+            self._events.put_nowait(lambda: self._reassignments_progressed(moving))
         for i, t in planned.items():
             change = answers[i].change
             if t.tp in written:
@@ -790,6 +847,286 @@ class Controller:
         if asked:
             self._send_update_metadata(self.ctx.live, asked)
         return answers
+
+    # -- partition reassignment (KIP-455) ---------------------------------------------------
+
+    async def alter_partition_reassignments(
+        self, targets: Mapping[TopicPartition, Sequence[int] | None]
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """AlterPartitionReassignments: each partition's outcome, None once its reassignment
+        started (or, moving nowhere, completed). A target of None cancels the partition's
+        reassignment: its replicas go back to those it had. Refusals carry Kafka's codes
+        (see `kbroker.controller.reassignment.plan_request`); a partition asked for here
+        leaves /admin/reassign_partitions (the latest request wins)."""
+        wanted = dict(targets)
+        return await self._ask(lambda: self._alter_reassignments(wanted))
+
+    async def _alter_reassignments(
+        self, targets: dict[TopicPartition, Sequence[int] | None]
+    ) -> dict[TopicPartition, KafkaError | None]:
+        results: dict[TopicPartition, KafkaError | None] = {}
+        planned: dict[TopicPartition, Assignment] = {}
+        for tp, target in targets.items():
+            plan = plan_request(
+                self.ctx.assignment(tp), target, self.ctx.live.keys(), tp.topic in self.ctx.deleting
+            )
+            if isinstance(plan, KafkaError):
+                results[tp] = plan
+            else:
+                planned[tp] = plan
+        await self._drop_from_zk_reassignment(lambda tp, _replicas: tp in planned)
+        for tp, assignment in planned.items():
+            results[tp] = await self._start_reassignment(tp, assignment)
+        return results
+
+    async def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, Assignment]:
+        """ListPartitionReassignments: the reassignments in progress (of ``partitions``, or
+        all), each partition's replicas and those being added and removed."""
+        wanted = None if partitions is None else list(partitions)
+
+        async def work() -> dict[TopicPartition, Assignment]:
+            tps = self.ctx.reassigning() if wanted is None else wanted
+            found = {tp: self.ctx.assignment(tp) for tp in tps}
+            return {tp: a for tp, a in found.items() if a.moving}
+
+        return await self._ask(work)
+
+    async def _start_reassignment(
+        self, tp: TopicPartition, assignment: Assignment
+    ) -> KafkaError | None:
+        """`_reassign`, with a failure (ZooKeeper away, say) as this partition's
+        UNKNOWN_SERVER_ERROR; a deposed controller stops."""
+        try:
+            await self._reassign(tp, assignment)
+        except (ControllerMovedError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            log.exception("controller: reassigning %s to %s failed", tp, list(assignment.target))
+            return KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc) or repr(exc))
+        return None
+
+    async def _reassign(self, tp: TopicPartition, assignment: Assignment) -> None:
+        """Moves ``tp`` toward ``assignment`` (Kafka's onPartitionReassignment). A new one is
+        written to the topic's znode first (the only place ORS is kept, so a controller
+        elected meanwhile carries on), then the replicas it no longer wants go. Then,
+        while a target replica is missing from the ISR, the partition takes a new leader
+        epoch and every replica hears of it (LeaderAndIsr: the replicas added open their
+        logs and fetch from the leader); once none is, the reassignment completes."""
+        current = self.ctx.assignment(tp)
+        if assignment != current:
+            await self._write_assignment(tp, assignment)
+            self.ctx.set_assignment(tp, assignment)
+            log.info(
+                "controller: %s: replicas %s, adding %s, removing %s (were %s)",
+                tp,
+                list(assignment.replicas),
+                list(assignment.adding),
+                list(assignment.removing),
+                list(current.replicas),
+            )
+            dropped = [r for r in current.replicas if r not in assignment.replicas]
+            if dropped:
+                await self._drop_replicas(tp, dropped)
+        state = self.ctx.states.get(tp)
+        if assignment.moving and (state is None or not assignment.is_complete(state.isr)):
+            why = f"reassignment to {list(assignment.target)}"
+            bumped = await self._write_retrying(lambda: self.ctx.plan_epoch_bump(tp, why))
+            if bumped is not None:
+                self._announce([bumped], new_on=assignment.adding)
+        else:
+            await self._complete_reassignment(tp)
+
+    async def _complete_reassignment(self, tp: TopicPartition) -> None:
+        """Every target replica is in the ISR: the partition keeps only them. A leader that
+        is not one of them (or cannot lead) hands over to the first that can, the removed
+        replicas leave the ISR (one new leader epoch for both), they stop and delete their
+        logs (StopReplica), and the topic's znode lists the target replicas alone. When no
+        target replica can lead now, it stays in progress (Kafka would go on, leaving the
+        partition offline) and is tried again when a broker joins or the ISR changes."""
+        moving = self.ctx.assignment(tp)
+        done = Assignment(moving.target)
+
+        def plan() -> Transition | None:
+            state = self.ctx.states.get(tp)
+            if state is None or not moving.is_complete(state.isr):
+                return None
+            return self.ctx.plan_reassignment_completion(tp, moving.removing)
+
+        self.ctx.set_assignment(tp, done)  # the state written next lists the target replicas
+        written = None
+        try:
+            written = await self._write_retrying(plan)
+            if written is None:
+                log.info("controller: %s: reassignment to %s waits", tp, list(done.replicas))
+                return
+            self._announce([written])  # to the target replicas
+            epochs = {tp: written.state.leader_epoch}
+            for r in moving.removing:
+                if self.ctx.is_live(r):
+                    self._send_stop_replica(
+                        self.ctx.live[r], [tp], delete=True, leader_epochs=epochs
+                    )
+            await self._write_assignment(tp, done)
+        finally:
+            if written is None or self.ctx.assignment(tp) != done:
+                self.ctx.set_assignment(tp, moving)
+        try:
+            await self._drop_from_zk_reassignment(
+                lambda other, replicas: other == tp and tuple(replicas) == done.replicas
+            )
+        finally:
+            self._send_update_metadata(self.ctx.live, [tp])
+        log.info("controller: %s: reassignment to %s complete", tp, list(done.replicas))
+
+    async def _drop_replicas(self, tp: TopicPartition, dropped: list[int]) -> None:
+        """Replicas a reassignment added and no longer wants (replaced or cancelled): they
+        leave the ISR (and the lead) in a new leader epoch, then stop and delete their logs."""
+        written = await self._write_retrying(lambda: self.ctx.plan_replicas_dropped(tp, dropped))
+        if written is not None:
+            self._announce([written])
+        state = self.ctx.states.get(tp)
+        epochs = {tp: -1 if state is None else state.leader_epoch}
+        for r in dropped:
+            if self.ctx.is_live(r):
+                self._send_stop_replica(self.ctx.live[r], [tp], delete=True, leader_epochs=epochs)
+
+    async def _reassignments_progressed(self, tps: list[TopicPartition]) -> None:
+        """ISRs changed: the reassignments whose target replicas are all in it complete."""
+        for tp in tps:
+            moving = self.ctx.assignment(tp)
+            state = self.ctx.states.get(tp)
+            if tp.topic in self.ctx.deleting or state is None or not moving.moving:
+                continue
+            if moving.is_complete(state.isr):
+                log.info(
+                    "controller: %s: target replicas %s are all in the ISR %s",
+                    tp,
+                    list(moving.target),
+                    state.isr,
+                )
+                await self._complete_reassignment(tp)
+
+    async def _resume_reassignments(
+        self, which: Callable[[TopicPartition, Assignment], bool]
+    ) -> None:
+        """The reassignments in progress that ``which`` picks go on (`_reassign` again)."""
+        for tp in self.ctx.reassigning():
+            assignment = self.ctx.assignment(tp)
+            if which(tp, assignment):
+                log.info(
+                    "controller: %s: resuming its reassignment to %s", tp, list(assignment.target)
+                )
+                await self._start_reassignment(tp, assignment)
+
+    async def _write_retrying(
+        self, plan: Callable[[], Transition | None], attempts: int = 3
+    ) -> Transition | None:
+        """Writes what ``plan`` plans, planning again from the state read back when a leader's
+        ISR change won the race; the transition written, or None."""
+        for _ in range(attempts):
+            planned = plan()
+            if planned is None:
+                return None
+            written = await self._write([planned])
+            if written:
+                return written[0]
+        return None
+
+    async def _write_assignment(self, tp: TopicPartition, assignment: Assignment) -> None:
+        """Writes one partition's replica lists into its topic's znode (the other partitions
+        as ZooKeeper has them, so partitions added meanwhile stay), fenced by the
+        controller epoch and the znode's version."""
+        path = zd.topic_path(tp.topic)
+        topic = self.ctx.topics[tp.topic]
+        for _ in range(5):
+            data, stat = await self.zk.get(path)
+            current = zd.decode_topic_assignment(data)
+            if current.topic_id != topic.topic_id:
+                raise ZkDataError(f"{path} names topic id {current.topic_id}, not {topic.topic_id}")
+            parts = {a.partition: a for a in current.partitions}
+            parts[tp.partition] = zd.ReplicaAssignment(
+                tp.partition, assignment.replicas, assignment.adding, assignment.removing
+            )
+            updated = zd.TopicAssignment(tuple(parts[p] for p in sorted(parts)), current.topic_id)
+            update = SetDataOp(path, zd.encode_topic_assignment(updated), stat.version)
+            try:
+                await fenced_multi(self.zk, self.epoch, [update])
+                return
+            except ZkMultiError as exc:
+                if not isinstance(exc.cause, ZkBadVersionError):
+                    raise
+        raise ZkError(f"{path} kept changing while the assignment of {tp} was written")
+
+    async def _zk_reassignment_changed(self) -> None:
+        await self._zk_reassignment_requested()
+
+    async def _zk_reassignment_requested(self) -> set[TopicPartition]:
+        """``/admin/reassign_partitions`` (how tools before KIP-455 ask, through ZooKeeper),
+        read once per creation as Kafka does: its partitions start moving (those refused
+        leave it at once, the others when they complete; the znode goes with the last).
+        Returns the partitions started."""
+        path = zd.REASSIGN_PARTITIONS_PATH
+        try:
+            data, stat = await self.zk.get(path)
+        except ZkNoNodeError:
+            self._zk_reassignment_seen = None
+            return set()
+        if stat.czxid == self._zk_reassignment_seen:
+            return set()
+        self._zk_reassignment_seen = stat.czxid
+        try:
+            moves = zd.decode_partition_reassignment(data)
+        except ZkDataError as exc:
+            log.warning("controller: dropping unreadable %s: %s", path, exc)
+            moves = {}
+        started: set[TopicPartition] = set()
+        refused: set[TopicPartition] = set()
+        for tp, target in sorted(moves.items()):
+            plan = plan_request(
+                self.ctx.assignment(tp), target, self.ctx.live.keys(), tp.topic in self.ctx.deleting
+            )
+            error = (
+                plan if isinstance(plan, KafkaError) else await self._start_reassignment(tp, plan)
+            )
+            if error is None:
+                started.add(tp)
+            else:
+                log.warning(
+                    "controller: reassignment of %s to %s refused: %s", tp, list(target), error
+                )
+                refused.add(tp)
+        if refused or not moves:
+            await self._drop_from_zk_reassignment(lambda tp, _replicas: tp in refused or not moves)
+        return started
+
+    async def _drop_from_zk_reassignment(
+        self, drop: Callable[[TopicPartition, Sequence[int]], bool]
+    ) -> None:
+        """Takes the partitions ``drop`` picks out of ``/admin/reassign_partitions``, and the
+        znode away once none is left (fenced by the controller epoch)."""
+        path = zd.REASSIGN_PARTITIONS_PATH
+        try:
+            data, _ = await self.zk.get(path)
+        except ZkNoNodeError:
+            return
+        try:
+            moves = zd.decode_partition_reassignment(data)
+        except ZkDataError:
+            moves = {}
+        kept = {tp: r for tp, r in moves.items() if not drop(tp, r)}
+        if moves and len(kept) == len(moves):
+            return
+        if kept:
+            op: SetDataOp | DeleteOp = SetDataOp(path, zd.encode_partition_reassignment(kept))
+        else:
+            op = DeleteOp(path)
+        try:
+            await fenced_multi(self.zk, self.epoch, [op])
+        except ZkMultiError as exc:
+            if not isinstance(exc.cause, ZkNoNodeError):
+                raise
 
     # -- writing and telling -------------------------------------------------------------
 
@@ -842,9 +1179,15 @@ class Controller:
         )
         return version
 
-    def _announce(self, written: list[Transition], to_shutting_down: bool = False) -> None:
+    def _announce(
+        self,
+        written: list[Transition],
+        to_shutting_down: bool = False,
+        new_on: Collection[int] = (),
+    ) -> None:
         """LeaderAndIsr to each live replica of the partitions written (to those of brokers
-        shutting down only if ``to_shutting_down``); UpdateMetadata to every live broker."""
+        shutting down only if ``to_shutting_down``; marked new to the brokers ``new_on``,
+        replicas a reassignment adds); UpdateMetadata to every live broker."""
         if not written:
             return
         by_broker: dict[int, list[TopicPartition]] = {}
@@ -854,7 +1197,8 @@ class Controller:
                     by_broker.setdefault(r, []).append(t.tp)
         new = frozenset(t.tp for t in written if t.new)
         for broker_id, tps in by_broker.items():
-            self._send_leader_and_isr_to(self.ctx.live[broker_id], tps, new)
+            fresh = frozenset(tps) if broker_id in new_on else new
+            self._send_leader_and_isr_to(self.ctx.live[broker_id], tps, fresh)
         self._send_update_metadata(self.ctx.live, [t.tp for t in written])
 
     def _send_leader_and_isr_to(

@@ -126,8 +126,8 @@ def leader_and_isr(
                     isr=list(state.isr),
                     partition_epoch=state.version,
                     replicas=list(topic.partitions.get(p, state.replicas)),
-                    adding_replicas=[],
-                    removing_replicas=[],
+                    adding_replicas=list(topic.adding.get(p, [])),
+                    removing_replicas=list(topic.removing.get(p, [])),
                     is_new=TopicPartition(topic.name, p) in new,
                     leader_recovery_state=0,
                 )

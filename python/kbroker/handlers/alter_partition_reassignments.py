@@ -1,18 +1,25 @@
-"""AlterPartitionReassignments (45), as Kafka answers it with one broker.
+"""AlterPartitionReassignments (45): moving partitions' replicas to other brokers.
 
-A reassignment that keeps the replicas a partition has is done at once and answered
-NONE; one naming a broker that is not registered, none, or a broker twice is
-INVALID_REPLICA_ASSIGNMENT, and so (in a cluster, until followers replicate) is one that
-moves a replica to another broker; in a cluster only the controller answers (others:
-NOT_CONTROLLER); a cancellation (replicas null)
-finds NO_REASSIGNMENT_IN_PROGRESS; an unknown partition is UNKNOWN_TOPIC_OR_PARTITION.
-Messages are Kafka's.
+In a cluster the controller does it (`Controller.alter_partition_reassignments`,
+Kafka's rules and codes: INVALID_REPLICA_ASSIGNMENT for an empty list, a broker twice
+or a broker that is not registered, NO_REASSIGNMENT_IN_PROGRESS for a cancellation
+(replicas null) with nothing to cancel, UNKNOWN_TOPIC_OR_PARTITION for a partition
+that does not exist); other brokers answer NOT_CONTROLLER, as Kafka's do.
+
+A single node answers as Kafka does with one broker: a reassignment that keeps the
+replicas a partition has is done at once and answered NONE; one naming a broker that
+is not registered, none, or a broker twice is INVALID_REPLICA_ASSIGNMENT; a
+cancellation finds NO_REASSIGNMENT_IN_PROGRESS; an unknown partition is
+UNKNOWN_TOPIC_OR_PARTITION. Messages are Kafka's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from kbroker.errors import KafkaError
+from kbroker.log import TopicPartition
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import AlterPartitionReassignmentsResponse
@@ -48,25 +55,54 @@ def _check(broker: Broker, current: list[int] | None, replicas: list[int] | None
                 f"The manual partition assignment includes broker {r}, but no such broker "
                 "is registered.",
             )
-    if sorted(replicas) != sorted(current):
-        # Only in a cluster: a replica elsewhere would have to copy the log.
-        return (
-            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-            "moving a replica to another broker needs replication, which kbroker does not have yet",
-        )
-    # The replicas the partition has already.
+    # One broker: the replica the partition has already.
     return ErrorCode.NONE, None
 
 
-def handle_alter_partition_reassignments(broker: Broker, ctx: RequestContext, request: Any) -> Any:
-    if broker.cluster is not None and broker.cluster.controller is None:
+def _refused(code: ErrorCode, message: str | None) -> Any:
+    return AlterPartitionReassignmentsResponse(
+        throttle_time_ms=0, error_code=code, error_message=message, responses=[]
+    )
+
+
+async def _reassign_in_cluster(broker: Broker, request: Any) -> Any:
+    assert broker.cluster is not None
+    controller = broker.cluster.controller
+    if controller is None:
         # Clients send reassignments to the controller.
-        return AlterPartitionReassignmentsResponse(
-            throttle_time_ms=0,
-            error_code=ErrorCode.NOT_CONTROLLER,
-            error_message="This is not the correct controller for this cluster.",
-            responses=[],
+        return _refused(
+            ErrorCode.NOT_CONTROLLER, "This is not the correct controller for this cluster."
         )
+    targets: dict[TopicPartition, Sequence[int] | None] = {}
+    for t in request.topics:
+        for p in t.partitions:
+            replicas = None if p.replicas is None else list(p.replicas)
+            targets[TopicPartition(t.name, p.partition_index)] = replicas
+    try:
+        results = await controller.alter_partition_reassignments(targets)
+    except KafkaError as exc:
+        return _refused(ErrorCode(exc.code), exc.message)
+    by_topic: dict[str, list[Any]] = {}
+    for tp in targets:
+        error = results.get(tp)
+        by_topic.setdefault(tp.topic, []).append(
+            PartitionResult(
+                partition_index=tp.partition,
+                error_code=ErrorCode.NONE if error is None else error.code,
+                error_message=None if error is None else error.message,
+            )
+        )
+    return AlterPartitionReassignmentsResponse(
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        error_message=None,
+        responses=[TopicResult(name=name, partitions=parts) for name, parts in by_topic.items()],
+    )
+
+
+def handle_alter_partition_reassignments(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if broker.cluster is not None:
+        return _reassign_in_cluster(broker, request)
     topics = broker.metadata_cache.topics()
     responses = []
     for t in request.topics:
