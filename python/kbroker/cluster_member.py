@@ -537,6 +537,15 @@ class ClusterMember:
             ) from None
         except (ZkDataError, ZkError) as exc:
             raise TopicError(ErrorCode.UNKNOWN_SERVER_ERROR, f"topic {name!r}: {exc}") from None
+        moving = [
+            a.partition for a in current.partitions if a.adding_replicas or a.removing_replicas
+        ]
+        if moving:
+            raise TopicError(
+                ErrorCode.REASSIGNMENT_IN_PROGRESS,
+                f"topic {name!r} has partitions being reassigned ({moving}); add partitions "
+                "once the reassignment is done",
+            )
         existing = current.replicas()
         if total <= len(existing):
             raise TopicError(

@@ -424,7 +424,8 @@ class ReplicaManager:
             partition = self._partitions.get(order.tp)
             if partition is not None:
                 epoch = order.leader_epoch
-                if epoch not in (EPOCH_DURING_DELETE, NO_EPOCH) and epoch <= partition.leader_epoch:
+                # Kafka 3.9 takes an order of the partition's own epoch or a newer one.
+                if epoch not in (EPOCH_DURING_DELETE, NO_EPOCH) and epoch < partition.leader_epoch:
                     errors[order.tp] = ErrorCode.FENCED_LEADER_EPOCH
                     continue
                 self.remove_partitions([order.tp])
