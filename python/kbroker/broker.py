@@ -295,16 +295,21 @@ class Broker:
         ``replica.high.watermark.checkpoint.interval.ms``."""
         loop = asyncio.get_running_loop()
         next_checkpoint = loop.time()
+        rm = self.replica_manager
         while True:
             max_lag = self.config.get_int("replica.lag.time.max.ms")
-            self.replica_manager.shrink_isrs(max_lag)
-            if loop.time() >= next_checkpoint:
-                interval = self.config.get_int("replica.high.watermark.checkpoint.interval.ms")
-                next_checkpoint = loop.time() + interval / 1000
-                try:
-                    await asyncio.to_thread(self.replica_manager.checkpoint_high_watermarks)
-                except OSError as exc:
-                    log.warning("could not checkpoint the high watermarks: %s", exc)
+            try:
+                rm.shrink_isrs(max_lag)
+                if loop.time() >= next_checkpoint:
+                    interval = self.config.get_int("replica.high.watermark.checkpoint.interval.ms")
+                    next_checkpoint = loop.time() + interval / 1000
+                    hws = rm.high_watermarks()  # read here, on the loop; written off it
+                    await asyncio.to_thread(rm.checkpoint_high_watermarks, hws)
+            except OSError as exc:
+                log.warning("could not checkpoint the high watermarks: %s", exc)
+            except Exception:
+                # A bug must not end ISR upkeep for good.
+                log.exception("replication upkeep failed a round")
             await asyncio.sleep(min(max_lag / 2000, 1.0))
 
     async def load_topic_configs(self, topics: Iterable[str]) -> None:

@@ -216,11 +216,16 @@ class ReplicaManager:
             return None
         return self._checkpointed.get(tp, 0)
 
-    def checkpoint_high_watermarks(self) -> None:
-        """Writes every partition's high watermark to the data directory (blocking)."""
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        """Every partition's high watermark, as checkpointed (on the event loop)."""
         hws = dict(self._checkpointed)
         hws.update((tp, p.high_watermark) for tp, p in self._partitions.items())
-        write_high_watermarks(self.logs.data_dir, hws)
+        return hws
+
+    def checkpoint_high_watermarks(self, hws: Mapping[TopicPartition, int] | None = None) -> None:
+        """Writes the high watermarks (``hws``, taken on the event loop; default: now) to
+        the data directory (blocking: any thread)."""
+        write_high_watermarks(self.logs.data_dir, self.high_watermarks() if hws is None else hws)
 
     def shrink_isrs(self, max_lag_ms: int) -> None:
         """Leaders drop from their ISRs the followers more than ``max_lag_ms`` behind."""
