@@ -20,7 +20,7 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 from tests.cluster.kafka_zk import KafkaZkBroker, prepare_kafka_zk_broker
-from tests.helpers import BrokerProcess
+from tests.helpers import BrokerProcess, free_port
 
 SYSTEMS = ("kafka", "kbroker")
 # Short enough for failover tests, within ZooKeeper's bounds (tests/zookeeper.py's
@@ -229,6 +229,29 @@ class Cluster:
 
     def outputs(self) -> str:
         return "\n".join(f"--- broker {i}:\n{n.tail(40)}" for i, n in self.nodes.items())
+
+
+def kbroker_nodes_with_metrics(
+    connect: str, root: Path, extra: list[str] | None = None, size: int = 3
+) -> tuple[dict[int, KbrokerNode], dict[int, int]]:
+    """``size`` kbroker nodes (ids 1..size, not launched) on ``connect`` (with its chroot),
+    each serving Prometheus metrics on a free loopback port: (nodes, metrics ports)."""
+    ports = {i: free_port() for i in range(1, size + 1)}
+    nodes = {
+        i: KbrokerNode(
+            i,
+            connect,
+            root / f"b{i}",
+            [
+                f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
+                "offsets.topic.replication.factor=1",
+                f"metrics.listeners=127.0.0.1:{ports[i]}",
+                *(extra or []),
+            ],
+        )
+        for i in ports
+    }
+    return nodes, ports
 
 
 def _kbroker_settings(extra: list[str] | None) -> list[str]:

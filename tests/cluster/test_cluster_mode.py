@@ -462,26 +462,12 @@ def test_foreign_orders_and_garbage_znodes_change_nothing(kbrokers: Cluster) -> 
 def test_cluster_metrics_and_their_alert_rules(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     """kbroker only: each broker's /metrics says whether it is the controller, and the
     controller counts offline partitions; the cluster alert rules read only these."""
-    from tests.cluster.nodes import KbrokerNode
-    from tests.helpers import free_port
+    from tests.cluster.nodes import kbroker_nodes_with_metrics
     from tests.metrics.prom import exported_names, get, promql_metric_names
     from tests.metrics.test_deploy import alert_exprs
 
     connect = zookeeper.connect + f"/metrics-{uuid.uuid4().hex[:8]}"
-    ports = {i: free_port() for i in (1, 2, 3)}
-    nodes = {
-        i: KbrokerNode(
-            i,
-            connect,
-            tmp_path / f"b{i}",
-            [
-                f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
-                "offsets.topic.replication.factor=1",
-                f"metrics.listeners=127.0.0.1:{ports[i]}",
-            ],
-        )
-        for i in (1, 2, 3)
-    }
+    nodes, ports = kbroker_nodes_with_metrics(connect, tmp_path)
 
     def gauges(i: int) -> dict[str, float]:
         status, text = get(f"http://127.0.0.1:{ports[i]}/metrics")

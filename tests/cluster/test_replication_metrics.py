@@ -28,8 +28,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbroker._kbroker import build_batch
 from kbroker.protocol import ErrorCode
-from tests.cluster.nodes import SESSION_TIMEOUT_MS, KbrokerNode
-from tests.helpers import Wire, free_port, wait_for, wire_produce
+from tests.cluster.nodes import kbroker_nodes_with_metrics
+from tests.helpers import Wire, wait_for, wire_produce
 from tests.metrics.prom import alerts, get, prometheus, samples
 from tests.metrics.test_deploy import ALERTS
 from tests.zookeeper import ZooKeeperServer
@@ -47,21 +47,9 @@ FIRED = {"KbrokerUnderReplicatedPartitions", "KbrokerUnderMinIsrPartitions"}
 
 def test_leader_metrics_follow_the_isr(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     connect = zookeeper.connect + f"/repl-metrics-{uuid.uuid4().hex[:8]}"
-    ports = {i: free_port() for i in (1, 2, 3)}
-    nodes = {
-        i: KbrokerNode(
-            i,
-            connect,
-            tmp_path / f"b{i}",
-            [
-                f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
-                "offsets.topic.replication.factor=1",
-                f"metrics.listeners=127.0.0.1:{ports[i]}",
-                f"replica.lag.time.max.ms={LAG_MS}",
-            ],
-        )
-        for i in (1, 2, 3)
-    }
+    nodes, ports = kbroker_nodes_with_metrics(
+        connect, tmp_path, [f"replica.lag.time.max.ms={LAG_MS}"]
+    )
     rules = tmp_path / "alerts.yml"
     rules.write_text(re.sub(r"for: \S+", "for: 0s", ALERTS.read_text()))
     stop = threading.Event()

@@ -23,6 +23,7 @@ from kbroker.metadata_cache import MetadataCache
 from kbroker.metadata_types import PartitionState
 from kbroker.network.client import BrokerConnection, BrokerUnreachable
 from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.errors import to_error_code
 from kbroker.protocol.messages.inter_broker import AlterPartitionRequest
 
 if TYPE_CHECKING:
@@ -150,7 +151,7 @@ class IsrChannel:
             ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION, request, self.request_timeout_s
         )
         if response.error_code != ErrorCode.NONE:
-            raise _Retry(f"the controller answered {ErrorCode(response.error_code).name}")
+            raise _Retry(f"the controller answered {to_error_code(response.error_code).name}")
         answers: dict[TopicPartition, tuple[ErrorCode, PartitionState | None]] = {}
         for t in response.topics:
             for p in t.partitions:
@@ -158,10 +159,7 @@ class IsrChannel:
                 item = batch.get(tp)
                 if item is None:
                     continue
-                try:
-                    code = ErrorCode(p.error_code)
-                except ValueError:
-                    code = ErrorCode.UNKNOWN_SERVER_ERROR
+                code = to_error_code(p.error_code)
                 state = None
                 if code == ErrorCode.NONE:
                     current = item.partition.state

@@ -48,6 +48,7 @@ from kbroker.futures import cancel_and_wait
 from kbroker.log import TopicPartition
 from kbroker.network.client import BrokerConnection, BrokerUnreachable
 from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.errors import to_error_code
 from kbroker.protocol.messages.core import (
     FetchRequest,
     ListOffsetsRequest,
@@ -192,7 +193,7 @@ class ReplicaFetcher:
     # -- truncation (KIP-101, KIP-279) -------------------------------------------------
 
     async def _truncate(self, targets: list[_Target]) -> None:
-        asked: dict[TopicPartition, tuple[_Target, int, int]] = {}
+        asked: dict[TopicPartition, tuple[_Target, int]] = {}
         topics: dict[str, list[Any]] = {}
         for t in targets:
             p = t.partition
@@ -203,7 +204,7 @@ class ReplicaFetcher:
                     p.truncate_to(p.high_watermark)
                 t.truncating = False
                 continue
-            asked[p.tp] = (t, t.leader_epoch, latest)
+            asked[p.tp] = (t, t.leader_epoch)
             topics.setdefault(p.tp.topic, []).append(
                 OffsetForLeaderEpochRequest.Topic.Partition(
                     partition=p.tp.partition,
@@ -232,11 +233,11 @@ class ReplicaFetcher:
                 entry = asked.get(tp)
                 if entry is None:
                     continue
-                t, epoch, _latest = entry
+                t, epoch = entry
                 if self._current(tp, epoch) is not t:
                     continue
                 if r.error_code != ErrorCode.NONE:
-                    self._on_error(t, ErrorCode(r.error_code))
+                    self._on_error(t, to_error_code(r.error_code))
                     continue
                 self._truncate_to_leader(t, r.leader_epoch, r.end_offset)
 
@@ -311,7 +312,7 @@ class ReplicaFetcher:
             log.info(
                 "replica fetch from broker %d: %s",
                 self.leader_id,
-                ErrorCode(response.error_code).name,
+                to_error_code(response.error_code).name,
             )
             self._park(targets, s.backoff_ms / 1000)
             return
@@ -325,7 +326,7 @@ class ReplicaFetcher:
                 t, epoch, offset = entry
                 if self._current(tp, epoch) is not t or t.partition.log.log_end_offset != offset:
                     continue
-                code = ErrorCode(r.error_code)
+                code = to_error_code(r.error_code)
                 if code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     out_of_range.append(t)
                 elif code != ErrorCode.NONE:
@@ -435,7 +436,7 @@ class ReplicaFetcher:
             for r in topic.partitions:
                 if r.partition_index == tp.partition:
                     if r.error_code != ErrorCode.NONE:
-                        self._on_error(t, ErrorCode(r.error_code))
+                        self._on_error(t, to_error_code(r.error_code))
                         return None
                     return int(r.offset)
         self._park([t], self.settings.backoff_ms / 1000)
@@ -507,10 +508,6 @@ class ReplicaFetcherManager:
             (t.lag for f in list(self._fetchers.values()) for t in list(f.targets.values())),
             default=0,
         )
-
-    def following(self) -> dict[TopicPartition, int]:
-        """Each followed partition's leader."""
-        return {tp: key[0] for tp, key in self._on.items()}
 
     async def close(self) -> None:
         fetchers = list(self._fetchers.values())

@@ -664,7 +664,6 @@ class ReplicaManager:
                 continue
             self.logs.errors.succeeded("deleting records of", tp)
             targets[tp] = partition.log.log_start_offset
-            results[tp] = (partition.low_watermark, ErrorCode.NONE)
         done: asyncio.Future[dict[TopicPartition, tuple[int, ErrorCode]]] = (
             asyncio.get_running_loop().create_future()
         )
