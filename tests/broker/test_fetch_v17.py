@@ -55,3 +55,38 @@ def test_fetch_v17_by_topic_id(broker: BrokerProcess) -> None:
             assert (records[:12], records[16:]) == (batch[:12], batch[16:])
     finally:
         w.close()
+
+
+def test_fetch_as_a_broker_that_is_no_replica_is_refused(broker: BrokerProcess) -> None:
+    """A fetch naming a replica id reads up to the log end, past the high watermark: only
+    a replica of the partition may (NOT_LEADER_OR_FOLLOWER otherwise, as Kafka answers)."""
+    w = Wire(broker.bootstrap)
+    try:
+        batch = build_batch([(None, b"x", [])])
+        assert w.request(ApiKey.PRODUCE, 9, produce_req(TOPIC, batch)).responses
+        for version, fields in ((12, {"replica_id": 7}), (17, {"replica_state": (7, 1)})):
+            part = FetchRequest.Topic.Partition(
+                partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+            )
+            state = fields.get("replica_state")
+            req = FetchRequest(
+                replica_id=fields.get("replica_id", -1),
+                replica_state=None if state is None else FetchRequest.ReplicaState(*state),
+                max_wait_ms=0,
+                min_bytes=0,
+                max_bytes=1 << 20,
+                topics=[FetchRequest.Topic(topic=TOPIC, topic_id=_topic_id(w), partitions=[part])],
+            )
+            resp = w.request(ApiKey.FETCH, version, req)
+            [t] = resp.responses
+            [p] = t.partitions
+            assert (p.error_code, bytes(p.records)) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, b"")
+    finally:
+        w.close()
+
+
+def _topic_id(w: Wire) -> uuid.UUID:
+    meta = w.request(
+        ApiKey.METADATA, 12, MetadataRequest(topics=[MetadataRequest.Topic(name=TOPIC)])
+    )
+    return meta.topics[0].topic_id  # type: ignore[no-any-return]

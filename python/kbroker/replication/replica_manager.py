@@ -610,6 +610,10 @@ class ReplicaManager:
             except PartitionError as exc:
                 results.append(ReadResult(exc.code))
                 continue
+            if follower and params.replica_id not in partition.followers:
+                # Only a replica reads past the high watermark (Kafka answers the same).
+                results.append(ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+                continue
             hw = partition.high_watermark
             lso = partition.last_stable_offset
             result = ReadResult(ErrorCode.NONE, hw, lso, partition.log.log_start_offset)
