@@ -41,7 +41,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kazoo.client import KazooClient
 
 from tests.cluster.nodes import SESSION_TIMEOUT_MS, SYSTEMS, Cluster, cluster
-from tests.cluster.test_cluster_mode import create_topic, partition_leaders
+from tests.cluster.test_cluster_mode import create_topic, elected_leaders, partition_leaders
 from tests.helpers import KBROKER, consume_all, free_port, produce, send, wait_for
 from tests.zookeeper import (
     ZooKeeperServer,
@@ -178,7 +178,7 @@ def test_zookeeper_down_for_ten_seconds(
     with cluster(system, own_zookeeper.connect, "/faults", tmp_path / "brokers") as c:
         topic = f"zkdown-{uuid.uuid4().hex[:6]}"
         create_topic(c.bootstrap, topic, 3)
-        leaders = partition_leaders(c.bootstrap, topic)
+        leaders = elected_leaders(c.bootstrap, topic, 3)
         assert sorted(leaders.values()) == [1, 2, 3]
         owners = session_owners(c)
         pids = {i: n.proc.pid for i, n in c.nodes.items() if n.proc is not None}
@@ -271,7 +271,7 @@ def test_ensemble_loses_its_leader(
     with cluster(system, connect, "/faults", tmp_path / "brokers") as c:
         topic = f"ensemble-{uuid.uuid4().hex[:6]}"
         create_topic(c.bootstrap, topic, 6)
-        leaders = partition_leaders(c.bootstrap, topic)
+        leaders = elected_leaders(c.bootstrap, topic, 6)
         produce(c.bootstrap, topic, [(None, f"a-{p}".encode(), None, p) for p in range(6)])
 
         zk_leader = next(s for s in ensemble if s.mode() == "leader")
@@ -307,7 +307,7 @@ def test_ensemble_loses_its_leader(
         broker_killed_at = time.monotonic()
         survivor = next(n.bootstrap for n in c.nodes.values() if n.alive)
         wait_for(
-            lambda: all(partition_leaders(survivor, topic)[p] == -1 for p in lost),
+            lambda: all(partition_leaders(survivor, topic).get(p) == -1 for p in lost),
             f"partitions {lost} of killed broker {victim} to go offline",
             timeout=SESSION_S + 15,
         )
@@ -374,7 +374,7 @@ def test_paused_controller_is_replaced_and_its_partitions_go_offline(brokers: Cl
     c = brokers
     topic = f"paused-{uuid.uuid4().hex[:6]}"
     create_topic(c.bootstrap, topic, 6)
-    leaders = partition_leaders(c.bootstrap, topic)
+    leaders = elected_leaders(c.bootstrap, topic, 6)
     zk = c.zk()
     try:
         with controller_paused(c, zk) as t:
@@ -386,7 +386,7 @@ def test_paused_controller_is_replaced_and_its_partitions_go_offline(brokers: Cl
                 # As clients see it, and as ZooKeeper records it (in the new epoch).
                 seen = partition_leaders(survivor, topic)
                 states = [state_of(zk, topic, p) for p in lost]
-                return all(seen[p] == -1 for p in lost) and all(
+                return all(seen.get(p) == -1 for p in lost) and all(
                     s["leader"] == -1 and s["controller_epoch"] == t.new_epoch for s in states
                 )
 
@@ -417,7 +417,7 @@ def test_resumed_controller_writes_nothing_and_rejoins(brokers: Cluster) -> None
     c = brokers
     topic = f"resumed-{uuid.uuid4().hex[:6]}"
     create_topic(c.bootstrap, topic, 6)
-    leaders = partition_leaders(c.bootstrap, topic)
+    leaders = elected_leaders(c.bootstrap, topic, 6)
     zk = c.zk()
     try:
         with controller_paused(c, zk) as t:
@@ -440,7 +440,7 @@ def test_resumed_controller_writes_nothing_and_rejoins(brokers: Cluster) -> None
         for node in c.nodes.values():
             wait_for(
                 lambda node=node: all(
-                    partition_leaders(node.bootstrap, topic)[p] == t.old for p in lost
+                    partition_leaders(node.bootstrap, topic).get(p) == t.old for p in lost
                 ),
                 f"broker {node.broker_id} to see partitions {lost} led by broker {t.old} again",
                 timeout=30,

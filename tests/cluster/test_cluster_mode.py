@@ -78,9 +78,28 @@ def create_topic(
 
 
 def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
-    """Partition -> leader (-1: none) as ``bootstrap`` answers Metadata."""
+    """Partition -> leader (-1: none) as ``bootstrap`` answers Metadata; empty while the
+    answering broker does not know the topic yet (another broker took the CreateTopics,
+    and UpdateMetadata is still on its way here)."""
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
-    return {p.id: p.leader for p in md.topics[topic].partitions.values()}
+    t = md.topics.get(topic)
+    if t is None or t.error is not None:
+        return {}
+    return {p.id: p.leader for p in t.partitions.values()}
+
+
+def elected_leaders(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """Partition -> leader once the broker answering Metadata shows a leader for each of
+    the topic's ``partitions``: what a client sees soon after CreateTopics, not at once."""
+    return wait_for(
+        lambda: (
+            (found := partition_leaders(bootstrap, topic))
+            and len(found) == partitions
+            and -1 not in found.values()
+            and found
+        ),
+        f"leaders of the {partitions} partitions of {topic}",
+    )
 
 
 def _java(main: str, *args: str, stdin: str = "", timeout: float = 90) -> str:
@@ -220,7 +239,7 @@ def test_topics_spread_and_clients_use_any_broker(brokers: Cluster) -> None:
 def test_killed_broker_partitions_go_offline_and_come_back(brokers: Cluster) -> None:
     topic = f"offline-{uuid.uuid4().hex[:6]}"
     create_topic(brokers.bootstrap, topic, 6)
-    leaders = partition_leaders(brokers.bootstrap, topic)
+    leaders = elected_leaders(brokers.bootstrap, topic, 6)
     produce(
         brokers.bootstrap,
         topic,
@@ -238,7 +257,7 @@ def test_killed_broker_partitions_go_offline_and_come_back(brokers: Cluster) -> 
     started = time.monotonic()
     survivor = brokers.nodes[others[0]].bootstrap
     wait_for(
-        lambda: all(partition_leaders(survivor, topic)[p] == -1 for p in lost),
+        lambda: all(partition_leaders(survivor, topic).get(p) == -1 for p in lost),
         f"partitions {lost} of killed broker {victim} to go offline",
         timeout=SESSION_TIMEOUT_MS / 1000 + 15,
     )
@@ -264,7 +283,7 @@ def test_killed_broker_partitions_go_offline_and_come_back(brokers: Cluster) -> 
 
     brokers.nodes[victim].restart()
     wait_for(
-        lambda: all(partition_leaders(survivor, topic)[p] == victim for p in lost),
+        lambda: all(partition_leaders(survivor, topic).get(p) == victim for p in lost),
         f"partitions {lost} to be led by broker {victim} again",
         timeout=30,
     )
@@ -397,7 +416,7 @@ def test_sigterm_stops_a_broker_cleanly_and_it_comes_back(brokers: Cluster) -> N
     assert victim not in leaders.values()
     brokers.nodes[victim].restart()
     wait_for(
-        lambda: -1 not in partition_leaders(survivor, topic).values(),
+        lambda: (found := partition_leaders(survivor, topic)) and -1 not in found.values(),
         "every partition led again",
         timeout=30,
     )
@@ -488,6 +507,7 @@ def test_cluster_metrics_and_their_alert_rules(zookeeper: ZooKeeperServer, tmp_p
         controller = wait_for(cluster_.controller_id, "a controller")
         topic = f"m-{uuid.uuid4().hex[:6]}"
         create_topic(cluster_.bootstrap, topic, 6)
+        leaders = elected_leaders(cluster_.bootstrap, topic, 6)
         active = {
             i: gauges(i)["kafka_controller_kafkacontroller_activecontrollercount"] for i in ports
         }
@@ -506,11 +526,7 @@ def test_cluster_metrics_and_their_alert_rules(zookeeper: ZooKeeperServer, tmp_p
 
         victim = next(i for i in nodes if i != controller)
         nodes[victim].kill()
-        lost = sum(
-            1
-            for leader in partition_leaders(cluster_.bootstrap, topic).values()
-            if leader == victim
-        )
+        lost = sum(1 for leader in leaders.values() if leader == victim)
         wait_for(
             lambda: (
                 gauges(controller)["kafka_controller_kafkacontroller_offlinepartitionscount"]

@@ -82,7 +82,9 @@ def batches(path: Path, below: int) -> list[bytes]:
 def state(c: Cluster, topic: str) -> tuple[int, list[int]]:
     """(leader, sorted ISR) of partition 0, as a live broker answers Metadata."""
     md = AdminClient({"bootstrap.servers": c.live_bootstrap()}).list_topics(topic, timeout=10)
-    p = md.topics[topic].partitions[0]
+    p = md.topics[topic].partitions.get(0)
+    if p is None:  # the answering broker does not know the new topic yet
+        return -1, []
     return p.leader, sorted(p.isrs)
 
 

@@ -38,7 +38,9 @@ def brokers(
 
 
 def leader_and_isr(admin: AdminClient, topic: str) -> tuple[int, list[int]]:
-    p = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+    p = admin.list_topics(topic, timeout=10).topics[topic].partitions.get(0)
+    if p is None:  # the answering broker does not know the new topic yet
+        return -1, []
     return p.leader, sorted(p.isrs)
 
 

@@ -76,7 +76,9 @@ def test_leader_metrics_follow_the_isr(zookeeper: ZooKeeperServer, tmp_path: Pat
         admin.create_topics([new], operation_timeout=30)[topic].result(60)
 
         def leader_and_isr() -> tuple[int, list[int]]:
-            p = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+            p = admin.list_topics(topic, timeout=10).topics[topic].partitions.get(0)
+            if p is None:  # the answering broker does not know the new topic yet
+                return -1, []
             return p.leader, sorted(p.isrs)
 
         leader = wait_for(lambda: leader_and_isr()[0] > 0 and leader_and_isr()[0], "a leader")

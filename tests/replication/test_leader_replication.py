@@ -83,8 +83,9 @@ def test_high_watermark_is_the_smallest_log_end_in_the_isr(tmp_path: Path) -> No
 
 
 def test_lagging_follower_leaves_the_isr_once_the_controller_wrote_it(tmp_path: Path) -> None:
+    # Followers in the ISR count as caught up when leading starts: not before t0.
+    t0 = monotonic_ms()
     lead = Leader(tmp_path)
-    t0 = monotonic_ms()  # followers in the ISR count as caught up when leading starts
     lead.append(4)
     lead.p.update_follower_fetch_state(F1, 4, 0, t0)
     lead.p.update_follower_fetch_state(F2, 1, 0, t0)
