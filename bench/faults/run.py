@@ -1,0 +1,236 @@
+"""One fault run, start to end: network, disks, cluster, workload, faults, healing, the
+final read, the check, the results folder. Everything it starts is stopped and removed
+on the way out, also when it fails or is interrupted."""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import time
+import uuid
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.faults import disk as disk_mod
+from bench.faults import net as net_mod
+from bench.faults.checker import Report, check
+from bench.faults.cluster import FaultCluster, wait
+from bench.faults.disk import SmallDisk
+from bench.faults.history import Recorder, read_history
+from bench.faults.nemesis import KINDS, Nemesis
+from bench.faults.net import Network
+from bench.faults.report import write_results
+from bench.faults.workload import (
+    ConsumerWorker,
+    ProducerWorker,
+    end_offsets,
+    final_read,
+    group_behind,
+)
+
+log = logging.getLogger("bench.faults")
+
+GROUP = "kbf-group"
+TOPIC = "kbf"
+
+
+@dataclass
+class RunConfig:
+    system: str = "kbroker"
+    seconds: float = 1800
+    seed: int = 0
+    brokers: int = 3
+    partitions: int = 6
+    producers: int = 3
+    rate: float = 100.0  # sends per second, per producer
+    group_members: int = 2
+    readers: int = 1
+    acks: str = "all"
+    unclean: bool = False
+    faults: list[str] = field(default_factory=lambda: list(KINDS))
+    # Every kind once, in a seeded order, rather than at random until ``seconds`` pass.
+    each_once: bool = False
+    hold_s: tuple[float, float] = (5.0, 20.0)  # how long a fault lasts
+    gap_s: tuple[float, float] = (5.0, 15.0)  # healthy time between faults
+    disk_mb: int = 256
+    out: Path = Path("bench/out/faults")
+    settings: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def strict(self) -> bool:
+        """The default settings: any anomaly fails the run. Otherwise it is reported."""
+        return self.acks == "all" and not self.unclean
+
+    def label(self) -> str:
+        extra = "" if self.strict else f" acks={self.acks}" + (" unclean" if self.unclean else "")
+        return f"{self.system} seed={self.seed}{extra}"
+
+
+@dataclass
+class Outcome:
+    report: Report
+    folder: Path
+    problems: list[str]  # harness-level trouble: the cluster did not heal, a client died
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems and self.report.ok()
+
+
+def _sigterm_to_interrupt(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def run(cfg: RunConfig) -> Outcome:
+    rng = random.Random(cfg.seed)
+    run_id = uuid.uuid4().hex[:4]
+    folder = cfg.out / f"{cfg.system}-seed{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(
+        __import__("json").dumps(asdict(cfg), default=str, indent=2) + "\n"
+    )
+    print(f"fault run {cfg.label()}: results in {folder}", flush=True)
+    previous = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+    problems: list[str] = []
+    try:
+        with ExitStack() as stack:
+            brokers = [f"b{i}" for i in range(1, cfg.brokers + 1)]
+            zks = ["zk1", "zk2", "zk3"]
+            net = stack.enter_context(Network(f"kbf{run_id}", [*zks, *brokers]))
+            disks = {
+                b: stack.enter_context(
+                    SmallDisk(folder / "disks" / f"{b}.img", folder / "disks" / b, cfg.disk_mb)
+                )
+                for b in brokers
+            }
+            c = FaultCluster(cfg.system, folder / "nodes", net, disks)
+            (folder / "nodes").mkdir(exist_ok=True)
+            for z in zks:
+                c.add_zookeeper(z)
+            settings = dict(cfg.settings)
+            if cfg.unclean:
+                settings["unclean.leader.election.enable"] = "true"
+            for b in brokers:
+                c.add_broker(b, settings)
+            stack.callback(c.stop)
+            c.start_zookeepers()
+            c.start_brokers()
+            create_topic(c.bootstrap, cfg.partitions, cfg.brokers)
+            wait(lambda: healthy(c, cfg), "the topic's replicas in sync", 60, 0.5)
+            rec = stack.enter_context(Recorder(folder / "history.jsonl"))
+            problems += workload_under_faults(cfg, c, rec, rng)
+        report = check(read_history(folder / "history.jsonl"))
+        write_results(folder, report, folder / "history.jsonl", cfg.label())
+        line = report.summary_line(cfg.label())
+        if problems:
+            line += " | problems: " + "; ".join(problems)
+        (folder / "summary.txt").write_text(line + "\n")
+        print(line, flush=True)
+        return Outcome(report, folder, problems)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        # What an interrupted teardown may have left.
+        net_mod.sweep(f"kbf{run_id}")
+        disk_mod.sweep_mounts(folder / "disks")
+
+
+def create_topic(bootstrap: str, partitions: int, replicas: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    rf = min(3, replicas)
+    new = NewTopic(TOPIC, partitions, rf, config={"min.insync.replicas": "2"})
+    admin.create_topics([new], operation_timeout=60, request_timeout=60)[TOPIC].result(90)
+
+
+def healthy(c: FaultCluster, cfg: RunConfig) -> bool:
+    """Every broker registered, every partition led with its whole replica set in sync."""
+    if c.registered() != sorted(c.broker_id(b) for b in c.brokers):
+        return False
+    for p in range(cfg.partitions):
+        state = c.partition_state(TOPIC, p)
+        if state is None or state["leader"] < 0 or len(state["isr"]) < min(3, cfg.brokers):
+            return False
+    return True
+
+
+def workload_under_faults(
+    cfg: RunConfig, c: FaultCluster, rec: Recorder, rng: random.Random
+) -> list[str]:
+    problems: list[str] = []
+    consumers = [
+        ConsumerWorker(i, c.bootstrap, TOPIC, rec, GROUP, cfg.partitions)
+        for i in range(cfg.group_members)
+    ] + [
+        ConsumerWorker(i, c.bootstrap, TOPIC, rec, None, cfg.partitions)
+        for i in range(cfg.readers)
+    ]
+    producers = [
+        ProducerWorker(i, c.bootstrap, TOPIC, cfg.rate, rec, cfg.acks)
+        for i in range(cfg.producers)
+    ]
+    for w in [*consumers, *producers]:
+        w.start()
+    nemesis = Nemesis(c, rng, rec, TOPIC, cfg.partitions)
+    try:
+        time.sleep(5)  # the clients settle in
+        started = time.monotonic()
+        kinds = list(cfg.faults)
+        if cfg.each_once:
+            rng.shuffle(kinds)
+        while True:
+            if cfg.each_once:
+                if not kinds:
+                    break
+                kind = kinds.pop(0)
+            else:
+                if time.monotonic() - started > cfg.seconds:
+                    break
+                kind = rng.choice(kinds)
+            fault = nemesis.start(kind)
+            try:
+                time.sleep(rng.uniform(*cfg.hold_s))
+            finally:
+                nemesis.end(fault)
+            restarted = c.restart_dead()
+            if restarted:
+                log.info("started again after %s: %s", kind, restarted)
+            time.sleep(rng.uniform(*cfg.gap_s))
+    finally:
+        # Heal whatever is still broken (also on an interrupt), then end the run.
+        c.net.heal()
+        for d in c.disks.values():
+            d.free()
+        c.restart_dead()
+    try:
+        wait(lambda: healthy(c, cfg), "the cluster to heal", 120, 1)
+    except TimeoutError as exc:
+        problems.append(str(exc))
+    time.sleep(5)  # writes on the healed cluster
+    for w in producers:
+        w.stopping.set()
+    for w in producers:
+        w.join(60)
+        if w.is_alive() or w.error is not None:
+            problems.append(f"{w.name} did not end cleanly: {w.error}")
+    ends = end_offsets(c.bootstrap, TOPIC, cfg.partitions)
+    deadline = time.monotonic() + 60
+    for w in consumers:
+        w.catch_up = (ends, deadline)
+    wait(lambda: all(w.behind is not None for w in consumers), "consumers to catch up", 90, 0.5)
+    behind = group_behind(c.bootstrap, GROUP, TOPIC, ends)
+    rec.record("lag", process="group", behind={str(p): n for p, n in behind.items()})
+    for w in consumers:
+        w.stopping.set()
+    for w in consumers:
+        w.join(30)
+        if w.error is not None:
+            problems.append(f"{w.name} failed: {w.error}")
+    missing = final_read(c.bootstrap, TOPIC, ends, rec)
+    if missing:
+        problems.append(f"the final read could not read {missing} (partition: records)")
+    rec.flush()
+    return problems
