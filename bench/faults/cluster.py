@@ -222,9 +222,7 @@ class FaultCluster:
                 "listeners": f"PLAINTEXT://{address}:{BROKER_PORT}",
                 "log.dirs": str(data),
             } | merged
-            (home / "server.properties").write_text(
-                "".join(f"{k}={v}\n" for k, v in props.items())
-            )
+            (home / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
             (home / "log4j.properties").write_text(
                 "log4j.rootLogger=INFO, out\n"
                 "log4j.appender.out=org.apache.log4j.ConsoleAppender\n"

@@ -58,7 +58,8 @@ class Recorder:
 
     def record(self, kind: str, **fields: Any) -> None:
         assert kind in KINDS, kind
-        event = {"kind": kind, "t": fields.pop("t", None) or self.now(), **fields}
+        t = fields.pop("t") if "t" in fields else self.now()
+        event = {"kind": kind, "t": t, **fields}
         line = json.dumps(event, separators=(",", ":"))
         with self._lock:
             self._out.write(line + "\n")

@@ -165,12 +165,10 @@ def workload_under_faults(
         ConsumerWorker(i, c.bootstrap, TOPIC, rec, GROUP, cfg.partitions)
         for i in range(cfg.group_members)
     ] + [
-        ConsumerWorker(i, c.bootstrap, TOPIC, rec, None, cfg.partitions)
-        for i in range(cfg.readers)
+        ConsumerWorker(i, c.bootstrap, TOPIC, rec, None, cfg.partitions) for i in range(cfg.readers)
     ]
     producers = [
-        ProducerWorker(i, c.bootstrap, TOPIC, cfg.rate, rec, cfg.acks)
-        for i in range(cfg.producers)
+        ProducerWorker(i, c.bootstrap, TOPIC, cfg.rate, rec, cfg.acks) for i in range(cfg.producers)
     ]
     for w in [*consumers, *producers]:
         w.start()

@@ -207,7 +207,10 @@ class ConsumerWorker(threading.Thread):
             else:
                 self.session = 1
                 consumer.assign(
-                    [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)]
+                    [
+                        TopicPartition(self.topic, p, OFFSET_BEGINNING)
+                        for p in range(self.partitions)
+                    ]
                 )
             while not self.stopping.is_set():
                 msg = consumer.poll(0.2)
@@ -266,9 +269,7 @@ def group_behind(bootstrap: str, group: str, topic: str, ends: dict[int, int]) -
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, **_QUIET})
     try:
         committed = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=20)
-        return {
-            tp.partition: max(0, ends[tp.partition] - max(tp.offset, 0)) for tp in committed
-        }
+        return {tp.partition: max(0, ends[tp.partition] - max(tp.offset, 0)) for tp in committed}
     finally:
         consumer.close()
 
