@@ -65,6 +65,10 @@ class NetError(RuntimeError):
     """A command setting up, faulting or tearing down the network failed."""
 
 
+class SubnetInUse(NetError):
+    """Another network (or a crashed run's bridge) already routes the subnet."""
+
+
 def _run(args: Sequence[str], *, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> str:
     """Runs ``args``; returns stdout. Raises ``NetError`` naming the command and its stderr."""
     try:
@@ -85,7 +89,9 @@ def _run(args: Sequence[str], *, check: bool = True, timeout: float = COMMAND_TI
 
 @contextlib.contextmanager
 def _range_lock() -> Iterator[None]:
-    """Serialises changes to the shared root-namespace blackhole route between processes."""
+    """Serialises, between processes, adding or deleting a bridge together with the shared
+    root-namespace blackhole: whenever the lock is free, the blackhole exists exactly when
+    some bridge routes part of RANGE (crashed runs aside). Not re-entrant."""
     os.makedirs(os.path.dirname(LOCK_PATH), exist_ok=True)
     fd = os.open(LOCK_PATH, os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -102,21 +108,16 @@ def _range_routes() -> list[str]:
     return [line for line in out.splitlines() if line.strip() and not line.startswith("blackhole")]
 
 
-def _add_range_blackhole() -> None:
-    with _range_lock():
-        _run(["ip", "route", "replace", "blackhole", RANGE])
-
-
 def _remove_range_blackhole_if_unused() -> bool:
-    """Removes the blackhole unless some bridge still routes part of RANGE; True if removed."""
-    with _range_lock():
-        if _range_routes():
-            return False
-        out = _run(["ip", "-4", "route", "show", "type", "blackhole", RANGE])
-        if not out.strip():
-            return False
-        _run(["ip", "route", "del", "blackhole", RANGE])
-        return True
+    """Removes the blackhole unless some bridge still routes part of RANGE; True if removed.
+    The caller holds ``_range_lock()``."""
+    if _range_routes():
+        return False
+    out = _run(["ip", "-4", "route", "show", "type", "blackhole", RANGE])
+    if not out.strip():
+        return False
+    _run(["ip", "route", "del", "blackhole", RANGE])
+    return True
 
 
 def _namespaces() -> list[str]:
@@ -194,6 +195,9 @@ class Network:
     # -- lifecycle -----------------------------------------------------------
 
     def __enter__(self) -> Network:
+        """Creates the network; on a network that is up already, does nothing."""
+        if self._up:
+            return self
         try:
             self._create()
         except BaseException:
@@ -210,22 +214,23 @@ class Network:
         self._destroy()
 
     def _create(self) -> None:
-        prefix = f"10.213.{self.subnet}.0/24"
-        taken = _run(["ip", "-4", "route", "show", "root", prefix]).strip()
-        if taken:
-            raise NetError(
-                f"{prefix} is already routed in the root namespace ({taken}); "
-                "another Network uses this subnet (or sweep() a crashed run)"
-            )
         clashes = [n for n in (self.bridge, *map(self.link, self.nodes)) if n in _links()]
         clashes += [ns for ns in map(self.namespace, self.nodes) if ns in _namespaces()]
         if clashes:
             raise NetError(f"already exist (a crashed run? sweep({self.name!r})): {clashes}")
-        self._up = True
-        _add_range_blackhole()
-        _run(["ip", "link", "add", self.bridge, "type", "bridge", "stp_state", "0"])
-        _run(["ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge])
-        _run(["ip", "link", "set", self.bridge, "up"])
+        prefix = f"10.213.{self.subnet}.0/24"
+        with _range_lock():
+            taken = _run(["ip", "-4", "route", "show", "root", prefix]).strip()
+            if taken:
+                raise SubnetInUse(
+                    f"{prefix} is already routed in the root namespace ({taken}); "
+                    "another Network uses this subnet (or sweep() a crashed run)"
+                )
+            self._up = True
+            _run(["ip", "route", "replace", "blackhole", RANGE])
+            _run(["ip", "link", "add", self.bridge, "type", "bridge", "stp_state", "0"])
+            _run(["ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge])
+            _run(["ip", "link", "set", self.bridge, "up"])
         for node in self.nodes:
             ns, link = self.namespace(node), self.link(node)
             _run(["ip", "netns", "add", ns])
@@ -257,15 +262,16 @@ class Network:
                     _run(["ip", "netns", "del", self.namespace(node)])
                 except NetError as e:
                     errors.append(str(e))
-        if self.bridge in existing_links:
+        with _range_lock():
+            if self.bridge in existing_links:
+                try:
+                    _run(["ip", "link", "del", self.bridge])
+                except NetError as e:
+                    errors.append(str(e))
             try:
-                _run(["ip", "link", "del", self.bridge])
+                _remove_range_blackhole_if_unused()
             except NetError as e:
                 errors.append(str(e))
-        try:
-            _remove_range_blackhole_if_unused()
-        except NetError as e:
-            errors.append(str(e))
         self._up = False
         self._isolated.clear()
         self._cuts.clear()
@@ -408,17 +414,22 @@ def sweep(prefix: str = "kbf") -> list[str]:
         raise ValueError("an empty prefix would sweep every namespace")
     removed: list[str] = []
     links = [n for n in _links() if n.startswith(prefix)]
-    # veth root sides first (that deletes their peers), bridges last.
-    for link in sorted(links, key=lambda n: n.endswith("-br")):
-        if link in _links():  # not gone with its peer already
+    # veth root sides first (that deletes their peers), then namespaces, bridges last.
+    for link in links:
+        if not link.endswith("-br") and link in _links():  # not gone with its peer already
             _run(["ip", "link", "del", link])
             removed.append(f"link {link}")
     for ns in _namespaces():
         if ns.startswith(prefix):
             _run(["ip", "netns", "del", ns])
             removed.append(f"netns {ns}")
-    if _remove_range_blackhole_if_unused():
-        removed.append(f"route blackhole {RANGE}")
+    with _range_lock():
+        for link in links:
+            if link.endswith("-br") and link in _links():
+                _run(["ip", "link", "del", link])
+                removed.append(f"link {link}")
+        if _remove_range_blackhole_if_unused():
+            removed.append(f"route blackhole {RANGE}")
     return removed
 
 
