@@ -8,13 +8,13 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 from bench.faults import disk, net
 from bench.faults.disk import SmallDisk
-from bench.faults.net import Network
+
+from tests.faults.nets import enter_network
 
 pytestmark = [
     pytest.mark.timeout(30),
@@ -67,11 +67,9 @@ def test_fill_gives_enospc_and_free_gives_room(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(net.available() is not None, reason=str(net.available()))
 def test_a_process_in_a_namespace_writes_to_the_disk(tmp_path: Path) -> None:
-    hex5 = uuid.uuid4().hex[:5]
-    name, subnet = f"kbt{hex5}", 100 + int(hex5, 16) % 150
     with (
         SmallDisk(tmp_path / "img", tmp_path / "data", size_mb=16) as d,
-        Network(name, ["b1"], subnet=subnet) as nw,
+        enter_network(["b1"]) as nw,
     ):
         target = d.mountpoint / "from-netns"
         code = f"open({str(target)!r}, 'w').write('hello')"

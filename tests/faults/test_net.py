@@ -9,13 +9,14 @@ import json
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from bench.faults import net
 from bench.faults.net import Network
+
+from tests.faults.nets import enter_network, leftovers
 
 pytestmark = [
     pytest.mark.timeout(30),
@@ -75,12 +76,6 @@ except OSError as e:
 
 ROOT = "root"
 Matrix = dict[tuple[str, str], bool]
-
-
-def run_id() -> tuple[str, int]:
-    """A run name unique to this test (tests use ``kbt``, the harness ``kbf``) and a subnet."""
-    hex5 = uuid.uuid4().hex[:5]
-    return f"kbt{hex5}", 100 + int(hex5, 16) % 150
 
 
 @contextlib.contextmanager
@@ -157,32 +152,15 @@ def assert_healed(network: Network, within: float = 8.0) -> None:
     assert network.faults() == []
 
 
-def leftovers(name: str, subnet: int) -> list[str]:
-    """Namespaces, links and root routes of a run that should be gone."""
-    found = [f"netns {ns}" for ns in net._namespaces() if ns.startswith(name)]
-    found += [f"link {link}" for link in net._links() if link.startswith(name)]
-    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True, timeout=10)
-    found += [
-        f"route {line}"
-        for line in routes.stdout.splitlines()
-        if f"10.213.{subnet}." in line or name in line
-    ]
-    # The range blackhole may stay only while another network (a parallel test run)
-    # still routes part of the range.
-    if not net._range_routes():
-        found += [f"route {line}" for line in routes.stdout.splitlines() if net.RANGE in line]
-    return found
-
-
 @pytest.fixture
 def network(tmp_path: Path) -> Iterator[Network]:
-    name, subnet = run_id()
+    nw = enter_network(NODES)
     try:
-        with Network(name, NODES, subnet=subnet) as nw, servers(nw, tmp_path):
+        with nw, servers(nw, tmp_path):
             assert_healed(nw)
             yield nw
     finally:
-        assert leftovers(name, subnet) == []
+        assert leftovers(nw.name) == []
 
 
 def test_names_addresses_and_lengths() -> None:
@@ -296,46 +274,48 @@ def test_faults_combine_and_heal_at_once(network: Network) -> None:
 
 
 def test_exception_inside_with_tears_down() -> None:
-    name, subnet = run_id()
-    with pytest.raises(RuntimeError, match="boom"), Network(name, ["b1", "b2"], subnet) as nw:
+    nw = enter_network(["b1", "b2"])
+    with pytest.raises(RuntimeError, match="boom"), nw:
         nw.isolate("b1")
         nw.cut("b1", "b2")
-        assert leftovers(name, subnet) != []
+        assert leftovers(nw.name) != []
         raise RuntimeError("boom")
-    assert leftovers(name, subnet) == []
+    assert leftovers(nw.name) == []
 
 
 def test_subnet_in_use_is_refused_and_left_alone() -> None:
-    name, subnet = run_id()
-    other, _ = run_id()
-    with Network(name, ["b1"], subnet) as nw:
-        with pytest.raises(net.NetError, match="already routed"), Network(other, ["b1"], subnet):
-            pass
-        # The refused network removed nothing of the live one.
+    with enter_network(["b1"]) as nw:
+        other = nw.name.replace("kbt", "kbu")
+        with pytest.raises(net.SubnetInUse, match="already routed"):
+            Network(other, ["b1"], nw.subnet).__enter__()
+        # The refused network removed nothing of the live one, and made nothing.
         assert net._namespaces().count(nw.namespace("b1")) == 1
-        assert leftovers(other, 256) == []
-    assert leftovers(name, subnet) == []
+        assert leftovers(other) == []
+    assert leftovers(nw.name) == []
 
 
 def test_sweep_removes_a_crashed_run() -> None:
-    name, subnet = run_id()
-    crashed = Network(name, ["zk1", "b1", "b2"], subnet)
-    crashed.__enter__()  # and never __exit__: the run "crashed"
+    crashed = enter_network(["zk1", "b1", "b2"])  # and never __exit__: the run "crashed"
+    name, subnet = crashed.name, crashed.subnet
     crashed.isolate("b1")
     crashed.cut("zk1", "b2")
-    assert len(leftovers(name, subnet)) >= 7
+    assert len(leftovers(name)) >= 7
     removed = net.sweep(name)
     assert sorted(r for r in removed if not r.startswith("route")) == sorted(
         [f"link {name}-{n}" for n in ["zk1", "b1", "b2"]]
         + [f"link {name}-br"]
         + [f"netns {name}-{n}" for n in ["zk1", "b1", "b2"]]
     )
-    assert leftovers(name, subnet) == []
+    assert leftovers(name) == []
     assert net.sweep(name) == []
-    # A new run with the same name and subnet can start.
-    with Network(name, ["zk1", "b1", "b2"], subnet):
+    # A new run with the same name can start (on the same subnet, unless a parallel
+    # test run took it meanwhile).
+    try:
+        with Network(name, ["zk1", "b1", "b2"], subnet):
+            pass
+    except net.SubnetInUse:
         pass
-    assert leftovers(name, subnet) == []
+    assert leftovers(name) == []
 
 
 def test_sweep_refuses_an_empty_prefix() -> None:
