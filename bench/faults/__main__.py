@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(message)s",
     )
+    if not args.verbose:  # a refused connection while a broker is down is the point
+        logging.getLogger("bench.faults.rdkafka").setLevel(logging.CRITICAL)
     from bench.faults.net import available
 
     reason = available()

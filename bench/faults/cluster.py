@@ -38,8 +38,6 @@ BROKER_SETTINGS = {
     "default.replication.factor": "3",
     "min.insync.replicas": "2",
     "offsets.topic.replication.factor": "3",
-    "transaction.state.log.replication.factor": "3",
-    "transaction.state.log.min.isr": "2",
     "unclean.leader.election.enable": "false",
     "auto.create.topics.enable": "false",
     "replica.lag.time.max.ms": "10000",

@@ -21,7 +21,7 @@ from bench.faults.cluster import FaultCluster, wait
 from bench.faults.disk import SmallDisk
 from bench.faults.history import Recorder, read_history
 from bench.faults.nemesis import KINDS, Nemesis
-from bench.faults.net import Network
+from bench.faults.net import Network, SubnetInUse
 from bench.faults.report import write_results
 from bench.faults.workload import (
     ConsumerWorker,
@@ -99,7 +99,7 @@ def run(cfg: RunConfig) -> Outcome:
         with ExitStack() as stack:
             brokers = [f"b{i}" for i in range(1, cfg.brokers + 1)]
             zks = ["zk1", "zk2", "zk3"]
-            net = stack.enter_context(Network(f"kbf{run_id}", [*zks, *brokers]))
+            net = stack.enter_context(free_network(f"kbf{run_id}", [*zks, *brokers]))
             disks = {
                 b: stack.enter_context(
                     SmallDisk(folder / "disks" / f"{b}.img", folder / "disks" / b, cfg.disk_mb)
@@ -135,6 +135,18 @@ def run(cfg: RunConfig) -> Outcome:
         # What an interrupted teardown may have left.
         net_mod.sweep(f"kbf{run_id}")
         disk_mod.sweep_mounts(folder / "disks")
+
+
+def free_network(name: str, nodes: list[str]) -> Network:
+    """A network on the first subnet no other run uses (runs may go on side by side)."""
+    for subnet in range(100):  # tests/faults take 100 and up
+        net = Network(name, nodes, subnet)
+        try:
+            net.__enter__()
+        except SubnetInUse:
+            continue
+        return net
+    raise RuntimeError("every subnet of 10.213.0-99 is in use: bench.faults.net.sweep() old runs")
 
 
 def create_topic(bootstrap: str, partitions: int, replicas: int) -> None:

@@ -30,8 +30,9 @@ from bench.faults.history import Recorder
 
 log = logging.getLogger("bench.faults")
 
-# librdkafka's logs go to our logger at WARNING and above, not to stderr.
-_QUIET = {"log_level": 3}
+# librdkafka's own log lines (a refused connection while a broker is down, ...) go to
+# a logger of ours, shown with -v, not to stderr.
+_QUIET = {"logger": logging.getLogger("bench.faults.rdkafka")}
 
 
 class ProducerWorker(threading.Thread):
