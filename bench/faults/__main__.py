@@ -54,8 +54,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hold", type=_range, default=(5.0, 20.0), help="fault length [5,20] s")
     ap.add_argument("--gap", type=_range, default=(5.0, 15.0), help="healthy gap [5,15] s")
     ap.add_argument("--out", type=Path, default=Path("bench/out/faults"))
+    ap.add_argument(
+        "--sweep",
+        action="store_true",
+        help="only remove what crashed runs left (namespaces, their processes, mounts under --out)",
+    )
     ap.add_argument("--verbose", "-v", action="store_true")
     args = ap.parse_args(argv)
+    if args.sweep:
+        from bench.faults.disk import sweep_mounts
+        from bench.faults.net import sweep
+
+        for line in [*sweep("kbf"), *sweep_mounts(args.out.resolve())]:
+            print(f"removed {line}")
+        return 0
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(message)s",

@@ -44,6 +44,7 @@ import fcntl
 import functools
 import os
 import re
+import signal
 import subprocess
 from collections.abc import Iterator, Sequence
 from types import TracebackType
@@ -421,6 +422,14 @@ def sweep(prefix: str = "kbf") -> list[str]:
             removed.append(f"link {link}")
     for ns in _namespaces():
         if ns.startswith(prefix):
+            # Processes a crashed run left in it (a broker, a ZooKeeper node) go first:
+            # they would keep running, unreachable, in a namespace nobody can name.
+            for pid in _run(["ip", "netns", "pids", ns], check=False).split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                    removed.append(f"process {pid} in {ns}")
+                except (ProcessLookupError, ValueError):
+                    pass
             _run(["ip", "netns", "del", ns])
             removed.append(f"netns {ns}")
     with _range_lock():

@@ -299,13 +299,17 @@ def test_sweep_removes_a_crashed_run() -> None:
     name, subnet = crashed.name, crashed.subnet
     crashed.isolate("b1")
     crashed.cut("zk1", "b2")
+    # A process the crashed run left in a namespace (its broker, say).
+    orphan = subprocess.Popen([*crashed.exec_prefix("b1"), "sleep", "300"])
     assert len(leftovers(name)) >= 7
     removed = net.sweep(name)
     assert sorted(r for r in removed if not r.startswith("route")) == sorted(
         [f"link {name}-{n}" for n in ["zk1", "b1", "b2"]]
         + [f"link {name}-br"]
         + [f"netns {name}-{n}" for n in ["zk1", "b1", "b2"]]
+        + [f"process {orphan.pid} in {name}-b1"]
     )
+    assert orphan.wait(10) == -9
     assert leftovers(name) == []
     assert net.sweep(name) == []
     # A new run with the same name can start (on the same subnet, unless a parallel
