@@ -158,6 +158,14 @@ def create_topic(bootstrap: str, partitions: int, replicas: int) -> None:
     admin.create_topics([new], operation_timeout=60, request_timeout=60)[TOPIC].result(90)
 
 
+def heal(c: FaultCluster) -> None:
+    """Every link up, every disk freed, every stopped or paused process running."""
+    c.net.heal()
+    for d in c.disks.values():
+        d.free()
+    c.restart_dead()
+
+
 def healthy(c: FaultCluster, cfg: RunConfig) -> bool:
     """Every broker registered, every partition led with its whole replica set in sync."""
     if c.registered() != sorted(c.broker_id(b) for b in c.brokers):
@@ -201,20 +209,18 @@ def workload_under_faults(
                     break
                 kind = rng.choice(kinds)
             fault = nemesis.start(kind)
-            try:
-                time.sleep(rng.uniform(*cfg.hold_s))
-            finally:
-                nemesis.end(fault)
+            time.sleep(rng.uniform(*cfg.hold_s))
+            nemesis.end(fault)
             restarted = c.restart_dead()
             if restarted:
                 log.info("started again after %s: %s", kind, restarted)
             time.sleep(rng.uniform(*cfg.gap_s))
-    finally:
-        # Heal whatever is still broken (also on an interrupt), then end the run.
-        c.net.heal()
-        for d in c.disks.values():
-            d.free()
-        c.restart_dead()
+    except KeyboardInterrupt:
+        raise  # the run's teardown removes everything; nothing to heal
+    except BaseException:
+        heal(c)
+        raise
+    heal(c)
     try:
         wait(lambda: healthy(c, cfg), "the cluster to heal", 120, 1)
     except TimeoutError as exc:
