@@ -10,8 +10,10 @@ same harness with ``--system kafka``.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -82,3 +84,58 @@ def test_every_fault_kind_once_loses_nothing(tmp_path: Path) -> None:
     assert report["ok"] and not any(report["anomalies"].values()), report
     assert (folder / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert leftovers() == before, "the run left namespaces, links or mounts behind"
+
+
+@pytest.mark.timeout(240)
+def test_a_run_stopped_by_sigterm_leaves_nothing_behind(tmp_path: Path) -> None:
+    reason = available()
+    if reason is not None:
+        pytest.skip(reason)
+    before = leftovers()
+    run = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "bench.faults", "--each-once", "--faults", "kill,pause"),
+            *("--seed", "1", "--hold", "60", "--out", str(tmp_path)),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Stopped in the middle of its first fault (a broker killed, 60 s to go).
+        deadline = time.monotonic() + 150
+        history = None
+        while time.monotonic() < deadline and run.poll() is None:
+            history = next(tmp_path.glob("kbroker-seed1-*/history.jsonl"), None)
+            if history is not None and '"nemesis"' in history.read_text():
+                break
+            time.sleep(0.5)
+        assert history is not None and run.poll() is None, run.communicate()
+        pids = cluster_pids(tmp_path)
+        assert pids, "no broker or ZooKeeper process found"
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=90)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 2, err[-2000:]
+    assert "interrupted" in err
+    assert leftovers() == before
+    assert not [p for p in pids if Path(f"/proc/{p}").exists()], "processes left running"
+
+
+def cluster_pids(folder: Path) -> list[int]:
+    """The brokers' and ZooKeeper nodes' pids: processes whose command line names ``folder``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(folder).encode() in cmdline and b"bench.faults" not in cmdline:
+            pids.append(int(proc.name))
+    return pids
