@@ -130,6 +130,17 @@ def wait_for(
         time.sleep(interval)
 
 
+def knows_controller(bootstrap: str) -> bool:
+    """Whether the broker at ``bootstrap`` names a controller in its Metadata. One that
+    just started may not know it yet, and librdkafka's admin client, told so, waits for
+    its next metadata refresh (minutes) before it sends CreateTopics anywhere."""
+    try:
+        md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
+    except Exception:
+        return False
+    return md.controller_id >= 0
+
+
 def single_error_line(output: str) -> str:
     """A CLI's error output: exactly one line, never a traceback."""
     lines = output.strip().splitlines()

@@ -20,7 +20,7 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 from tests.cluster.kafka_zk import KafkaZkBroker, prepare_kafka_zk_broker
-from tests.helpers import BrokerProcess, free_port
+from tests.helpers import BrokerProcess, free_port, knows_controller
 
 SYSTEMS = ("kafka", "kbroker")
 # Short enough for failover tests, within ZooKeeper's bounds (tests/zookeeper.py's
@@ -80,19 +80,9 @@ class Node:
         return True
 
     def wait_knows_controller(self, timeout: float = 30.0) -> None:
-        """Until the broker's Metadata names a controller. One that just started may not
-        know it yet, and librdkafka's admin client, told so, waits for its next metadata
-        refresh (minutes) before it sends CreateTopics anywhere."""
-        from confluent_kafka.admin import AdminClient
-
+        """Until the broker's Metadata names a controller (see ``knows_controller``)."""
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                md = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=5)
-                if md.controller_id >= 0:
-                    return
-            except Exception:
-                pass
+        while not knows_controller(self.bootstrap):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"broker {self.broker_id} names no controller:\n{self.tail()}")
             time.sleep(0.1)

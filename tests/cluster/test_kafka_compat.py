@@ -41,7 +41,7 @@ from kbroker.cluster import zk_data as d
 from kbroker.cluster.zk import CreateOp, ZkClient, ZkSettings
 from tests.cluster.conftest import run
 from tests.cluster.kafka_zk import kafka_zk_broker, require_kafka
-from tests.helpers import free_port, wait_for
+from tests.helpers import free_port, knows_controller, wait_for
 from tests.zookeeper import ZooKeeperServer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
@@ -77,6 +77,7 @@ def kafka39(
         broker_id=BROKER_ID,
         settings={"zookeeper.session.timeout.ms": "10000"},
     ) as kafka:
+        wait_for(lambda: knows_controller(kafka.bootstrap), "Kafka to know its controller")
         yield KafkaBroker(kafka.port, chroot, zookeeper.connect, kafka.log)
 
 

@@ -25,23 +25,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.cluster.kafka_zk import prepare_kafka_zk_broker
 from tests.cluster.nodes import SESSION_TIMEOUT_MS, Cluster, KafkaNode, KbrokerNode, Node
 from tests.cluster.test_cluster_mode import partition_leaders
-from tests.helpers import produce, wait_for
+from tests.helpers import knows_controller, produce, wait_for
 from tests.zookeeper import ZooKeeperServer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
 
-def knows_controller(bootstrap: str) -> bool:
-    try:
-        md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
-    except Exception:
-        return False
-    return md.controller_id >= 0
-
-
 def round_trip(write_via: str, read_via: str, create_via: str, label: str) -> None:
-    # A broker that just started may not know the controller yet; librdkafka's admin
-    # client, told so, waits for its next metadata refresh (minutes) before creating.
     wait_for(lambda: knows_controller(create_via), f"{create_via} to know the controller")
     topic = f"mixed-{label}-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": create_via})
