@@ -20,6 +20,6 @@ step "cargo clippy"
 cargo clippy --quiet --workspace --all-targets -- -D warnings
 cargo clippy --quiet -p kbroker-core --features python --lib -- -D warnings
 step "cargo test"
-cargo test --quiet -p kbroker-core
+cargo test --quiet -p kbroker-core -p kbf-clock
 step "pytest"
 python -m pytest -q "$@"

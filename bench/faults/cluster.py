@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster import KAFKA_ZK_VERSION, ZOOKEEPER_CONF, ZOOKEEPER_JAR
+from bench.faults.clock import Clock
 from bench.faults.disk import SmallDisk
 from bench.faults.net import Network
 from bench.systems import kafka_lib, kbroker_python
@@ -75,6 +76,7 @@ class Node:
     proc: subprocess.Popen[bytes] | None = None
     paused: bool = False
     starts: int = 0
+    env: dict[str, str] = field(default_factory=dict)  # added to the harness's own
 
     @property
     def alive(self) -> bool:
@@ -86,7 +88,11 @@ class Node:
             out.write(f"\n=== start {self.starts + 1} at {time.ctime()} ===\n".encode())
             out.flush()
             self.proc = subprocess.Popen(
-                self.cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                self.cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=os.environ | self.env if self.env else None,
             )
         self.paused = False
         self.starts += 1
@@ -140,6 +146,9 @@ class FaultCluster:
     disks: dict[str, SmallDisk]
     zookeepers: dict[str, Node] = field(default_factory=dict)
     brokers: dict[str, Node] = field(default_factory=dict)
+    # The brokers' wall clocks, when the run jumps them (``clock_shim`` is preloaded).
+    clock_shim: Path | None = None
+    clocks: dict[str, Clock] = field(default_factory=dict)
 
     @property
     def zk_connect(self) -> str:
@@ -244,6 +253,9 @@ class FaultCluster:
                 str(home / "server.properties"),
             ]
         node = Node(name, cmd, self.root / f"{name}.log", address, BROKER_PORT)
+        if self.clock_shim is not None:
+            clock = self.clocks[name] = Clock(self.root / f"{name}.clock")
+            node.env = clock.env(self.clock_shim)
         self.brokers[name] = node
         return node
 

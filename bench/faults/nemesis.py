@@ -16,11 +16,10 @@ Kinds:
 - ``disk-full``: a broker's data file system filled to the last byte, freed at the
   end (a broker that stopped on it is started again).
 - ``zk-kill``: kill -9 of a ZooKeeper node, started again at the end.
-
-Not here: clock jumps. A time namespace (``unshare --time``) offsets only the
-monotonic and boot clocks, and only as a process starts in it; the wall clock
-cannot be set per namespace, and setting it for the machine would move every
-other process's clock with it (this harness's own timestamps, the CI runner's).
+- ``clock``: a broker's wall clock stepped 10 s to 5 min forward or back, and
+  stepped back to the true time at the end (``bench/faults/clock.py``: only that
+  process's wall clock moves, not its monotonic clock nor anyone else's). The
+  ZooKeeper nodes' clocks are left alone.
 """
 
 from __future__ import annotations
@@ -35,7 +34,17 @@ from bench.faults.history import Recorder
 
 log = logging.getLogger("bench.faults")
 
-KINDS = ("kill", "pause", "isolate", "leader-zk", "split", "one-way", "disk-full", "zk-kill")
+KINDS = (
+    "kill",
+    "pause",
+    "isolate",
+    "leader-zk",
+    "split",
+    "one-way",
+    "disk-full",
+    "zk-kill",
+    "clock",
+)
 
 
 @dataclass
@@ -146,3 +155,10 @@ class Nemesis:
         node = self.c.zookeepers[name]
         node.kill()
         return Fault("zk-kill", name, "kill -9", node.start)
+
+    def _clock(self) -> Fault:
+        name = self._broker()
+        clock = self.c.clocks[name]
+        offset_ms = self.rng.choice((-1, 1)) * self.rng.randrange(10_000, 300_000)
+        clock.set(offset_ms)
+        return Fault("clock", name, f"wall clock {offset_ms / 1000:+.1f} s", lambda: clock.set(0))

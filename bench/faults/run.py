@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.faults import clock as clock_mod
 from bench.faults import disk as disk_mod
 from bench.faults import net as net_mod
 from bench.faults.checker import Report, check
@@ -107,6 +108,8 @@ def run(cfg: RunConfig) -> Outcome:
                 for b in brokers
             }
             c = FaultCluster(cfg.system, folder / "nodes", net, disks)
+            if "clock" in cfg.faults:
+                c.clock_shim = clock_mod.library()
             (folder / "nodes").mkdir(exist_ok=True)
             for z in zks:
                 c.add_zookeeper(z)
@@ -159,10 +162,13 @@ def create_topic(bootstrap: str, partitions: int, replicas: int) -> None:
 
 
 def heal(c: FaultCluster) -> None:
-    """Every link up, every disk freed, every stopped or paused process running."""
+    """Every link up, every disk freed, every clock true, every stopped or paused process
+    running."""
     c.net.heal()
     for d in c.disks.values():
         d.free()
+    for clock in c.clocks.values():
+        clock.set(0)
     c.restart_dead()
 
 
