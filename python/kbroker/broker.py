@@ -275,8 +275,16 @@ class Broker:
         cluster = self.cluster
         self.producer_ids = cluster.producer_ids
         self._open_logs()
+        # A failed write of partition data (from any thread): leadership moves elsewhere
+        # until this broker can write again.
+        loop = asyncio.get_running_loop()
+        self.logs.errors.on_write_failure(
+            lambda _exc: loop.call_soon_threadsafe(cluster.storage_failed, self.config)
+        )
         self.replica_manager.start_replication(
-            ReplicaFetcherManager(self.broker_id, FetcherSettings.from_config(self.config)),
+            ReplicaFetcherManager(
+                self.broker_id, FetcherSettings.from_config(self.config), self.logs.errors
+            ),
             IsrChannel(self.broker_id, lambda: cluster.broker_epoch, self.metadata_cache),
             self._endpoint,
         )

@@ -27,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import shutil
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
@@ -78,6 +80,12 @@ log = logging.getLogger(__name__)
 
 # What Kafka 3.9 brokers send (v3: the broker epoch, flexible versions).
 CONTROLLED_SHUTDOWN_VERSION = 3
+# How often a broker whose data directory failed checks whether it can write again.
+STORAGE_PROBE_INTERVAL_S = 2.0
+# What it must be able to write (and fsync), and the free space it must see, to rejoin:
+# enough that the first appends do not fill the disk again at once.
+PROBE_BYTES = 1 << 20
+REJOIN_FREE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,10 @@ class ClusterMember:
         # Topics whose creation this broker started for a client that cannot wait
         # (auto-creation): not started twice.
         self._auto_creating: set[str] = set()
+        # The data directory stopped taking writes (a full disk): this broker has handed
+        # leadership to other replicas and waits until it can write again.
+        self.storage_offline = False
+        self._stepping_down = False
 
     # -- life --------------------------------------------------------------------------
 
@@ -217,8 +229,17 @@ class ClusterMember:
         while this broker still answers, so clients see only retriable errors. The
         partitions it keeps (no other replica) are logged; after
         ``controlled.shutdown.max.retries`` failed attempts the broker stops anyway."""
-        if not config.get_bool("controlled.shutdown.enable") or self.broker_epoch is None:
+        if not config.get_bool("controlled.shutdown.enable"):
             return
+        if not await self._hand_off_leadership(config, "shutdown"):
+            log.warning("broker %d stops without a controlled shutdown", self.broker_id)
+
+    async def _hand_off_leadership(self, config: BrokerConfig, why: str) -> bool:
+        """Sends ControlledShutdown to the controller (``controlled.shutdown.max.retries``
+        retries); whether the controller took it. The controller then keeps this broker
+        out of elections and ISRs until it registers again."""
+        if self.broker_epoch is None:
+            return False
         attempts = config.get_int("controlled.shutdown.max.retries") + 1
         backoff_s = config.get_int("controlled.shutdown.retry.backoff.ms") / 1000
         request = ControlledShutdownRequest(
@@ -226,7 +247,7 @@ class ClusterMember:
         )
         for attempt in range(1, attempts + 1):
             controller = self.cache.broker(self.cache.controller_id)
-            why = "no controller is known"
+            failure = "no controller is known"
             if controller is not None:
                 conn = BrokerConnection(
                     controller.host, controller.port, f"broker-{self.broker_id}-shutdown"
@@ -239,7 +260,7 @@ class ClusterMember:
                         self.settings.zk.request_timeout_s + 30,
                     )
                 except BrokerUnreachable as exc:
-                    why = str(exc)
+                    failure = str(exc)
                 else:
                     if response.error_code == ErrorCode.NONE:
                         kept = [
@@ -247,7 +268,8 @@ class ClusterMember:
                             for p in response.remaining_partitions
                         ]
                         log.info(
-                            "controlled shutdown of broker %d done%s",
+                            "controlled %s of broker %d done%s",
+                            why,
                             self.broker_id,
                             f"; it still leads {len(kept)} partition(s) with no other "
                             f"in-sync replica ({', '.join(kept[:5])}"
@@ -255,20 +277,73 @@ class ClusterMember:
                             if kept
                             else "",
                         )
-                        return
-                    why = f"the controller answered {ErrorCode(response.error_code).name}"
+                        return True
+                    failure = f"the controller answered {ErrorCode(response.error_code).name}"
                 finally:
                     await conn.close()
             log.warning(
-                "controlled shutdown of broker %d, attempt %d of %d: %s",
+                "controlled %s of broker %d, attempt %d of %d: %s",
+                why,
                 self.broker_id,
                 attempt,
                 attempts,
-                why,
+                failure,
             )
             if attempt < attempts:
                 await asyncio.sleep(backoff_s)
-        log.warning("broker %d stops without a controlled shutdown", self.broker_id)
+        return False
+
+    def storage_failed(self, config: BrokerConfig) -> None:
+        """A write to the data directory failed (a full disk, a failing device). As Kafka
+        takes a failed log directory offline, this broker hands leadership of its
+        partitions to other in-sync replicas (a controlled shutdown, the process going
+        on); unlike Kafka, which then needs a restart, it registers again once it can
+        write (``writable``), and follows and leads again. Partitions with no other
+        in-sync replica keep their leader here, without writes, until then."""
+        if self._stepping_down or self.registrar is None:
+            return
+        self._stepping_down = True
+        self._spawn(self._step_down_until_writable(config))
+
+    async def _step_down_until_writable(self, config: BrokerConfig) -> None:
+        data_dir = self.settings.data_dir
+        try:
+            log.error(
+                "broker %d cannot write to its log directory %s: it hands leadership to "
+                "the other in-sync replicas and takes no part in replication until it can "
+                "write again (checked every %.0f s)",
+                self.broker_id,
+                data_dir,
+                STORAGE_PROBE_INTERVAL_S,
+            )
+            self.storage_offline = True
+            await self._hand_off_leadership(config, "step-down")
+            while not await asyncio.to_thread(writable, data_dir):
+                await asyncio.sleep(STORAGE_PROBE_INTERVAL_S)
+            await self._register_again()
+            self.storage_offline = False
+            log.info(
+                "broker %d can write to %s again: registered again (broker epoch %s), it "
+                "follows its partitions' leaders and may lead again",
+                self.broker_id,
+                data_dir,
+                self.broker_epoch,
+            )
+        finally:
+            self._stepping_down = False
+
+    async def _register_again(self) -> None:
+        """A new registration (a new broker epoch): the controller treats this broker as
+        one that started, forgets its controlled shutdown and sends it its partitions."""
+        assert self.registrar is not None
+        while True:
+            try:
+                await self.registrar.deregister()
+                await self.registrar.register()
+                return
+            except ClusterError as exc:
+                log.warning("broker %d could not register again: %s", self.broker_id, exc)
+                await asyncio.sleep(STORAGE_PROBE_INTERVAL_S)
 
     async def leave(self) -> None:
         """Leaves the election and the registry, then closes the session."""
@@ -583,3 +658,23 @@ class ClusterMember:
                 ErrorCode.REQUEST_TIMED_OUT,
                 f"the new partitions of {name!r} had no leader within {timeout_ms} ms",
             )
+
+
+def writable(data_dir: Path) -> bool:
+    """Whether ``data_dir`` takes writes again: PROBE_BYTES written and fsync'ed, and
+    REJOIN_FREE_BYTES (or 5% of a smaller file system) free for everyone after that."""
+    probe = data_dir / ".kbroker-write-probe"
+    try:
+        usage = shutil.disk_usage(data_dir)
+        if usage.free < min(REJOIN_FREE_BYTES, usage.total // 20) + PROBE_BYTES:
+            return False
+        with open(probe, "wb") as f:
+            f.write(bytes(PROBE_BYTES))
+            f.flush()
+            os.fsync(f.fileno())
+        return True
+    except OSError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)

@@ -70,6 +70,7 @@ def broker_view(broker: Broker, started: list[bool]) -> BrokerView:
             leader_elections=elections,
             unclean_leader_elections=unclean,
             controller_terms=0 if elector is None else elector.terms,
+            offline_log_dirs=int(member.storage_offline),
         )
 
     def replication() -> ReplicationState:
@@ -126,6 +127,7 @@ def run_broker(config: BrokerConfig, log_level: str = "INFO", log_format: str = 
         if broker.cluster is not None:
             member = broker.cluster
             readiness.add_check("registered with the cluster", lambda: member.registered)
+            readiness.add_check("log directory writable", lambda: not member.storage_offline)
         server: MetricsServer | None = None
         if metrics is not None and metrics_at is not None:
             server = MetricsServer(

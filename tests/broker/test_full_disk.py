@@ -72,14 +72,15 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount_point)], check=False, timeout=30)
 
 
-def fill(disk: Path, leave: int = 0) -> Path:
-    """Fills the file system with one file, then frees ``leave`` bytes of it again."""
+def fill(disk: Path, leave: int = 0, disk_bytes: int = DISK_BYTES) -> Path:
+    """Fills the file system (of ``disk_bytes``) with one file, then frees ``leave`` bytes
+    of it again."""
     filler = disk / "filler"
     fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         for size in (1 << 20, 4096):
             chunk = b"\xff" * size
-            for _ in range(DISK_BYTES // size + 1):
+            for _ in range(disk_bytes // size + 1):
                 try:
                     os.write(fd, chunk)
                 except OSError as exc:

@@ -68,6 +68,10 @@ class StorageErrors:
     and the first success after a reported episode says (INFO) that it works
     again. A full disk hit by every produce request, or a nearly full one
     where appends fail and succeed by turns, thus costs a handful of lines.
+
+    Failed writes of partition data (``write_failed``: appends, rolls, flushes,
+    new logs) are also told to the listeners added with ``on_write_failure``,
+    from whichever thread the write failed on.
     """
 
     @dataclass(slots=True)
@@ -82,6 +86,16 @@ class StorageErrors:
         # (what, subject) -> monotonic time of its last ERROR line
         self._last_reported: dict[tuple[str, Hashable], float] = {}
         self._lock = threading.Lock()
+        self._write_listeners: list[Callable[[BaseException], object]] = []
+
+    def on_write_failure(self, listener: Callable[[BaseException], object]) -> None:
+        self._write_listeners.append(listener)
+
+    def write_failed(self, what: str, subject: Hashable, exc: BaseException) -> None:
+        """A write of partition data failed: logged as ``failed``, then told to listeners."""
+        self.failed(what, subject, exc)
+        for listener in self._write_listeners:
+            listener(exc)
 
     def failed(self, what: str, subject: Hashable, exc: BaseException) -> None:
         key = (what, subject)
@@ -298,7 +312,7 @@ class LogManager:
                     raise
                 # Deleted (closed) while this pass ran: nothing to do.
             except OSError as exc:
-                self.errors.failed("flush/roll of", log_.tp, exc)
+                self.errors.write_failed("flush/roll of", log_.tp, exc)
             else:
                 self.errors.succeeded("flush/roll of", log_.tp)
 

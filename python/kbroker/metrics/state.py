@@ -88,6 +88,8 @@ class ClusterState:
     leader_elections: int = 0
     unclean_leader_elections: int = 0
     controller_terms: int = 0
+    # 1 while the log directory takes no writes (the broker handed off its leadership).
+    offline_log_dirs: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +170,12 @@ class StateCollector:
                 "kbroker_zookeeper_connected",
                 "1 while this broker's ZooKeeper session is connected.",
                 state.zookeeper_connected,
+            ),
+            (
+                "kafka_log_logmanager_offlinelogdirectorycount",
+                "Log directories that failed a write and take none until they can again "
+                "(OfflineLogDirectoryCount); meanwhile the broker leads nothing it can hand off.",
+                state.offline_log_dirs,
             ),
         ):
             yield GaugeMetricFamily(name, doc, value=value)

@@ -46,6 +46,7 @@ from kbroker._kbroker import (
 from kbroker.config import BrokerConfig
 from kbroker.futures import cancel_and_wait
 from kbroker.log import TopicPartition
+from kbroker.log.manager import StorageErrors
 from kbroker.network.client import BrokerConnection, BrokerUnreachable
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.errors import to_error_code
@@ -116,11 +117,15 @@ class ReplicaFetcher:
         host: str,
         port: int,
         settings: FetcherSettings,
+        errors: StorageErrors | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.leader_id = leader_id
         self.fetcher_id = fetcher_id
         self.settings = settings
+        # Where failed appends are told (logged at most once a minute, and the broker's
+        # listeners told); without it, each is logged.
+        self.errors = errors
         self.conn = BrokerConnection(
             host,
             port,
@@ -362,9 +367,14 @@ class ReplicaFetcher:
                 self._park([t], self.settings.backoff_ms / 1000)
                 return
             except OSError as exc:
-                log.error("%s: cannot append the leader's records: %s", p.tp, exc)
+                if self.errors is not None:
+                    self.errors.write_failed("append to", p.tp, exc)
+                else:
+                    log.error("%s: cannot append the leader's records: %s", p.tp, exc)
                 self._park([t], self.settings.backoff_ms / 1000)
                 return
+            if self.errors is not None:
+                self.errors.succeeded("append to", p.tp)
         p.update_follower_high_watermark(r.high_watermark)
         t.lag = max(0, r.high_watermark - p.log.log_end_offset)
         if r.log_start_offset >= 0:
@@ -446,9 +456,12 @@ class ReplicaFetcher:
 class ReplicaFetcherManager:
     """The fetchers of the partitions this broker follows, by leader."""
 
-    def __init__(self, broker_id: int, settings: FetcherSettings) -> None:
+    def __init__(
+        self, broker_id: int, settings: FetcherSettings, errors: StorageErrors | None = None
+    ) -> None:
         self.broker_id = broker_id
         self.settings = settings
+        self.errors = errors
         self._fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         # Which fetcher each followed partition is on.
         self._on: dict[TopicPartition, tuple[int, int]] = {}
@@ -481,7 +494,9 @@ class ReplicaFetcherManager:
         else:
             moved = []
         if fetcher is None:
-            fetcher = ReplicaFetcher(self.broker_id, leader_id, key[1], *endpoint, self.settings)
+            fetcher = ReplicaFetcher(
+                self.broker_id, leader_id, key[1], *endpoint, self.settings, self.errors
+            )
             self._fetchers[key] = fetcher
             for m in moved:
                 fetcher.add(m.partition, m.leader_epoch)

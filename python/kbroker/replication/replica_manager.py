@@ -376,7 +376,7 @@ class ReplicaManager:
             try:
                 lg = open_log(tp, order.topic_id)
             except OSError as exc:
-                self.logs.errors.failed("opening", tp, exc)
+                self.logs.errors.write_failed("opening", tp, exc)
                 return ErrorCode.KAFKA_STORAGE_ERROR
             if order.topic_id is not None:
                 self._topic_ids[tp] = order.topic_id
@@ -541,7 +541,7 @@ class ReplicaManager:
         except (CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError) as exc:
             return AppendResult(ErrorCode.CORRUPT_MESSAGE, str(exc))
         except OSError as exc:
-            self.logs.errors.failed("append to", tp, exc)
+            self.logs.errors.write_failed("append to", tp, exc)
             return AppendResult(
                 ErrorCode.KAFKA_STORAGE_ERROR, f"the broker could not write to its disk: {exc}"
             )
