@@ -5,6 +5,7 @@ and restarted, a peer that answers garbage, and close."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import threading
 from collections.abc import Callable
@@ -163,3 +164,28 @@ def test_close_fails_what_waits_and_refuses_more(broker: BrokerProcess) -> None:
             await conn.request(ApiKey.API_VERSIONS, 3, api_versions(), 5)
 
     run(body())
+
+
+def test_a_connect_given_up_on_leaves_no_unretrieved_failure() -> None:
+    """A request that stops waiting for its connection (the reconnect backoff outlasts its
+    timeout) leaves the connection attempt to fail later on its own: that failure is not
+    reported as an exception nobody retrieved."""
+    port = free_port()  # nothing listens: every connection is refused
+    unhandled: list[dict[str, Any]] = []
+
+    async def run() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: unhandled.append(ctx))
+        conn = BrokerConnection("127.0.0.1", port, "t", reconnect_backoff_s=0.3)
+        body = ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        with pytest.raises(BrokerUnreachable, match="cannot connect"):
+            await conn.request(ApiKey.API_VERSIONS, 3, body, 1.0)
+        # The next attempt waits out the backoff: this request gives up first.
+        with pytest.raises(BrokerUnreachable, match="not connected in time"):
+            await conn.request(ApiKey.API_VERSIONS, 3, body, 0.05)
+        await asyncio.sleep(0.5)  # the attempt fails, nobody waiting
+        await conn.close()
+        gc.collect()
+        await asyncio.sleep(0)
+
+    asyncio.run(run())
+    assert not unhandled, unhandled

@@ -110,6 +110,8 @@ class BrokerConnection:
             return
         if self._connecting is None:
             self._connecting = asyncio.ensure_future(self._open())
+            # A caller that gave up waiting leaves nobody to take the failure.
+            self._connecting.add_done_callback(_retrieve)
         try:
             await asyncio.wait_for(
                 asyncio.shield(self._connecting), max(deadline - time.monotonic(), 0.001)
