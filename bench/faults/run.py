@@ -193,8 +193,10 @@ def workload_under_faults(
     ] + [
         ConsumerWorker(i, c.bootstrap, TOPIC, rec, None, cfg.partitions) for i in range(cfg.readers)
     ]
+    # An idempotent producer needs acks=all (librdkafka refuses one with acks=1).
     producers = [
-        ProducerWorker(i, c.bootstrap, TOPIC, cfg.rate, rec, cfg.acks) for i in range(cfg.producers)
+        ProducerWorker(i, c.bootstrap, TOPIC, cfg.rate, rec, cfg.acks, cfg.acks == "all")
+        for i in range(cfg.producers)
     ]
     for w in [*consumers, *producers]:
         w.start()

@@ -1,8 +1,9 @@
 """The clients of a fault run, each on a thread of its own, recording every operation.
 
-- ``ProducerWorker``: an idempotent producer (acks as configured, all by default)
-  writing unique values ``P-N`` at a steady rate; each send's outcome is recorded
-  when the client reports it. Outcomes: ``ok`` (acknowledged, with its offset),
+- ``ProducerWorker``: an idempotent producer with acks=all (by default; with acks=1
+  a plain one, as librdkafka allows idempotence only with acks=all) writing unique
+  values ``P-N`` at a steady rate; each send's outcome is recorded when the client
+  reports it. Outcomes: ``ok`` (acknowledged, with its offset),
   ``fail`` only where the value certainly never reached a broker (it was still in
   the client's queue when purged, or the queue refused it), ``unknown`` for every
   other error (a timeout or a lost connection says nothing about whether the
