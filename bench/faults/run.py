@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import logging
 import random
+import shutil
 import signal
 import time
 import uuid
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from bench.faults.nemesis import KINDS, Nemesis
 from bench.faults.net import Network, SubnetInUse
 from bench.faults.report import write_results
 from bench.faults.workload import (
+    PRODUCER_LOG,
     ConsumerWorker,
     ProducerWorker,
     end_offsets,
@@ -107,6 +110,8 @@ def run(cfg: RunConfig) -> Outcome:
                 )
                 for b in brokers
             }
+            # Once the brokers stopped, before the disks go: their copies of the topic.
+            stack.callback(keep_topic_data, disks, folder / "nodes")
             c = FaultCluster(cfg.system, folder / "nodes", net, disks)
             if "clock" in cfg.faults:
                 c.clock_shim = clock_mod.library()
@@ -124,6 +129,7 @@ def run(cfg: RunConfig) -> Outcome:
             create_topic(c.bootstrap, cfg.partitions, cfg.brokers)
             wait(lambda: healthy(c, cfg), "the topic's replicas in sync", 60, 0.5)
             rec = stack.enter_context(Recorder(folder / "history.jsonl"))
+            stack.enter_context(producer_log(folder / "producers.log"))
             problems += workload_under_faults(cfg, c, rec, rng)
         report = check(read_history(folder / "history.jsonl"))
         write_results(folder, report, folder / "history.jsonl", cfg.label())
@@ -138,6 +144,32 @@ def run(cfg: RunConfig) -> Outcome:
         # What an interrupted teardown may have left.
         net_mod.sweep(f"kbf{run_id}")
         disk_mod.sweep_mounts(folder / "disks")
+
+
+def keep_topic_data(disks: dict[str, SmallDisk], into: Path) -> None:
+    """Copies each broker's partitions of the topic (``bN-data/kbf-P``) for a post-mortem
+    (``kbroker dump-log``): the disks are removed at the end of the run."""
+    for name, disk in disks.items():
+        for part in sorted((disk.mountpoint / "data").glob(f"{TOPIC}-*")):
+            try:
+                shutil.copytree(part, into / f"{name}-data" / part.name)
+            except OSError as exc:
+                log.warning("could not keep %s: %s", part, exc)
+
+
+@contextmanager
+def producer_log(path: Path) -> Iterator[None]:
+    """The producers' librdkafka idempotence lines (PRODUCER_LOG) go to ``path``."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    PRODUCER_LOG.addHandler(handler)
+    PRODUCER_LOG.setLevel(logging.DEBUG)
+    PRODUCER_LOG.propagate = False
+    try:
+        yield
+    finally:
+        PRODUCER_LOG.removeHandler(handler)
+        handler.close()
 
 
 def free_network(name: str, nodes: list[str]) -> Network:

@@ -34,6 +34,9 @@ log = logging.getLogger("bench.faults")
 # librdkafka's own log lines (a refused connection while a broker is down, ...) go to
 # a logger of ours, shown with -v, not to stderr.
 _QUIET = {"logger": logging.getLogger("bench.faults.rdkafka")}
+# The producers' idempotence events (producer ids and epochs, drains, epoch bumps):
+# librdkafka's "eos" debug lines, which the run writes to producers.log.
+PRODUCER_LOG = logging.getLogger("bench.faults.producers")
 
 
 class ProducerWorker(threading.Thread):
@@ -73,7 +76,8 @@ class ProducerWorker(threading.Thread):
                 "request.timeout.ms": 10000,
                 "reconnect.backoff.max.ms": 1000,
                 "error_cb": self._on_error,
-                **_QUIET,
+                "debug": "eos",
+                "logger": PRODUCER_LOG,
             }
         )
 
