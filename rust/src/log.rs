@@ -1160,6 +1160,13 @@ impl Log {
     /// not be below the log start (OffsetOutOfRange: a follower that has to
     /// go further back starts over with [`Log::truncate_fully_and_start_at`]);
     /// truncating to the log start empties the log.
+    ///
+    /// At or past the log end no record goes, but an epoch starting at the
+    /// log end still does: a replica that became leader noted its epoch's
+    /// start there (`maybe_assign_epoch_start_offset`) and lost the
+    /// leadership before it wrote a record; kept, that epoch would be the
+    /// last one it fetches with, and a leader that never had it would answer
+    /// every fetch with a divergence that truncates nothing.
     pub fn truncate_to(&self, offset: i64) -> Result<()> {
         let w = self.lock_writer();
         self.check_open()?;
@@ -1167,7 +1174,8 @@ impl Log {
             return Err(self.out_of_range(offset));
         }
         if offset >= self.log_end_offset() {
-            return Ok(());
+            let end = self.log_end_offset();
+            return self.update_epochs(|c| c.truncate_from_end(end));
         }
         let _f = self.lock_flushing();
         self.truncations.fetch_add(1, Ordering::AcqRel);

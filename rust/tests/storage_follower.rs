@@ -361,6 +361,33 @@ fn an_unclean_open_adds_epochs_the_checkpoint_missed_and_drops_those_past_the_en
     assert!(log.maybe_assign_epoch_start_offset(5, 40).is_err());
 }
 
+#[test]
+fn truncating_at_the_log_end_drops_an_epoch_that_wrote_nothing() {
+    // A replica led epoch 4 from its log end and lost the leadership before
+    // it wrote a record; the new leader never had epoch 4 and tells it that
+    // its epoch 3 ends at 39, where its log already ends.
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), small());
+    lead(&log, 1, 10);
+    lead(&log, 3, 3);
+    log.maybe_assign_epoch_start_offset(4, 39).unwrap();
+    assert_eq!(log.latest_epoch(), Some(4));
+    log.truncate_to(39).unwrap();
+    // No record went, epoch 4 did: the next fetch says its last epoch is 3.
+    assert_eq!(log.log_end_offset(), 39);
+    assert_eq!(entries(&log), [(1, 0), (3, 30)]);
+    assert_eq!(log.latest_epoch(), Some(3));
+    // Past the end, likewise; and the cache on disk says the same.
+    log.maybe_assign_epoch_start_offset(5, 39).unwrap();
+    log.truncate_to(100).unwrap();
+    assert_eq!(entries(&log), [(1, 0), (3, 30)]);
+    log.close().unwrap();
+    drop(log);
+    let log = open(dir.path(), small());
+    assert_eq!(entries(&log), [(1, 0), (3, 30)]);
+    assert_eq!(log.log_end_offset(), 39);
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Lead { epoch_step: i32, batches: usize },

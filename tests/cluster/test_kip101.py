@@ -22,6 +22,14 @@ and then against kbroker, on three brokers with a topic of replication factor
    good; by leader epochs it truncates m2 and fetches m3. Afterwards both
    logs are byte-identical below the high watermark.
 
+And a third, on three replicas: *a leader that wrote nothing rejoins.* Broker 2
+becomes leader (broker 1 killed) and loses the leadership (paused past its
+session) before it writes anything, so only its own epoch cache knows its epoch,
+starting at its log end. Broker 3, which never saw that epoch, leads and takes
+writes; when broker 2 comes back it must drop its empty epoch (truncating at its
+log end removes no record, but that epoch must go, as Kafka's truncateTo does)
+or every fetch is answered with the same divergence and it never catches up.
+
 Select with ``-m kafka`` (the reference needs Kafka's jars: bench/kafka/fetch.sh).
 """
 
@@ -88,16 +96,16 @@ def state(c: Cluster, topic: str) -> tuple[int, list[int]]:
     return p.leader, sorted(p.isrs)
 
 
-def create(c: Cluster, topic: str) -> None:
+def create(c: Cluster, topic: str, replicas: tuple[int, ...] = (LEADER, FOLLOWER)) -> None:
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     new = NewTopic(
         topic,
         num_partitions=1,
-        replica_assignment=[[LEADER, FOLLOWER]],
+        replica_assignment=[list(replicas)],
         config={"min.insync.replicas": "1"},
     )
     admin.create_topics([new], operation_timeout=30)[topic].result(60)
-    wait_for(lambda: state(c, topic) == (LEADER, [LEADER, FOLLOWER]), "both replicas in sync")
+    wait_for(lambda: state(c, topic) == (replicas[0], sorted(replicas)), "every replica in sync")
 
 
 def write(c: Cluster, topic: str, values: list[bytes], acks: str = "all") -> list[int]:
@@ -197,3 +205,24 @@ def test_replicas_do_not_diverge(brokers: Cluster) -> None:
     assert read(c, topic, 2) == [(0, b"m1"), (1, b"m3")]
     assert batches(leader_file, 2) == batches(follower_file, 2)
     assert len(batches(leader_file, 2)) == 2
+
+
+def test_a_leader_that_wrote_nothing_rejoins(brokers: Cluster) -> None:
+    c = brokers
+    topic = f"kip101-empty-{uuid.uuid4().hex[:6]}"
+    create(c, topic, (1, 2, 3))
+    assert write(c, topic, [f"m{i}".encode() for i in range(10)]) == list(range(10))
+    c.nodes[1].kill()
+    wait_for(lambda: state(c, topic) == (2, [2, 3]), "broker 2 leading", 30)
+    # Broker 2 stops before it takes a write; broker 3 leads in a later epoch.
+    c.nodes[2].pause()
+    try:
+        wait_for(lambda: state(c, topic) == (3, [3]), "broker 3 leading alone", 30)
+        assert write(c, topic, [f"n{i}".encode() for i in range(10)]) == list(range(10, 20))
+    finally:
+        c.nodes[2].resume()
+    wait_for(lambda: state(c, topic) == (3, [2, 3]), "broker 2 back in the ISR", 60)
+    c.nodes[3].kill()  # broker 2 leads, with every record
+    wait_for(lambda: state(c, topic)[0] == 2, "broker 2 leading", 30)
+    expected = [f"m{i}".encode() for i in range(10)] + [f"n{i}".encode() for i in range(10)]
+    assert read(c, topic, 20) == list(enumerate(expected))

@@ -420,6 +420,10 @@ class Partition:
     def truncate_to(self, offset: int) -> None:
         """Drops this replica's records from ``offset`` on (they diverge from the leader's)."""
         if offset >= self.log.log_end_offset:
+            # No record goes, but an epoch this replica began at its log end as a leader
+            # that wrote nothing does (the log drops it): fetching with it, the leader
+            # would answer each fetch with the same divergence, and nothing would move.
+            self.log.truncate_to(offset)
             return
         log.info(
             "%s: truncating from %d to %d (high watermark %d)",
