@@ -25,6 +25,7 @@ from bench.faults.disk import SmallDisk
 from bench.faults.history import Recorder, read_history
 from bench.faults.nemesis import KINDS, Nemesis
 from bench.faults.net import Network, SubnetInUse
+from bench.faults.postmortem import KeptData, explain_duplicates
 from bench.faults.report import write_results
 from bench.faults.workload import (
     PRODUCER_LOG,
@@ -132,6 +133,10 @@ def run(cfg: RunConfig) -> Outcome:
             stack.enter_context(producer_log(folder / "producers.log"))
             problems += workload_under_faults(cfg, c, rec, rng)
         report = check(read_history(folder / "history.jsonl"))
+        if report.duplicates:
+            explained = explain_duplicates(report.duplicates, KeptData(folder / "nodes", TOPIC))
+            report.duplicates_explained = explained
+            report.client_resent = explained["counts"]["new_epoch"]
         write_results(folder, report, folder / "history.jsonl", cfg.label())
         line = report.summary_line(cfg.label())
         if problems:
