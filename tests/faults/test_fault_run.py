@@ -1,7 +1,9 @@
 """The fault harness at CI's size: kbroker's cluster (3 brokers, 3 ZooKeeper nodes, each in
 a network namespace) under every fault kind once, in the order seed 7 gives, with the
 default settings (acks=all, min.insync.replicas 2, no unclean election): the checker
-must find no lost write, duplicate, inconsistent offset or stuck consumer.
+must find no lost write, duplicate, inconsistent offset or stuck consumer (a duplicate
+the client made by sending a record again under a new producer epoch excepted: see
+bench/faults/postmortem.py).
 
 The long run is ``python -m bench.faults --minutes 30``; Apache Kafka runs under the
 same harness with ``--system kafka``.
@@ -81,7 +83,9 @@ def test_every_fault_kind_once_loses_nothing(tmp_path: Path) -> None:
     final = sum(1 for e in events if e["kind"] == "final")
     assert acked > 1000 and final >= acked
     report = json.loads(anomalies.read_text())
-    assert report["ok"] and not any(report["anomalies"].values()), report
+    # A record the client itself sent again under a bumped producer epoch is reported
+    # (anomalies) but is not the broker's: no broker can tell it from a new one.
+    assert report["ok"] and not any(report["broker_anomalies"].values()), report
     assert (folder / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert leftovers() == before, "the run left namespaces, links or mounts behind"
 
