@@ -89,11 +89,22 @@ def _sigterm_to_interrupt(_signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt("SIGTERM")
 
 
+def results_folder(cfg: RunConfig, run_id: str) -> Path:
+    """A new folder for one run's results; runs side by side (the same seed, started in the
+    same second) each get their own."""
+    variant = "" if cfg.acks == "all" else f"-acks{cfg.acks}"
+    variant += "-unclean" if cfg.unclean else ""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    folder = cfg.out / f"{cfg.system}-seed{cfg.seed}{variant}-{stamp}-{run_id}"
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    folder.mkdir()
+    return folder
+
+
 def run(cfg: RunConfig) -> Outcome:
     rng = random.Random(cfg.seed)
     run_id = uuid.uuid4().hex[:4]
-    folder = cfg.out / f"{cfg.system}-seed{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = results_folder(cfg, run_id)
     (folder / "config.json").write_text(
         __import__("json").dumps(asdict(cfg), default=str, indent=2) + "\n"
     )
