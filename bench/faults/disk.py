@@ -66,6 +66,15 @@ def _mounts() -> list[tuple[str, str]]:
     return out
 
 
+def _mountpoint_source(mountpoint: str) -> str | None:
+    """The source of the topmost mount on ``mountpoint``, None when nothing is mounted."""
+    found = None
+    for m, source in _mounts():
+        if m == mountpoint:
+            found = source
+    return found
+
+
 def _loop_devices() -> list[tuple[str, str]]:
     """(device, backing file) of every attached loop device."""
     out = _run(["losetup", "--list", "--noheadings", "--raw", "--output", "NAME,BACK-FILE"])
@@ -104,6 +113,7 @@ class SmallDisk:
         self.size_mb = size_mb
         self.device: str | None = None
         self._mounted = False
+        self._mounted_dev: int | None = None  # st_dev of the mounted file system
         self._made_mountpoint = False
 
     @property
@@ -139,6 +149,7 @@ class SmallDisk:
         self.device = _run(["losetup", "--find", "--show", str(self.image)]).strip()
         _run(["mount", "-t", "ext4", self.device, str(self.mountpoint)])
         self._mounted = True
+        self._mounted_dev = os.stat(self.mountpoint).st_dev
 
     def _destroy(self) -> None:
         errors = []
@@ -148,6 +159,7 @@ class SmallDisk:
             except DiskError as e:
                 errors.append(str(e))
             self._mounted = False
+            self._mounted_dev = None
         if self.device is not None:
             # Busy (a lazy unmount still in use): -d sets autoclear, the kernel detaches
             # the device once its last user goes.
@@ -178,11 +190,15 @@ class SmallDisk:
         only free inodes and room in existing directory blocks remain, so creating an
         empty file still works but writing to it does not.
         """
+        self._check_mounted()
         before = self.free_bytes()
+        limit = self.size_mb << 20  # never more than the small disk holds, whatever happens
         fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
+            if os.fstat(fd).st_dev != self._mounted_dev:
+                raise DiskError(f"{self.filler} is not on the small disk: not filling it")
             size = os.fstat(fd).st_size
-            bulk = max(0, self.free_bytes() - 4 * CHUNK)
+            bulk = min(max(0, self.free_bytes() - 4 * CHUNK), limit)
             for _ in range(20):  # fallocate may want a few blocks for its extent tree
                 if bulk <= 0:
                     break
@@ -196,6 +212,8 @@ class SmallDisk:
             chunk = CHUNK
             block = b"\0" * CHUNK
             for _ in range(100_000):  # bounded: ends long before, at ENOSPC on 1 byte
+                if os.fstat(fd).st_size >= limit:
+                    raise DiskError(f"{self.filler} outgrew the small disk: not filling on")
                 try:
                     os.write(fd, block[:chunk])
                 except OSError as e:
@@ -208,6 +226,21 @@ class SmallDisk:
         finally:
             os.close(fd)
         return max(0, before - self.free_bytes())
+
+    def _check_mounted(self) -> None:
+        """The mount point must still hold this disk's file system: had something unmounted
+        it (another run's clean-up did once), filling it would fill the disk beneath."""
+        here = _mountpoint_source(str(self.mountpoint))
+        if (
+            not self._mounted
+            or here is None
+            or here != self.device
+            or os.stat(self.mountpoint).st_dev != self._mounted_dev
+        ):
+            raise DiskError(
+                f"{self.mountpoint} is no longer mounted from {self.device} "
+                f"(mounted there: {here}): not filling it"
+            )
 
     def free(self) -> None:
         """Removes the filler; its blocks are usable again once this returns."""

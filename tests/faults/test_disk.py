@@ -120,3 +120,19 @@ def test_sweep_mounts_removes_a_crashed_run(tmp_path: Path) -> None:
     assert mounted_under(tmp_path) == []
     assert loops_under(tmp_path) == []
     assert disk.sweep_mounts(tmp_path) == []
+
+
+def test_fill_refuses_a_disk_someone_else_unmounted(tmp_path: Path) -> None:
+    # Once, the clean-up of a run sharing the results folder unmounted another run's disks;
+    # that run's next disk-full fault then filled the machine's own disk.
+    with SmallDisk(tmp_path / "img", tmp_path / "data", size_mb=16) as d:
+        disk.sweep_mounts(tmp_path / "data")
+        assert mounted_under(tmp_path) == []
+        free_before = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+        with pytest.raises(disk.DiskError, match="no longer mounted"):
+            d.fill()
+        assert not d.filler.exists()
+        free_after = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+        assert free_before - free_after < 16 << 20
+    assert mounted_under(tmp_path) == []
+    assert loops_under(tmp_path) == []
