@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kbroker.cluster import zk_data as zd
+from kbroker.cluster.configs import read_topic_configs
 from kbroker.cluster.controller import ControllerEpoch, fenced_multi
 from kbroker.cluster.errors import (
     ControllerMovedError,
@@ -110,6 +111,9 @@ class ControllerSettings:
             leader_imbalance_per_broker_percentage=percentage,
             first_imbalance_check_delay_s=default.first_imbalance_check_delay_s,
         )
+
+
+UNCLEAN_ELECTION = "unclean.leader.election.enable"
 
 
 class Controller:
@@ -396,10 +400,9 @@ class Controller:
             self.channel.add_broker(b)
         if left:
             log.info("controller: brokers %s left", sorted(left))
-            planned = self.ctx.plan_offline_elections(
-                [tp for tp in self.ctx.offline_partitions() if tp in self.ctx.states],
-                self.allow_unclean,
-            )
+            leaderless = [tp for tp in self.ctx.offline_partitions() if tp in self.ctx.states]
+            unclean = await self._unclean_policy(leaderless)
+            planned = self.ctx.plan_offline_elections(leaderless, unclean)
             written = await self._write(planned)
             written += await self._write(self.ctx.plan_remove_from_isr(left))
             self._announce(written)
@@ -1134,8 +1137,29 @@ class Controller:
         tps = list(tps)
         if not tps:
             return
-        written = await self._write(self.ctx.plan_offline_elections(tps, self.allow_unclean))
-        self._announce(written)
+        planned = self.ctx.plan_offline_elections(tps, await self._unclean_policy(tps))
+        self._announce(await self._write(planned))
+
+    async def _unclean_policy(self, tps: Iterable[TopicPartition]) -> Callable[[str], bool]:
+        """Whether each topic allows an unclean election, for the partitions of ``tps`` that
+        would need one (no in-sync replica can lead): the topic's override as ZooKeeper has
+        it, read now as Kafka's controller does (this broker may hold no replica of the
+        topic, and then does not know its configs), else the broker's setting."""
+        topics = set()
+        for tp in tps:
+            state = self.ctx.states.get(tp)
+            if state is not None and not any(self.ctx.is_electable(r) for r in state.isr):
+                topics.add(tp.topic)
+        stored: dict[str, bool] = {}
+        for topic in sorted(topics):
+            try:
+                value = (await read_topic_configs(self.zk, topic)).get(UNCLEAN_ELECTION)
+            except (ZkDataError, ZkNoNodeError) as exc:
+                log.warning("controller: the configs of topic %s cannot be read: %s", topic, exc)
+                continue
+            if value is not None:
+                stored[topic] = value.strip().lower() == "true"
+        return lambda topic: stored.get(topic, self.allow_unclean(topic))
 
     async def _write(self, transitions: list[Transition]) -> list[Transition]:
         """Writes each transition's state (fenced); records and returns those written."""
