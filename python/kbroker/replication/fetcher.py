@@ -206,7 +206,11 @@ class ReplicaFetcher:
             if latest is None:
                 # No epochs: an empty log, or records from before epochs were kept.
                 if p.log.log_end_offset > p.high_watermark:
-                    p.truncate_to(p.high_watermark)
+                    try:
+                        p.truncate_to(p.high_watermark)
+                    except OSError as exc:
+                        self._write_failed(t, "truncate", exc)
+                        continue
                 t.truncating = False
                 continue
             asked[p.tp] = (t, t.leader_epoch)
@@ -244,7 +248,10 @@ class ReplicaFetcher:
                 if r.error_code != ErrorCode.NONE:
                     self._on_error(t, to_error_code(r.error_code))
                     continue
-                self._truncate_to_leader(t, r.leader_epoch, r.end_offset)
+                try:
+                    self._truncate_to_leader(t, r.leader_epoch, r.end_offset)
+                except OSError as exc:
+                    self._write_failed(t, "truncate", exc)
 
     def _truncate_to_leader(self, t: _Target, leader_epoch: int, leader_end: int) -> None:
         """Truncates where the leader's log parts from this one, given the leader's (largest
@@ -345,7 +352,11 @@ class ReplicaFetcher:
         p = t.partition
         diverging = r.diverging_epoch
         if diverging is not None and diverging.end_offset >= 0:
-            self._truncate_to_leader(t, diverging.epoch, diverging.end_offset)
+            try:
+                self._truncate_to_leader(t, diverging.epoch, diverging.end_offset)
+            except OSError as exc:
+                self._write_failed(t, "truncate", exc)
+                return
             if t.truncating:
                 return
         records = r.records
@@ -356,8 +367,12 @@ class ReplicaFetcher:
                 _, first, _last, log_end = exc.args
                 if log_end == p.log.log_start_offset and first < log_end:
                     # An empty replica, and the leader's log start is inside the batch.
-                    p.truncate_fully_and_start_at(first)
-                    p.append_as_follower(records)
+                    try:
+                        p.truncate_fully_and_start_at(first)
+                        p.append_as_follower(records)
+                    except OSError as again:
+                        self._write_failed(t, "append to", again)
+                        return
                 else:
                     log.warning("%s: fetched records that do not follow the log: %s", p.tp, exc)
                     self._park([t], self.settings.backoff_ms / 1000)
@@ -367,11 +382,7 @@ class ReplicaFetcher:
                 self._park([t], self.settings.backoff_ms / 1000)
                 return
             except OSError as exc:
-                if self.errors is not None:
-                    self.errors.write_failed("append to", p.tp, exc)
-                else:
-                    log.error("%s: cannot append the leader's records: %s", p.tp, exc)
-                self._park([t], self.settings.backoff_ms / 1000)
+                self._write_failed(t, "append to", exc)
                 return
             if self.errors is not None:
                 self.errors.succeeded("append to", p.tp)
@@ -384,6 +395,15 @@ class ReplicaFetcher:
                 log.warning(
                     "%s: cannot move the log start to %d: %s", p.tp, r.log_start_offset, exc
                 )
+
+    def _write_failed(self, t: _Target, what: str, exc: OSError) -> None:
+        """A write to the replica's log failed (a full disk): a storage failure, which the
+        broker answers by stepping down, not a fetcher bug; the partition waits a backoff."""
+        if self.errors is not None:
+            self.errors.write_failed(what, t.partition.tp, exc)
+        else:
+            log.error("%s %s failed: %s", what, t.partition.tp, exc)
+        self._park([t], self.settings.backoff_ms / 1000)
 
     def _on_error(self, t: _Target, code: ErrorCode) -> None:
         p = t.partition
@@ -410,13 +430,19 @@ class ReplicaFetcher:
                 leader_end,
                 end,
             )
-            p.truncate_to(max(leader_end, p.log.log_start_offset))
+            try:
+                p.truncate_to(max(leader_end, p.log.log_start_offset))
+            except OSError as exc:
+                self._write_failed(t, "truncate", exc)
             return
         leader_start = await self._leader_offset(t, EARLIEST)
         if leader_start is None or self._current(p.tp, t.leader_epoch) is not t:
             return
         if leader_start > p.log.log_end_offset:
-            p.truncate_fully_and_start_at(leader_start)
+            try:
+                p.truncate_fully_and_start_at(leader_start)
+            except OSError as exc:
+                self._write_failed(t, "truncate", exc)
 
     async def _leader_offset(self, t: _Target, which: int) -> int | None:
         tp = t.partition.tp
