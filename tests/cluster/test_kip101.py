@@ -37,17 +37,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.cluster.nodes import SYSTEMS, Cluster, cluster
-from tests.cluster.replica_logs import partition_dir, read_segment
+from tests.cluster.partition_zero import batches, read, segment_file, state, write
 from tests.helpers import wait_for
 from tests.zookeeper import ZooKeeperServer
 
@@ -78,24 +76,6 @@ def brokers(
         yield c
 
 
-def segment_file(c: Cluster, broker: int, topic: str) -> Path:
-    return partition_dir(c.nodes[broker].data_dir, topic, 0) / f"{0:020d}.log"
-
-
-def batches(path: Path, below: int) -> list[bytes]:
-    """The record batches of a segment file whose offsets are all below ``below``."""
-    return [b.data for b in read_segment(path) if b.last_offset < below]
-
-
-def state(c: Cluster, topic: str) -> tuple[int, list[int]]:
-    """(leader, sorted ISR) of partition 0, as a live broker answers Metadata."""
-    md = AdminClient({"bootstrap.servers": c.live_bootstrap()}).list_topics(topic, timeout=10)
-    p = md.topics[topic].partitions.get(0)
-    if p is None:  # the answering broker does not know the new topic yet
-        return -1, []
-    return p.leader, sorted(p.isrs)
-
-
 def create(c: Cluster, topic: str, replicas: tuple[int, ...] = (LEADER, FOLLOWER)) -> None:
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     new = NewTopic(
@@ -106,43 +86,6 @@ def create(c: Cluster, topic: str, replicas: tuple[int, ...] = (LEADER, FOLLOWER
     )
     admin.create_topics([new], operation_timeout=30)[topic].result(60)
     wait_for(lambda: state(c, topic) == (replicas[0], sorted(replicas)), "every replica in sync")
-
-
-def write(c: Cluster, topic: str, values: list[bytes], acks: str = "all") -> list[int]:
-    """Produces ``values`` to partition 0; their offsets (all acknowledged)."""
-    producer = Producer({"bootstrap.servers": c.live_bootstrap(), "acks": acks, "linger.ms": 2})
-    reports: list[tuple[object, int]] = []
-    for v in values:
-        producer.produce(
-            topic, value=v, partition=0, on_delivery=lambda e, m: reports.append((e, m.offset()))
-        )
-    assert producer.flush(60) == 0
-    assert all(e is None for e, _ in reports), reports
-    return [o for _, o in reports]
-
-
-def read(c: Cluster, topic: str, expected: int) -> list[tuple[int, bytes]]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": c.live_bootstrap(),
-            "group.id": "kip101",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    out: list[tuple[int, bytes]] = []
-    deadline = time.monotonic() + 30
-    try:
-        while len(out) < expected and time.monotonic() < deadline:
-            m = consumer.poll(0.5)
-            if m is not None and m.error() is None:
-                out.append((m.offset(), m.value()))
-        # Nothing more than expected.
-        m = consumer.poll(1.0)
-        assert m is None or m.error() is not None, (m.offset(), m.value())
-    finally:
-        consumer.close()
-    return out
 
 
 def fingerprint(path: Path) -> tuple[int, int, str]:

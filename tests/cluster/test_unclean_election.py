@@ -29,7 +29,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.cluster.nodes import SYSTEMS, Cluster, cluster
-from tests.cluster.test_kip101 import batches, read, segment_file, state, write
+from tests.cluster.partition_zero import batches, read, segment_file, state, write
 from tests.helpers import wait_for
 from tests.zookeeper import ZooKeeperServer
 
