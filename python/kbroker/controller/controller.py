@@ -52,6 +52,7 @@ from kbroker.cluster.errors import (
     ZkNoNodeError,
 )
 from kbroker.cluster.zk import CreateOp, DeleteOp, SetDataOp, Stat, WatchEvent, ZkClient
+from kbroker.config import ConfigError, topic_setting
 from kbroker.controller import requests
 from kbroker.controller.channel import ControllerChannel
 from kbroker.controller.context import (
@@ -1157,8 +1158,13 @@ class Controller:
             except (ZkDataError, ZkNoNodeError) as exc:
                 log.warning("controller: the configs of topic %s cannot be read: %s", topic, exc)
                 continue
-            if value is not None:
-                stored[topic] = value.strip().lower() == "true"
+            if value is None:
+                continue
+            try:
+                stored[topic] = bool(topic_setting(UNCLEAN_ELECTION).parse(value))
+            except ConfigError as exc:
+                log.warning("controller: topic %s: %s; no unclean election", topic, exc)
+                stored[topic] = False
         return lambda topic: stored.get(topic, self.allow_unclean(topic))
 
     async def _write(self, transitions: list[Transition]) -> list[Transition]:
