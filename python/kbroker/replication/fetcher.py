@@ -248,14 +248,12 @@ class ReplicaFetcher:
                 if r.error_code != ErrorCode.NONE:
                     self._on_error(t, to_error_code(r.error_code))
                     continue
-                try:
-                    self._truncate_to_leader(t, r.leader_epoch, r.end_offset)
-                except OSError as exc:
-                    self._write_failed(t, "truncate", exc)
+                self._truncate_to_leader(t, r.leader_epoch, r.end_offset)
 
-    def _truncate_to_leader(self, t: _Target, leader_epoch: int, leader_end: int) -> None:
+    def _truncate_to_leader(self, t: _Target, leader_epoch: int, leader_end: int) -> bool:
         """Truncates where the leader's log parts from this one, given the leader's (largest
-        epoch <= the one asked about, where it ends); asks again when not sure yet."""
+        epoch <= the one asked about, where it ends); asks again when not sure yet. False
+        when the truncation could not be written (reported, and the partition parked)."""
         p = t.partition
         end = p.log.log_end_offset
         if leader_end == UNDEFINED:
@@ -266,23 +264,29 @@ class ReplicaFetcher:
                 end,
             )
             t.truncating = False
-            return
-        if leader_epoch == UNDEFINED:
-            p.truncate_to(min(leader_end, end))
-            t.truncating = False
-            return
-        mine_epoch, mine_end = p.log.end_offset_for_epoch(leader_epoch)
+            return True
+        ask_again = False
+        mine_epoch, mine_end = (
+            (UNDEFINED, UNDEFINED)
+            if leader_epoch == UNDEFINED
+            else p.log.end_offset_for_epoch(leader_epoch)
+        )
         if mine_epoch == UNDEFINED or mine_end == UNDEFINED:
-            p.truncate_to(min(leader_end, end))
-            t.truncating = False
+            cut = min(leader_end, end)
         elif mine_epoch != leader_epoch:
             # This replica never had the leader's epoch: cut to where its own earlier
             # epoch ends and ask again about that one.
-            p.truncate_to(min(mine_end, end))
-            t.truncating = p.log.log_end_offset > 0 and p.log.latest_epoch is not None
+            cut = min(mine_end, end)
+            ask_again = True
         else:
-            p.truncate_to(min(mine_end, leader_end, end))
-            t.truncating = False
+            cut = min(mine_end, leader_end, end)
+        try:
+            p.truncate_to(cut)
+        except OSError as exc:
+            self._write_failed(t, "truncate", exc)
+            return False
+        t.truncating = ask_again and p.log.log_end_offset > 0 and p.log.latest_epoch is not None
+        return True
 
     # -- fetching -----------------------------------------------------------------------
 
@@ -352,11 +356,8 @@ class ReplicaFetcher:
         p = t.partition
         diverging = r.diverging_epoch
         if diverging is not None and diverging.end_offset >= 0:
-            try:
-                self._truncate_to_leader(t, diverging.epoch, diverging.end_offset)
-            except OSError as exc:
-                self._write_failed(t, "truncate", exc)
-                return
+            if not self._truncate_to_leader(t, diverging.epoch, diverging.end_offset):
+                return  # reported; fetched again after a backoff
             if t.truncating:
                 return
         records = r.records
