@@ -230,13 +230,9 @@ class SmallDisk:
     def _check_mounted(self) -> None:
         """The mount point must still hold this disk's file system: had something unmounted
         it (another run's clean-up did once), filling it would fill the disk beneath."""
+        # (fill() then checks that the filler it opened is on this file system.)
         here = _mountpoint_source(str(self.mountpoint))
-        if (
-            not self._mounted
-            or here is None
-            or here != self.device
-            or os.stat(self.mountpoint).st_dev != self._mounted_dev
-        ):
+        if not self._mounted or here is None or here != self.device:
             raise DiskError(
                 f"{self.mountpoint} is no longer mounted from {self.device} "
                 f"(mounted there: {here}): not filling it"
