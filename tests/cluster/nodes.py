@@ -12,6 +12,7 @@ import json
 import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -294,3 +295,20 @@ def cluster(
         for node in nodes.values():
             node.wait_knows_controller()
         yield Cluster(system, zk_connect + chroot, nodes)
+
+
+@contextmanager
+def fresh_cluster(
+    system: str, zk_connect: str, name: str, root: Path, settings: dict[str, str]
+) -> Iterator[Cluster]:
+    """``cluster`` on a new chroot named after ``name``, with the same ``settings`` for
+    Kafka's brokers and kbroker's."""
+    with cluster(
+        system,
+        zk_connect,
+        f"/{name}-{uuid.uuid4().hex[:8]}",
+        root,
+        kafka_settings=settings,
+        kbroker_settings=[f"{k}={v}" for k, v in settings.items()],
+    ) as c:
+        yield c

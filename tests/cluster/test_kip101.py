@@ -44,7 +44,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.cluster.nodes import SYSTEMS, Cluster, cluster
+from tests.cluster.nodes import SYSTEMS, Cluster, fresh_cluster
 from tests.cluster.partition_zero import batches, read, segment_file, state, write
 from tests.helpers import wait_for
 from tests.zookeeper import ZooKeeperServer
@@ -64,15 +64,7 @@ SETTINGS = {
 def brokers(
     request: pytest.FixtureRequest, zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> Iterator[Cluster]:
-    chroot = f"/kip101-{uuid.uuid4().hex[:8]}"
-    with cluster(
-        request.param,
-        zookeeper.connect,
-        chroot,
-        tmp_path,
-        kafka_settings=SETTINGS,
-        kbroker_settings=[f"{k}={v}" for k, v in SETTINGS.items()],
-    ) as c:
+    with fresh_cluster(request.param, zookeeper.connect, "kip101", tmp_path, SETTINGS) as c:
         yield c
 
 

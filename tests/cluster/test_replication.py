@@ -66,7 +66,7 @@ from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import FindCoordinatorRequest
 from kbroker.tools.client import BrokerClient, ClientError
 from tests.cluster import replica_logs
-from tests.cluster.nodes import SESSION_TIMEOUT_MS, SYSTEMS, Cluster, cluster
+from tests.cluster.nodes import SESSION_TIMEOUT_MS, SYSTEMS, Cluster, cluster, fresh_cluster
 from tests.helpers import wait_for
 from tests.zookeeper import ZooKeeperServer
 
@@ -105,12 +105,8 @@ def replicated_cluster(
     system: str, zookeeper: ZooKeeperServer, root: Path, **extra: str
 ) -> Iterator[Cluster]:
     """Three brokers with the settings above (and ``extra``) on a fresh chroot."""
-    kafka = {**KAFKA_SETTINGS, **extra}
-    kbroker = [f"{k}={v}" for k, v in kafka.items()]
-    chroot = f"/repl-{uuid.uuid4().hex[:8]}"
-    with cluster(
-        system, zookeeper.connect, chroot, root, kafka_settings=kafka, kbroker_settings=kbroker
-    ) as c:
+    settings = {**KAFKA_SETTINGS, **extra}
+    with fresh_cluster(system, zookeeper.connect, "repl", root, settings) as c:
         yield c
 
 
