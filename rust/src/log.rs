@@ -219,6 +219,12 @@ struct Writer {
     config: LogConfig,
     last_flush_ms: i64,
     scratch: Vec<u8>,
+    /// A truncation cut the active segment's file: the next append starts a
+    /// new file rather than write where cut bytes were. A fetch answer
+    /// holds a slice of a file and sends it later (sendfile); it must read
+    /// the bytes it was taken with, or fewer, never batches written since
+    /// at the same positions.
+    active_was_cut: bool,
 }
 
 pub struct Log {
@@ -584,6 +590,7 @@ impl Log {
                 config,
                 last_flush_ms: now_ms,
                 scratch: Vec::new(),
+                active_was_cut: false,
             }),
             flushing: Mutex::new(()),
             truncations: AtomicU64::new(0),
@@ -643,6 +650,20 @@ impl Log {
         Ok(())
     }
 
+    /// Drops the epochs at or past `end` after a truncation: in memory first,
+    /// where the log already is; a checkpoint that cannot be written keeps
+    /// entries past the log end, which the next open drops.
+    fn drop_epochs_from(&self, end: i64) -> Result<()> {
+        let cache = {
+            let mut epochs = self.epochs.write().unwrap_or_else(|p| p.into_inner());
+            if !epochs.truncate_from_end(end) {
+                return Ok(());
+            }
+            epochs.clone()
+        };
+        epoch_cache::write_checkpoint(&self.dir, &cache)
+    }
+
     fn lock_flushing(&self) -> MutexGuard<'_, ()> {
         self.flushing.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -684,13 +705,14 @@ impl Log {
     }
 
     /// Seals the active segment and starts a new one at `base`. An empty
-    /// active segment is replaced rather than kept.
+    /// active segment is replaced rather than kept (or kept as it is, when
+    /// it starts at `base` and nothing was ever cut from its file).
     fn roll(&self, w: &mut Writer, base: i64) -> Result<Arc<Segment>> {
         let segs = self.snapshot();
         let active = segs.last().expect("active segment");
         let mut list: Vec<Arc<Segment>> = segs.iter().cloned().collect();
         if active.is_empty() {
-            if active.base_offset() == base {
+            if active.base_offset() == base && !w.active_was_cut {
                 return Ok(active.clone());
             }
             // Not while a flush syncs it: its index sync would make the files anew.
@@ -704,6 +726,7 @@ impl Log {
         let seg = Arc::new(Segment::create(&self.dir, base, w.config.segment_config())?);
         list.push(seg.clone());
         self.publish(list);
+        w.active_was_cut = false;
         Ok(seg)
     }
 
@@ -926,7 +949,9 @@ impl Log {
         // Roll first if this append does not fit the active segment.
         let mut active = self.active();
         let rel_overflow = |seg: &Segment| last_offset - seg.base_offset() > u32::MAX as i64;
-        let must_roll = if active.is_empty() {
+        let must_roll = if w.active_was_cut {
+            true
+        } else if active.is_empty() {
             rel_overflow(&active) || first_offset < active.base_offset()
         } else {
             active.size() + batches.len() as u64 > max_segment
@@ -1168,7 +1193,7 @@ impl Log {
     /// last one it fetches with, and a leader that never had it would answer
     /// every fetch with a divergence that truncates nothing.
     pub fn truncate_to(&self, offset: i64) -> Result<()> {
-        let w = self.lock_writer();
+        let mut w = self.lock_writer();
         self.check_open()?;
         if offset < self.log_start_offset() {
             return Err(self.out_of_range(offset));
@@ -1184,7 +1209,7 @@ impl Log {
         let keep = segs.partition_point(|s| s.base_offset() < offset);
         if keep == 0 {
             // `offset` is the log start and the first segment's base.
-            self.start_empty_at(&w, offset)?;
+            self.start_empty_at(&mut w, offset)?;
         } else {
             let survivor = segs[keep - 1].clone();
             // Shrink the list first so readers stop finding the dropped data.
@@ -1193,13 +1218,19 @@ impl Log {
             for s in &segs[keep..] {
                 s.delete_files()?;
             }
-            let cut = survivor.truncate_to(offset)?;
+            // The log end follows the survivor whatever happens: cut, or not
+            // (an error leaves it as it was).
+            let cut = survivor.truncate_to(offset);
             let new_end = match cut {
-                Some(base) if base < offset => base.max(self.log_start_offset()),
-                _ => offset,
+                Ok(Some(base)) if base < offset => base.max(self.log_start_offset()),
+                Ok(_) => offset,
+                Err(_) => survivor.next_offset(),
             };
             self.log_end.store(new_end, Ordering::Release);
-            self.update_epochs(|c| c.truncate_from_end(new_end))?;
+            if cut?.is_some() {
+                w.active_was_cut = true;
+            }
+            self.drop_epochs_from(new_end)?;
         }
         // Make the cut durable and move the recovery point back to the end.
         self.sync_and_checkpoint()
@@ -1211,7 +1242,7 @@ impl Log {
     /// when its fetch offset is out of the leader's range, or when its first
     /// fetch answers with a batch that starts before its (empty) log's end.
     pub fn truncate_fully_and_start_at(&self, offset: i64) -> Result<()> {
-        let w = self.lock_writer();
+        let mut w = self.lock_writer();
         self.check_open()?;
         if offset < 0 {
             return Err(Error::InvalidArgument(format!(
@@ -1221,7 +1252,7 @@ impl Log {
         let _f = self.lock_flushing();
         self.truncations.fetch_add(1, Ordering::AcqRel);
         self.lower_cleaner_checkpoint(offset)?;
-        self.start_empty_at(&w, offset)?;
+        self.start_empty_at(&mut w, offset)?;
         self.sync_and_checkpoint()
     }
 
@@ -1243,7 +1274,7 @@ impl Log {
     /// are held. The log start checkpoint goes first: a crash after it
     /// reopens as the same empty log at `offset` (or keeps the old data when
     /// `offset` is below it, as if nothing happened).
-    fn start_empty_at(&self, w: &Writer, offset: i64) -> Result<()> {
+    fn start_empty_at(&self, w: &mut Writer, offset: i64) -> Result<()> {
         write_checkpoint(&self.dir, LOG_START_OFFSET_FILE, offset)?;
         self.update_epochs(|c| c.clear())?;
         let segs = self.snapshot();
@@ -1256,6 +1287,7 @@ impl Log {
             w.config.segment_config(),
         )?);
         self.publish(vec![seg]);
+        w.active_was_cut = false;
         self.log_start.store(offset, Ordering::Release);
         self.log_end.store(offset, Ordering::Release);
         Ok(())

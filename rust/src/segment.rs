@@ -937,25 +937,20 @@ impl Segment {
 
     /// Drops every batch that holds an offset >= `offset` (a batch holding
     /// `offset` goes whole). Returns the base offset of the first batch
-    /// removed, if any was.
+    /// removed, if any was. On an error nothing has changed; once the file
+    /// is cut, the segment's state follows it at once (a size left behind
+    /// would put the next append past the end, leaving a hole of zeros). The
+    /// index files catch up at the next flush.
     pub fn truncate_to(&self, offset: i64) -> Result<Option<i64>> {
         let size = self.size();
         let Some((pos, h)) = self.find_batch(offset, size)? else {
             return Ok(None);
         };
         let file = self.file()?;
-        file.set_len(pos)?;
         let cut_rel = h.base_offset - self.base_offset;
-        self.offset_index
-            .truncate_from(|e| e.position as u64 >= pos);
-        self.time_index
-            .truncate_from(|e| e.relative_offset as i64 >= cut_rel);
-        self.offset_index.write_pending()?;
-        self.time_index.write_pending()?;
-        // Recompute the tail facts from the last surviving index entry.
-        let (from, min_off) = self
-            .offset_index
-            .last()
+        // What survives, from the last index entry before the cut on.
+        let last_entry = self.offset_index.lower_by(pos, |e| e.position as u64);
+        let (from, min_off) = last_entry
             .map(|e| {
                 (
                     e.position as u64,
@@ -984,16 +979,17 @@ impl Segment {
         };
         let max_ts = self
             .time_index
-            .last()
+            .lower_by(cut_rel, |e| e.relative_offset as i64)
             .map_or(tail_max, |t| t.timestamp.max(tail_max));
+
+        file.set_len(pos)?;
+        self.offset_index
+            .truncate_from(|e| e.position as u64 >= pos);
+        self.time_index
+            .truncate_from(|e| e.relative_offset as i64 >= cut_rel);
         self.max_timestamp
             .store(if pos == 0 { -1 } else { max_ts }, Ordering::Release);
-        let since: u64 = if self.offset_index.last().is_some() {
-            pos - from
-        } else {
-            pos
-        };
-        self.bytes_since_index.store(since, Ordering::Relaxed);
+        self.bytes_since_index.store(pos - from, Ordering::Relaxed);
         self.next_offset.store(
             walk.next_offset.unwrap_or(self.base_offset),
             Ordering::Release,

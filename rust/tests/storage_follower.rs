@@ -237,6 +237,52 @@ fn leader_appends_assign_epochs_and_truncation_drops_them() {
     assert_eq!(log.log_start_offset(), 4);
 }
 
+/// A fetch answer holds a slice of a segment file and the broker reads it
+/// later (sendfile). Whatever truncation and appends come in between, the
+/// slice reads the bytes it was taken with, or fewer (the file was cut; the
+/// broker then closes the connection), never bytes written since: a client
+/// would get a batch that does not start where its header says it does.
+#[test]
+fn a_slice_never_reads_bytes_written_after_a_truncation() {
+    let end = {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), small());
+        lead(&log, 1, 24);
+        assert!(log.segment_count() > 2);
+        log.log_end_offset()
+    };
+    // Every cut: the whole log, inside a batch, at a batch or segment start,
+    // in the first batch of a segment (which empties it).
+    for cut in 0..end {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), small());
+        lead(&log, 1, 24);
+        let slices: Vec<_> = (0..end)
+            .filter_map(|o| log.read(o, 600, None, true).unwrap())
+            .collect();
+        let taken: Vec<Vec<u8>> = slices.iter().map(|s| s.read_bytes().unwrap()).collect();
+        log.truncate_to(cut).unwrap();
+        // A new leader's batches, of another size, at the offsets cut away.
+        let mut next = log.log_end_offset();
+        while next < end + 10 {
+            let mut b = batch(next, &[7; 5], 31);
+            set_epoch(&mut b, 2);
+            log.append_as_follower(&b, 1_000).unwrap();
+            next += 5;
+        }
+        for (slice, before) in slices.iter().zip(&taken) {
+            let now = slice.read_bytes().unwrap();
+            assert!(
+                before.starts_with(&now),
+                "cut at {cut}: the slice at offset {} ({} bytes at {}) changed",
+                slice.first_offset,
+                slice.length,
+                slice.position
+            );
+        }
+    }
+}
+
 #[test]
 fn retention_moves_the_first_epoch_start() {
     let dir = tempfile::tempdir().unwrap();

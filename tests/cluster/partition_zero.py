@@ -4,22 +4,46 @@ that drive one partition through kills and restarts (test_kip101, test_unclean_e
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.cluster.nodes import Cluster
-from tests.cluster.replica_logs import partition_dir, read_segment
+from tests.cluster.replica_logs import batches_below, partition_dir, segment_files
+
+T = TypeVar("T")
 
 
 def segment_file(c: Cluster, broker: int, topic: str) -> Path:
+    """The first segment file of ``broker``'s replica."""
     return partition_dir(c.nodes[broker].data_dir, topic, 0) / f"{0:020d}.log"
 
 
-def batches(path: Path, below: int) -> list[bytes]:
-    """The record batches of a segment file whose offsets are all below ``below``."""
-    return [b.data for b in read_segment(path) if b.last_offset < below]
+def batches(c: Cluster, broker: int, topic: str, below: int) -> list[bytes]:
+    """The record batches of ``broker``'s replica (every segment file) whose offsets
+    are all below ``below``."""
+    return _settled(
+        lambda: [b.data for b in batches_below(c.nodes[broker].data_dir, topic, 0, below)]
+    )
+
+
+def log_bytes(c: Cluster, broker: int, topic: str) -> int:
+    """The size of ``broker``'s replica: its segment files together."""
+    folder = partition_dir(c.nodes[broker].data_dir, topic, 0)
+    return _settled(lambda: sum(p.stat().st_size for p in segment_files(folder)))
+
+
+def _settled(look: Callable[[], T]) -> T:
+    """``look`` at a replica's files, again if the broker deleted one meanwhile."""
+    for _ in range(9):
+        try:
+            return look()
+        except FileNotFoundError:
+            time.sleep(0.1)
+    return look()
 
 
 def state(c: Cluster, topic: str) -> tuple[int, list[int]]:

@@ -45,7 +45,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.cluster.nodes import SYSTEMS, Cluster, fresh_cluster
-from tests.cluster.partition_zero import batches, read, segment_file, state, write
+from tests.cluster.partition_zero import batches, log_bytes, read, segment_file, state, write
 from tests.helpers import wait_for
 from tests.zookeeper import ZooKeeperServer
 
@@ -95,8 +95,8 @@ def test_restarted_follower_keeps_committed_records(brokers: Cluster) -> None:
     follower_file = segment_file(c, FOLLOWER, topic)
     wait_for(
         lambda: (
-            len(batches(follower_file, 200)) > 0
-            and follower_file.stat().st_size == segment_file(c, LEADER, topic).stat().st_size
+            len(batches(c, FOLLOWER, topic, 200)) > 0
+            and log_bytes(c, FOLLOWER, topic) == log_bytes(c, LEADER, topic)
         ),
         "the follower has every record",
     )
@@ -119,9 +119,8 @@ def test_replicas_do_not_diverge(brokers: Cluster) -> None:
     create(c, topic)
     assert write(c, topic, [b"m1"]) == [0]
     assert write(c, topic, [b"m2"]) == [1]
-    leader_file = segment_file(c, LEADER, topic)
     follower_file = segment_file(c, FOLLOWER, topic)
-    wait_for(lambda: len(batches(follower_file, 2)) == 2, "the follower has m1 and m2")
+    wait_for(lambda: len(batches(c, FOLLOWER, topic, 2)) == 2, "the follower has m1 and m2")
     # The leader's high watermark reaches its checkpoint before it dies (a clean stop
     # writes it): it would keep m2 by the old rule.
     assert c.nodes[LEADER].terminate() in (0, 143)
@@ -129,7 +128,7 @@ def test_replicas_do_not_diverge(brokers: Cluster) -> None:
     c.nodes[FOLLOWER].kill()
     wait_for(lambda: state(c, topic)[0] == -1, "the partition offline", 30)
     # The follower loses m2, as unflushed data is lost in a power failure.
-    first = batches(follower_file, 1)
+    first = batches(c, FOLLOWER, topic, 1)
     assert len(first) == 1
     os.truncate(follower_file, len(first[0]))
     c.nodes[FOLLOWER].restart()
@@ -138,8 +137,8 @@ def test_replicas_do_not_diverge(brokers: Cluster) -> None:
     c.nodes[LEADER].restart()
     wait_for(lambda: state(c, topic) == (FOLLOWER, [LEADER, FOLLOWER]), "the old leader back", 60)
     assert read(c, topic, 2) == [(0, b"m1"), (1, b"m3")]
-    assert batches(leader_file, 2) == batches(follower_file, 2)
-    assert len(batches(leader_file, 2)) == 2
+    assert batches(c, LEADER, topic, 2) == batches(c, FOLLOWER, topic, 2)
+    assert len(batches(c, LEADER, topic, 2)) == 2
 
 
 def test_a_leader_that_wrote_nothing_rejoins(brokers: Cluster) -> None:

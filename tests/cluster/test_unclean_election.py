@@ -29,7 +29,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.cluster.nodes import SYSTEMS, Cluster, fresh_cluster
-from tests.cluster.partition_zero import batches, read, segment_file, state, write
+from tests.cluster.partition_zero import batches, log_bytes, read, state, write
 from tests.helpers import wait_for
 from tests.zookeeper import ZooKeeperServer
 
@@ -65,10 +65,9 @@ def test_an_unclean_election_loses_acknowledged_records(brokers: Cluster) -> Non
 
     kept = [f"m{i}".encode() for i in range(10)]
     assert write(c, topic, kept) == list(range(10))
-    follower_file = segment_file(c, FOLLOWER, topic)
-    wait_for(lambda: len(batches(follower_file, 10)) > 0, "the follower has m0-m9")
+    wait_for(lambda: len(batches(c, FOLLOWER, topic, 10)) > 0, "the follower has m0-m9")
     wait_for(
-        lambda: follower_file.stat().st_size == segment_file(c, LEADER, topic).stat().st_size,
+        lambda: log_bytes(c, FOLLOWER, topic) == log_bytes(c, LEADER, topic),
         "the follower has every byte",
     )
     c.nodes[FOLLOWER].kill()
@@ -90,12 +89,11 @@ def test_an_unclean_election_loses_acknowledged_records(brokers: Cluster) -> Non
     wait_for(lambda: state(c, topic) == (FOLLOWER, [LEADER, FOLLOWER]), "the old leader back", 60)
     expected = list(enumerate(kept + after))
     assert read(c, topic, 15) == expected
-    leader_file = segment_file(c, LEADER, topic)
     wait_for(
-        lambda: batches(leader_file, 15) == batches(follower_file, 15),
+        lambda: batches(c, LEADER, topic, 15) == batches(c, FOLLOWER, topic, 15),
         "the old leader's log the same as the new leader's",
     )
-    assert not any(b"n0" in b for b in batches(leader_file, 15))
+    assert not any(b"n0" in b for b in batches(c, LEADER, topic, 15))
     if c.system == "kbroker":
         logs = "\n".join(n.output() for n in c.nodes.values())
         assert f"unclean election of broker {FOLLOWER}" in logs, c.outputs()

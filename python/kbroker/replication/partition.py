@@ -432,9 +432,14 @@ class Partition:
             offset,
             self.high_watermark,
         )
-        self.log.truncate_to(offset)
-        self.producers.truncate(offset)
-        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+        try:
+            self.log.truncate_to(offset)
+        finally:
+            # A full disk can refuse what the cut writes (checkpoints, indexes) after the
+            # records went: what follows the log follows its end as it is now.
+            end = self.log.log_end_offset
+            self.producers.truncate(end)
+            self.high_watermark = min(self.high_watermark, end)
         self._snapshot_producers()  # a saved state from above the cut no longer fits
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
