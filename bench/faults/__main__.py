@@ -4,8 +4,10 @@ Runs a cluster in network namespaces under faults (see bench/faults/nemesis.py) 
 recording workload, checks the history, and writes history.jsonl, anomalies.json,
 summary.txt and timeline.png to a results folder. Exit status: 0 when the checker
 found nothing (or, with acks=1 or unclean election, whatever it found: those runs
-report the loss rather than fail), 1 on an anomaly, 2 when the harness itself could
-not run (not root, no Kafka jars for --system kafka, a cluster that did not start).
+report the loss rather than fail), 1 on an anomaly or when the run's process died (a
+client library aborting it; what it started is removed all the same), 2 when the
+harness itself could not run (not root, no Kafka jars for --system kafka, a cluster
+that did not start) or was interrupted.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 from pathlib import Path
 
 from bench.faults.nemesis import KINDS
-from bench.faults.run import RunConfig, run
+from bench.faults.run import RunConfig, in_child, new_run_id, run
 
 
 def _range(text: str) -> tuple[float, float]:
@@ -108,8 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         gap_s=args.gap,
         out=args.out,
     )
+    run_id = new_run_id()
+    return in_child(lambda: _run(cfg, run_id), cfg, run_id)
+
+
+def _run(cfg: RunConfig, run_id: str) -> int:
     try:
-        outcome = run(cfg)
+        outcome = run(cfg, run_id)
     except KeyboardInterrupt:
         print("bench.faults: interrupted; everything it started is removed", file=sys.stderr)
         return 2

@@ -46,7 +46,9 @@ import os
 import re
 import signal
 import subprocess
+import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from types import TracebackType
 
 RANGE = "10.213.0.0/16"
@@ -424,12 +426,15 @@ def sweep(prefix: str = "kbf") -> list[str]:
         if ns.startswith(prefix):
             # Processes a crashed run left in it (a broker, a ZooKeeper node) go first:
             # they would keep running, unreachable, in a namespace nobody can name.
+            killed = []
             for pid in _run(["ip", "netns", "pids", ns], check=False).split():
                 try:
                     os.kill(int(pid), signal.SIGKILL)
                     removed.append(f"process {pid} in {ns}")
+                    killed.append(int(pid))
                 except (ProcessLookupError, ValueError):
                     pass
+            _wait_gone(killed)  # their files close (a disk can then be unmounted)
             _run(["ip", "netns", "del", ns])
             removed.append(f"netns {ns}")
     with _range_lock():
@@ -440,6 +445,21 @@ def sweep(prefix: str = "kbf") -> list[str]:
         if _remove_range_blackhole_if_unused():
             removed.append(f"route blackhole {RANGE}")
     return removed
+
+
+def _wait_gone(pids: list[int], timeout: float = 15) -> None:
+    """Waits until each process has exited (or is a zombie nobody reaped yet): the pids are
+    not this process's children, so it cannot wait for them."""
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                break
+            if stat.rpartition(")")[2].split()[0] in ("Z", "X"):
+                break
+            time.sleep(0.05)
 
 
 @functools.cache

@@ -5,12 +5,14 @@ on the way out, also when it fails or is interrupted."""
 from __future__ import annotations
 
 import logging
+import os
 import random
 import shutil
 import signal
+import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -101,9 +103,14 @@ def results_folder(cfg: RunConfig, run_id: str) -> Path:
     return folder
 
 
-def run(cfg: RunConfig) -> Outcome:
+def new_run_id() -> str:
+    """Names a run's folder (its last part), namespaces and links (``kbf<id>-...``)."""
+    return uuid.uuid4().hex[:4]
+
+
+def run(cfg: RunConfig, run_id: str | None = None) -> Outcome:
     rng = random.Random(cfg.seed)
-    run_id = uuid.uuid4().hex[:4]
+    run_id = run_id or new_run_id()
     folder = results_folder(cfg, run_id)
     (folder / "config.json").write_text(
         __import__("json").dumps(asdict(cfg), default=str, indent=2) + "\n"
@@ -160,6 +167,52 @@ def run(cfg: RunConfig) -> Outcome:
         # What an interrupted teardown may have left.
         net_mod.sweep(f"kbf{run_id}")
         disk_mod.sweep_mounts(folder / "disks")
+
+
+def in_child(work: Callable[[], int], cfg: RunConfig, run_id: str) -> int:
+    """Runs ``work`` (one fault run, ``run_id``) in a forked child and returns its exit
+    status. The clients run inside that process, and a client library can abort it
+    (librdkafka asserts on some malformed input): then no ``finally`` of the run ran, so
+    its namespaces, their processes and its mounts are removed here, and its folder's
+    summary says how it ended (exit status 1: a finding, not a harness failure).
+    SIGTERM sent to this process goes to the child, which cleans up itself; SIGINT (^C)
+    reaches the child from the terminal and is ignored here."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 2
+        try:
+            code = work()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
+    def forward(signum: int, _frame: Any) -> None:
+        os.kill(pid, signum)
+
+    previous = signal.signal(signal.SIGTERM, forward), signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _, status = os.waitpid(pid, 0)
+    finally:
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
+    if not os.WIFSIGNALED(status):
+        return os.waitstatus_to_exitcode(status)
+    name = signal.Signals(os.WTERMSIG(status)).name
+    folder = next(cfg.out.glob(f"*-{run_id}"), None)
+    removed = net_mod.sweep(f"kbf{run_id}")
+    if folder is not None:
+        removed += disk_mod.sweep_mounts(folder / "disks")
+        line = f"{cfg.label()}: the run's process died of {name}; see its stderr"
+        (folder / "summary.txt").write_text(line + "\n")
+    print(
+        f"bench.faults: the run's process died of {name} (a client library's abort?); "
+        f"removed what it left: {len(removed)} namespaces, links, processes and mounts",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def keep_topic_data(disks: dict[str, SmallDisk], into: Path) -> None:

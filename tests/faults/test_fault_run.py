@@ -12,11 +12,14 @@ same harness with ``--system kafka``.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -92,14 +95,51 @@ def test_every_fault_kind_once_loses_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(240)
 def test_a_run_stopped_by_sigterm_leaves_nothing_behind(tmp_path: Path) -> None:
+    before = leftovers()
+    with run_in_its_first_fault(tmp_path) as run:
+        pids = cluster_pids(tmp_path)
+        assert pids, "no broker or ZooKeeper process found"
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=90)
+    assert run.returncode == 2, err[-2000:]
+    assert "interrupted" in err
+    assert leftovers() == before
+    assert not [p for p in pids if running(p)], "processes left running"
+
+
+@pytest.mark.timeout(240)
+def test_a_run_whose_process_aborts_leaves_nothing_behind(tmp_path: Path) -> None:
+    """The clients run in the run's process, and librdkafka aborts it on some malformed
+    input (an assertion): no cleanup of its own runs then, so the process it was forked
+    from removes what it left."""
+    before = leftovers()
+    with run_in_its_first_fault(tmp_path) as run:
+        pids = cluster_pids(tmp_path)
+        assert pids, "no broker or ZooKeeper process found"
+        children = [
+            int(p) for p in Path(f"/proc/{run.pid}/task/{run.pid}/children").read_text().split()
+        ]
+        assert len(children) == 1, children
+        os.kill(children[0], signal.SIGABRT)
+        _, err = run.communicate(timeout=90)
+    assert run.returncode == 1, err[-2000:]
+    assert "died of SIGABRT" in err
+    summary = next(tmp_path.glob("kbroker-seed1-*/summary.txt")).read_text()
+    assert "died of SIGABRT" in summary
+    assert leftovers() == before
+    assert not [p for p in pids if running(p)], "processes left running"
+
+
+@contextmanager
+def run_in_its_first_fault(folder: Path) -> Iterator[subprocess.Popen[str]]:
+    """A run of seed 1 (a broker killed or paused for 60 s first), once that fault began."""
     reason = available()
     if reason is not None:
         pytest.skip(reason)
-    before = leftovers()
     run = subprocess.Popen(
         [
             *(sys.executable, "-m", "bench.faults", "--each-once", "--faults", "kill,pause"),
-            *("--seed", "1", "--hold", "60", "--out", str(tmp_path)),
+            *("--seed", "1", "--hold", "60", "--out", str(folder)),
         ],
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -107,27 +147,33 @@ def test_a_run_stopped_by_sigterm_leaves_nothing_behind(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        # Stopped in the middle of its first fault (a broker killed, 60 s to go).
         deadline = time.monotonic() + 150
         history = None
         while time.monotonic() < deadline and run.poll() is None:
-            history = next(tmp_path.glob("kbroker-seed1-*/history.jsonl"), None)
+            history = next(folder.glob("kbroker-seed1-*/history.jsonl"), None)
             if history is not None and '"nemesis"' in history.read_text():
                 break
             time.sleep(0.5)
         assert history is not None and run.poll() is None, run.communicate()
-        pids = cluster_pids(tmp_path)
-        assert pids, "no broker or ZooKeeper process found"
-        run.send_signal(signal.SIGTERM)
-        _, err = run.communicate(timeout=90)
+        yield run
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-    assert run.returncode == 2, err[-2000:]
-    assert "interrupted" in err
-    assert leftovers() == before
-    assert not [p for p in pids if Path(f"/proc/{p}").exists()], "processes left running"
+        if run.poll() is None:  # the test failed: the run cleans up on SIGTERM
+            run.terminate()
+            try:
+                run.communicate(timeout=90)
+            except subprocess.TimeoutExpired:
+                run.kill()
+                run.communicate()
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` still runs: neither gone nor a zombie (a process whose parent died
+    is reaped by whatever adopted it, maybe later)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 def cluster_pids(folder: Path) -> list[int]:
