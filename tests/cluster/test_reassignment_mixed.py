@@ -41,7 +41,7 @@ from tests.cluster.test_reassignment import (
     partitions,
     read_partition,
 )
-from tests.helpers import wait_for
+from tests.helpers import knows_controller, wait_for
 from tests.zookeeper import ZooKeeperServer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
@@ -123,6 +123,10 @@ def test_our_controller_moves_kafka_replicas(
                 for i in (1, 2, 3)
             }
             bootstrap = ",".join(b.bootstrap for b in kafka.values())
+            # A broker that does not know the controller yet makes librdkafka's
+            # CreateTopics wait for its next metadata refresh, past the timeout.
+            for b in kafka.values():
+                wait_for(lambda b=b: knows_controller(b.bootstrap), "Kafka to know our controller")
             create_topic(bootstrap, "k", [[1, 2]], min_isr=2)
             wait_for(lambda: leaders(bootstrap, "k") == [1], "Kafka broker 1 to lead")
             # (Not idempotent: Kafka 3.9 brokers get producer ids from the controller by
