@@ -447,18 +447,22 @@ def sweep(prefix: str = "kbf") -> list[str]:
     return removed
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` still runs: neither gone nor a zombie (a process whose parent died
+    is reaped by whatever adopted it, maybe later)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
 def _wait_gone(pids: list[int], timeout: float = 15) -> None:
-    """Waits until each process has exited (or is a zombie nobody reaped yet): the pids are
-    not this process's children, so it cannot wait for them."""
+    """Waits until no process of ``pids`` runs: they are not this process's children, so
+    it cannot wait for them."""
     deadline = time.monotonic() + timeout
     for pid in pids:
-        while time.monotonic() < deadline:
-            try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
-            except OSError:
-                break
-            if stat.rpartition(")")[2].split()[0] in ("Z", "X"):
-                break
+        while running(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from bench.faults.history import read_history
 from bench.faults.nemesis import KINDS
-from bench.faults.net import available
+from bench.faults.net import available, running
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = 7
@@ -164,16 +164,6 @@ def run_in_its_first_fault(folder: Path) -> Iterator[subprocess.Popen[str]]:
             except subprocess.TimeoutExpired:
                 run.kill()
                 run.communicate()
-
-
-def running(pid: int) -> bool:
-    """Whether ``pid`` still runs: neither gone nor a zombie (a process whose parent died
-    is reaped by whatever adopted it, maybe later)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 def cluster_pids(folder: Path) -> list[int]:
