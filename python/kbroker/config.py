@@ -13,7 +13,7 @@ import logging
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -164,6 +164,162 @@ class TopicSetting:
 _S = ConfigType
 _DAY_MS = 24 * 3600 * 1000
 
+# Settings a listener may override as listener.name.<listener>.<setting> (Kafka's
+# listener-scoped settings): TLS, SASL and re-authentication. Those marked
+# dynamic here may also change while the broker runs (new certificates).
+SECURITY_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "ssl.protocol",
+        _S.STRING,
+        "TLSv1.3",
+        "The TLS protocol of the broker's own outgoing connections (the highest it offers).",
+        choices=("TLSv1.2", "TLSv1.3", "TLS"),
+        read_only=True,
+    ),
+    Setting(
+        "ssl.enabled.protocols",
+        _S.LIST,
+        ["TLSv1.2", "TLSv1.3"],
+        "TLS versions accepted.",
+        choices=("TLSv1.2", "TLSv1.3"),
+        read_only=True,
+    ),
+    Setting(
+        "ssl.cipher.suites",
+        _S.LIST,
+        [],
+        "TLS 1.2 cipher suites offered (OpenSSL or IANA names); empty: OpenSSL's secure "
+        "defaults. TLS 1.3 suites are always OpenSSL's.",
+        read_only=True,
+    ),
+    Setting(
+        "ssl.client.auth",
+        _S.STRING,
+        "none",
+        "Whether a client must present a certificate: none, requested, required.",
+        choices=("none", "requested", "required"),
+        read_only=True,
+    ),
+    Setting(
+        "ssl.endpoint.identification.algorithm",
+        _S.STRING,
+        "https",
+        "https: the broker's outgoing connections check the other broker's host name against "
+        "its certificate; empty: they do not.",
+        choices=("https", ""),
+        read_only=True,
+    ),
+    Setting(
+        "ssl.keystore.type",
+        _S.STRING,
+        "JKS",
+        "The keystore's format; PEM is supported.",
+        choices=("JKS", "PKCS12", "PEM"),
+        unsupported="JKS and PKCS12 keystores are not supported yet: convert the keystore to "
+        "PEM (a PKCS#8 key and its certificate chain in one file) and set ssl.keystore.type=PEM",
+        honoured=("PEM",),
+    ),
+    Setting(
+        "ssl.keystore.location",
+        _S.STRING,
+        None,
+        "A PEM file holding the private key (PKCS#8) and the certificate chain.",
+        nullable=True,
+    ),
+    Setting(
+        "ssl.keystore.password",
+        _S.PASSWORD,
+        None,
+        "The keystore's password (unused for PEM: see ssl.key.password).",
+        nullable=True,
+    ),
+    Setting(
+        "ssl.key.password",
+        _S.PASSWORD,
+        None,
+        "The password of an encrypted private key.",
+        nullable=True,
+    ),
+    Setting(
+        "ssl.keystore.certificate.chain",
+        _S.PASSWORD,
+        None,
+        "The certificate chain in PEM, given inline (instead of ssl.keystore.location).",
+        nullable=True,
+    ),
+    Setting(
+        "ssl.keystore.key",
+        _S.PASSWORD,
+        None,
+        "The private key in PEM (PKCS#8), given inline (instead of ssl.keystore.location).",
+        nullable=True,
+    ),
+    Setting(
+        "ssl.truststore.type",
+        _S.STRING,
+        "JKS",
+        "The truststore's format; PEM is supported.",
+        choices=("JKS", "PKCS12", "PEM"),
+        unsupported="JKS and PKCS12 truststores are not supported yet: convert the "
+        "truststore to PEM certificates and set ssl.truststore.type=PEM",
+        honoured=("PEM",),
+    ),
+    Setting(
+        "ssl.truststore.location",
+        _S.STRING,
+        None,
+        "A PEM file of the certificate authorities trusted; unset: the system's.",
+        nullable=True,
+    ),
+    Setting(
+        "ssl.truststore.password",
+        _S.PASSWORD,
+        None,
+        "The truststore's password (unused for PEM).",
+        nullable=True,
+    ),
+    Setting(
+        "ssl.truststore.certificates",
+        _S.PASSWORD,
+        None,
+        "Trusted certificates in PEM, given inline (instead of ssl.truststore.location).",
+        nullable=True,
+    ),
+    Setting(
+        "ssl.principal.mapping.rules",
+        _S.STRING,
+        "DEFAULT",
+        "Rules mapping a client certificate's distinguished name to a user name "
+        "(RULE:pattern/replacement/[LU], ..., DEFAULT).",
+        read_only=True,
+    ),
+    Setting(
+        "sasl.enabled.mechanisms",
+        _S.LIST,
+        ["GSSAPI"],
+        "SASL mechanisms SASL listeners offer; PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 are "
+        "supported.",
+        read_only=True,
+    ),
+    Setting(
+        "sasl.server.max.receive.size",
+        _S.INT,
+        524288,
+        "Largest SASL token a client may send before it is authenticated.",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "connections.max.reauth.ms",
+        _S.LONG,
+        0,
+        "A SASL session's lifetime: the client must authenticate again before it ends, or the "
+        "connection is closed at its next request (KIP-368); 0: sessions do not expire.",
+        min=0,
+        read_only=True,
+    ),
+)
+
 BROKER_SETTINGS: tuple[Setting, ...] = (
     Setting("broker.id", _S.INT, 0, "This broker's id.", min=0, read_only=True),
     Setting(
@@ -189,10 +345,37 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         "advertised.listeners",
         _S.STRING,
         None,
-        "Where clients are told to connect.",
+        "Where clients are told to connect, per listener (NAME://HOST:PORT,...); unset: "
+        "the listeners' own addresses.",
         nullable=True,
         read_only=True,
     ),
+    Setting(
+        "listener.security.protocol.map",
+        _S.STRING,
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        "Each listener name's security protocol (NAME:PROTOCOL,...).",
+        read_only=True,
+    ),
+    Setting(
+        "inter.broker.listener.name",
+        _S.STRING,
+        None,
+        "The listener brokers use to reach each other; unset: the listener named by "
+        "security.inter.broker.protocol.",
+        nullable=True,
+        read_only=True,
+    ),
+    Setting(
+        "security.inter.broker.protocol",
+        _S.STRING,
+        "PLAINTEXT",
+        "The security protocol (and listener name) brokers use to reach each other, when "
+        "inter.broker.listener.name is not set.",
+        choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+        read_only=True,
+    ),
+    *SECURITY_SETTINGS,
     Setting(
         "zookeeper.connect",
         _S.STRING,
@@ -516,6 +699,76 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         min=1,
     ),
     Setting(
+        "sasl.mechanism.inter.broker.protocol",
+        _S.STRING,
+        "GSSAPI",
+        "The SASL mechanism brokers authenticate to each other with, on a SASL inter-broker "
+        "listener.",
+        read_only=True,
+    ),
+    Setting(
+        "connection.failed.authentication.delay.ms",
+        _S.INT,
+        100,
+        "How long a failed authentication waits before its answer and the close.",
+        min=0,
+        read_only=True,
+    ),
+    Setting(
+        "principal.builder.class",
+        _S.CLASS,
+        "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",
+        "How principals are built: Kafka's default rules (User:<SASL name>, the mapped "
+        "certificate name, or User:ANONYMOUS).",
+        choices=("org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",),
+        read_only=True,
+    ),
+    Setting(
+        "authorizer.class.name",
+        _S.STRING,
+        "",
+        "The ACL authorizer: Kafka's kafka.security.authorizer.AclAuthorizer or "
+        "org.apache.kafka.metadata.authorizer.StandardAuthorizer name kbroker's own; empty: "
+        "nothing is checked.",
+        choices=(
+            "",
+            "kafka.security.authorizer.AclAuthorizer",
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        ),
+        read_only=True,
+    ),
+    Setting(
+        "super.users",
+        _S.STRING,
+        None,
+        "Principals allowed everything (User:a;User:b).",
+        nullable=True,
+        read_only=True,
+    ),
+    Setting(
+        "allow.everyone.if.no.acl.found",
+        _S.BOOLEAN,
+        False,
+        "Allow a resource that has no ACL at all to everyone.",
+        read_only=True,
+    ),
+    Setting(
+        "quota.window.num",
+        _S.INT,
+        11,
+        "How many samples client quotas keep.",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "quota.window.size.seconds",
+        _S.INT,
+        1,
+        "How long one client quota sample lasts.",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
         "replica.lag.time.max.ms",
         _S.LONG,
         30_000,
@@ -744,6 +997,60 @@ TOPIC_SETTINGS: tuple[TopicSetting, ...] = (
 BROKER: Mapping[str, Setting] = {s.name: s for s in BROKER_SETTINGS}
 TOPIC: Mapping[str, TopicSetting] = {t.name: t for t in TOPIC_SETTINGS}
 
+# The SASL mechanisms whose JAAS configuration a listener takes as
+# listener.name.<listener>.<mechanism>.sasl.jaas.config.
+JAAS_MECHANISMS = ("plain", "scram-sha-256", "scram-sha-512")
+_JAAS = Setting(
+    "sasl.jaas.config",
+    _S.PASSWORD,
+    None,
+    "A listener's JAAS configuration for one SASL mechanism: PLAIN's users "
+    '(user_<name>="<password>") and the broker\'s own inter-broker credentials '
+    '(username="..." password="...").',
+    nullable=True,
+    read_only=True,
+)
+_LISTENER_SCOPED: Mapping[str, Setting] = {s.name: s for s in SECURITY_SETTINGS}
+_LISTENER_PREFIXED = re.compile(r"listener\.name\.([A-Za-z0-9_-]+)\.(.+)$")
+
+
+def _known(name: str) -> Setting:
+    setting = broker_setting(name)
+    if setting is None:
+        raise KeyError(name)
+    return setting
+
+
+def listener_prefix(listener: str) -> str:
+    """Where a listener's own settings start: ``listener.name.<lower-case name>.``."""
+    return f"listener.name.{listener.lower()}."
+
+
+def broker_setting(name: str) -> Setting | None:
+    """The broker setting called ``name``, or None when there is none.
+
+    Besides the table's names, a listener's own value of a TLS, SASL or
+    re-authentication setting (``listener.name.internal.ssl.keystore.location``)
+    and a listener's JAAS configuration for a mechanism
+    (``listener.name.internal.plain.sasl.jaas.config``) are settings; their
+    names are normalised as Kafka reads them (the listener name lower-cased).
+    """
+    setting = BROKER.get(name)
+    if setting is not None:
+        return setting
+    match = _LISTENER_PREFIXED.match(name)
+    if match is None:
+        return None
+    listener, rest = match.groups()
+    base = _LISTENER_SCOPED.get(rest)
+    if base is None:
+        mechanism, _, tail = rest.partition(".")
+        if tail != _JAAS.name or mechanism.lower() not in JAAS_MECHANISMS:
+            return None
+        base, rest = _JAAS, f"{mechanism.lower()}.{tail}"
+    return replace(base, name=listener_prefix(listener) + rest)
+
+
 # Topic-level checks stricter than the broker setting's own.
 _TOPIC_CHECKS: Mapping[str, Callable[[Value], str | None]] = {
     "flush.ms": lambda v: "must be >= 0" if v is None or (isinstance(v, int) and v < 0) else None,
@@ -929,10 +1236,10 @@ class BrokerConfig(TypedReads):
     def from_strings(cls, pairs: Iterable[tuple[str, str]]) -> BrokerConfig:
         given: dict[str, Value] = {}
         for name, text in pairs:
-            setting = BROKER.get(name)
+            setting = broker_setting(name)
             if setting is None:
                 raise ConfigError(f"unknown setting {name!r}")
-            given[name] = setting.parse(text)
+            given[setting.name] = setting.parse(text)
         config = cls(given)
         config.check_together()
         return config
@@ -948,7 +1255,7 @@ class BrokerConfig(TypedReads):
 
     def value(self, name: str) -> Value:
         """The effective value of ``name``, untyped (for rendering and comparison)."""
-        setting = BROKER[name]
+        setting = BROKER.get(name) or _known(name)
         layers = (self.dynamic, self.dynamic_default, self.given)
         for layer in layers:
             if name in layer:
@@ -965,8 +1272,20 @@ class BrokerConfig(TypedReads):
         # Prefer the typed readers above; this stays for rendering call sites.
         return self.value(name)
 
+    def listener_value(self, listener: str, name: str) -> Value:
+        """A listener's value of ``name``: its own (listener.name.<listener>.<name>) when
+        set, else the broker's."""
+        own = listener_prefix(listener) + name
+        if any(own in layer for layer in (self.dynamic, self.dynamic_default, self.given)):
+            return self.value(own)
+        return self.value(name)
+
+    def given_names(self) -> set[str]:
+        """Every setting given a value (static or dynamic), listener-prefixed ones included."""
+        return set(self.given) | set(self.dynamic) | set(self.dynamic_default)
+
     def is_default(self, name: str) -> bool:
-        setting = BROKER[name]
+        setting = BROKER.get(name) or _known(name)
         names = (name, *(o for o, _ in setting.fallbacks))
         return not any(
             n in self.given or n in self.dynamic or n in self.dynamic_default for n in names
@@ -979,16 +1298,16 @@ class BrokerConfig(TypedReads):
         Dynamic values sit over the static ones (properties file, ``--set``):
         resetting one brings the static value back.
         """
-        setting = BROKER.get(name)
+        setting = broker_setting(name)
         if setting is None:
             raise ConfigError(f"unknown setting {name!r}")
         if setting.read_only:
             raise ConfigError(f"{name} cannot be changed while the broker runs")
         layer = self.dynamic_default if cluster_default else self.dynamic
         if text is None:
-            layer.pop(name, None)
+            layer.pop(setting.name, None)
         else:
-            layer[name] = setting.parse(text)
+            layer[setting.name] = setting.parse(text)
         self.generation += 1
 
     def topic_default(self, topic_name: str) -> Value:

@@ -160,8 +160,9 @@ def write_atomically(path: Path, text: str | Iterable[str]) -> int:
 # change one of {"put_topic": name, "topic": {...}}, {"delete_topic": name,
 # "topic_id": id}, {"drop_topic": name} (undoes a creation: no tombstone),
 # {"forget_deleted": id}, {"broker_configs": {...}},
-# {"next_producer_id": n}. Every change sets absolute values, so replaying a
-# line the snapshot already holds changes nothing.
+# {"next_producer_id": n}, {"put_entry": path, "data": {...}}, {"delete_entry": path}.
+# Every change sets absolute values, so replaying a line the snapshot already
+# holds changes nothing.
 
 
 @dataclass
@@ -173,6 +174,8 @@ class _Persisted:
     broker_configs: dict[str, str] = field(default_factory=dict)
     next_producer_id: int = 0
     deleted_topics: dict[str, str] = field(default_factory=dict)
+    # ZooKeeper-shaped entries (path -> the JSON a cluster keeps in that znode).
+    entries: dict[str, Any] = field(default_factory=dict)
 
     def apply(self, change: Mapping[str, Any]) -> None:
         self.seq = int(change["seq"])
@@ -189,6 +192,10 @@ class _Persisted:
             self.broker_configs = {str(k): str(v) for k, v in change["broker_configs"].items()}
         elif "next_producer_id" in change:
             self.next_producer_id = int(change["next_producer_id"])
+        elif "put_entry" in change:
+            self.entries[str(change["put_entry"])] = change["data"]
+        elif "delete_entry" in change:
+            self.entries.pop(str(change["delete_entry"]), None)
         else:
             raise ValueError(f"unknown change {sorted(change)}")
 
@@ -200,6 +207,7 @@ class _Persisted:
             "broker_configs": self.broker_configs,
             "next_producer_id": self.next_producer_id,
             "deleted_topics": self.deleted_topics,
+            "entries": self.entries,
         }
         yield _dumps(head)[:-1] + ',"topics":{'
         for i, (name, topic) in enumerate(self.topics.items()):
@@ -213,10 +221,12 @@ class _Persisted:
         topics = data.get("topics", {})
         configs = data.get("broker_configs", {})
         deleted = data.get("deleted_topics", {})
+        entries = data.get("entries", {})
         for what, value in (
             ("topics", topics),
             ("broker_configs", configs),
             ("deleted_topics", deleted),
+            ("entries", entries),
         ):
             if not isinstance(value, dict):
                 raise ValueError(f"{what!r} is not a JSON object")
@@ -226,6 +236,7 @@ class _Persisted:
             broker_configs={str(k): str(v) for k, v in configs.items()},
             next_producer_id=int(data.get("next_producer_id", 0)),
             deleted_topics={str(k): str(v) for k, v in deleted.items()},
+            entries={str(k): v for k, v in entries.items()},
         )
 
 
@@ -526,6 +537,7 @@ class LocalMetadataStore:
         self._broker_configs: dict[str, str] = {}
         self._cluster_id = ""
         self._next_producer_id = 0
+        self._entries: dict[str, Any] = {}
         self._journal: _Journal | None = None
         self.loaded_existing = False
 
@@ -543,6 +555,7 @@ class LocalMetadataStore:
         self._deleted = {uuid.UUID(i): name for i, name in state.deleted_topics.items()}
         self._broker_configs = dict(state.broker_configs)
         self._next_producer_id = state.next_producer_id
+        self._entries = dict(state.entries)
         self._journal = _Journal(self._dir, state)
         self._journal.start()
 
@@ -663,3 +676,25 @@ class LocalMetadataStore:
         self._next_producer_id += count
         self._record({"next_producer_id": self._next_producer_id})
         return first
+
+    # -- ZooKeeper-shaped entries ----------------------------------------------------
+    # What a cluster keeps in ZooKeeper beside the topics (users' and clients'
+    # configs, ACLs) a single node keeps here, under the same paths and in the
+    # same JSON, so one codec serves both.
+
+    def entry(self, path: str) -> Any:
+        """The JSON kept at ``path`` (a ZooKeeper path, e.g. /config/users/alice), or None."""
+        return self._entries.get(path)
+
+    def entries(self, prefix: str) -> dict[str, Any]:
+        """Every entry whose path starts with ``prefix``."""
+        return {p: v for p, v in self._entries.items() if p.startswith(prefix)}
+
+    def put_entry(self, path: str, data: Any) -> None:
+        """Sets (or with None, removes) the JSON at ``path``; `durable` records it."""
+        if data is None:
+            if self._entries.pop(path, None) is not None:
+                self._record({"delete_entry": path})
+            return
+        self._entries[path] = data
+        self._record({"put_entry": path, "data": data})

@@ -29,6 +29,8 @@ UNSUPPORTED = {
     "cluster.id": "ZlTTKn5WQraMKYmHHU1PAg",
     "transactional.id.expiration.ms": "604800000",
     "log.preallocate": "true",
+    "ssl.keystore.type": "JKS",
+    "ssl.truststore.type": "PKCS12",
 }
 
 

@@ -132,3 +132,33 @@ def test_topic_ids_are_kept(tmp_path: Path) -> None:
     _durable(store)
     store.close()
     assert _reload(tmp_path).topics()["x"].topic_id == wanted
+
+
+def test_zookeeper_shaped_entries_survive_reload_and_snapshots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Users' configs and ACLs of a single node: set, replaced, removed, kept over restarts
+    and over a snapshot."""
+    monkeypatch.setattr(metadata, "SNAPSHOT_MIN_LOG_BYTES", 16 * 1024)
+    store = _reload(tmp_path)
+    acl = {"version": 1, "acls": [{"principal": "User:a", "host": "*"}]}
+    store.put_entry("/kafka-acl/Topic/orders", acl)
+    store.put_entry("/config/users/alice", {"version": 1, "config": {"x": "1"}})
+    store.put_entry("/config/users/alice", {"version": 1, "config": {"x": "2"}})
+    store.put_entry("/config/users/bob", {"version": 1, "config": {}})
+    store.put_entry("/config/users/bob", None)
+    store.put_entry("/config/users/nobody", None)  # removing what is not there: no change
+    for i in range(400):  # past the snapshot threshold
+        store.put_entry(f"/config/clients/c{i}", {"version": 1, "config": {"i": str(i)}})
+    _durable(store)
+    store.close()
+    assert (tmp_path / METADATA_FILE).exists()
+
+    again = _reload(tmp_path)
+    assert again.entry("/kafka-acl/Topic/orders") == acl
+    assert again.entry("/config/users/bob") is None
+    assert again.entries("/config/users/") == {
+        "/config/users/alice": {"version": 1, "config": {"x": "2"}}
+    }
+    assert len(again.entries("/config/clients/")) == 400
+    again.close()

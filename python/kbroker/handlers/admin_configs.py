@@ -39,6 +39,7 @@ from kbroker.config import (
     ConfigType,
     Setting,
     Value,
+    broker_setting,
     topic_setting,
 )
 from kbroker.errors import ResourceError, TopicError
@@ -111,7 +112,7 @@ def _broker_synonyms(
     dynamic, static, default; within each, the name before its fallbacks). Only
     the setting's own default applies when nothing is set (a fallback's default
     does not), so that is the one default listed."""
-    setting = BROKER[name]
+    setting = _known_setting(name)
     names = [name, *(other for other, _ in setting.fallbacks)]
     layers: tuple[tuple[Mapping[str, Value], ConfigSource], ...] = (
         (config.dynamic, dynamic_source),
@@ -124,14 +125,14 @@ def _broker_synonyms(
         for n in names:
             value = values.get(n)
             if value is not None:
-                out.append((n, _render(BROKER[n], value), source))
+                out.append((n, _render(_known_setting(n), value), source))
     return out
 
 
 def broker_config_entry(
     config: BrokerConfig, name: str, cluster_default: bool = False
 ) -> ConfigEntry:
-    setting = BROKER[name]
+    setting = _known_setting(name)
     dynamic_source = (
         ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
         if cluster_default
@@ -264,12 +265,15 @@ def _describe_resource(broker: Broker, rtype: int, name: str) -> list[ConfigEntr
             return [
                 replace(
                     broker_config_entry(broker.config, n, True),
-                    value=_render(BROKER[n], value),
+                    value=_render(_known_setting(n), value),
                     source=ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
                 )
                 for n, value in sorted(broker.config.dynamic_default.items())
             ]
-        return [broker_config_entry(broker.config, s.name) for s in BROKER_SETTINGS]
+        # Every setting, then the listeners' own settings that were given.
+        names = [s.name for s in BROKER_SETTINGS]
+        names += sorted(n for n in broker.config.given_names() if n not in BROKER)
+        return [broker_config_entry(broker.config, n) for n in names]
     if rtype == ResourceType.BROKER_LOGGER:
         _check_broker_name(broker, name, allow_default=False)
         return logger_entries()
@@ -346,8 +350,14 @@ def _set_topic(broker: Broker, name: str, configs: dict[str, str], validate_only
         raise ResourceError(exc.code, str(exc)) from None
 
 
+def _known_setting(name: str) -> Setting:
+    setting = broker_setting(name)
+    assert setting is not None, name
+    return setting
+
+
 def _broker_setting(name: str) -> Setting:
-    setting = BROKER.get(name)
+    setting = broker_setting(name)
     if setting is None:
         raise ResourceError(ErrorCode.INVALID_CONFIG, f"Unknown broker config name: {name}")
     return setting
