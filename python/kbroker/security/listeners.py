@@ -150,13 +150,13 @@ class ListenerSet:
             if not lst.host:
                 # As Kafka: a listener on the default interface is advertised by host name.
                 advertised[name] = replace(lst, host=socket.getfqdn())
-        name = config.get_optional_str("inter.broker.listener.name")
-        if name is not None and not config.is_default("security.inter.broker.protocol"):
+        explicit = config.get_optional_str("inter.broker.listener.name")
+        if explicit is not None and not config.is_default("security.inter.broker.protocol"):
             raise ConfigError(
                 "inter.broker.listener.name and security.inter.broker.protocol are both set: "
                 "set only one"
             )
-        if name is None:
+        if explicit is None:
             name = config.get_str("security.inter.broker.protocol")
             setting = "security.inter.broker.protocol"
             if (
@@ -167,7 +167,7 @@ class ListenerSet:
                 # A single node has no other broker: its first listener stands in.
                 name = bound[0].name
         else:
-            name = name.upper()
+            name = explicit.upper()
             setting = "inter.broker.listener.name"
         if name not in advertised:
             raise ConfigError(
