@@ -263,3 +263,28 @@ def test_a_large_frame_across_many_reads_is_assembled_whole_and_in_order() -> No
         frame(x) for x in (b"a1", b"\x00" + str(size).encode(), b"c1", b"d1")
     )
     assert used == 0
+
+
+def test_a_muted_connection_reads_nothing_until_its_time_is_up() -> None:
+    """A throttled client (ConnectionContext.mute_for): its answer goes out, its next
+    request waits until the mute ends, then it is served as before."""
+
+    async def run() -> None:
+        def dispatch(data: memoryview, ctx: ConnectionContext) -> Any:
+            if bytes(data) == b"over-quota":
+                ctx.mute_for(0.2)
+            return frame(b"re:" + bytes(data))
+
+        conn, transport = connect(dispatch)
+        conn.data_received(frame(b"over-quota") + frame(b"next"))
+        await settle()
+        assert transport.written == [frame(b"re:over-quota")]
+        assert transport.paused
+        await asyncio.sleep(0.1)
+        assert transport.written == [frame(b"re:over-quota")]
+        await asyncio.sleep(0.2)
+        await settle()
+        assert transport.written == [frame(b"re:over-quota"), frame(b"re:next")]
+        assert not transport.paused
+
+    asyncio.run(run())

@@ -96,9 +96,11 @@ class ConnectionObserver(Protocol):
 class ConnectionContext:
     """What a handler may know about the connection a request came on."""
 
-    __slots__ = ("client_id", "conn_id", "on_sent", "peer", "received_ns")
+    __slots__ = ("_mute", "client_id", "conn_id", "on_sent", "peer", "received_ns")
 
-    def __init__(self, conn_id: int, peer: str) -> None:
+    def __init__(
+        self, conn_id: int, peer: str, mute: Callable[[float], None] | None = None
+    ) -> None:
         self.conn_id = conn_id
         self.peer = peer
         self.client_id: str | None = None
@@ -106,6 +108,13 @@ class ConnectionContext:
         self.received_ns = 0
         # Set by the dispatcher for the request it is handling, taken by the connection.
         self.on_sent: Sent | None = None
+        self._mute = mute
+
+    def mute_for(self, seconds: float) -> None:
+        """Reads no further request from this connection for ``seconds`` (a client over its
+        quota; Kafka mutes the channel for the throttle time). Answers still go out."""
+        if self._mute is not None and seconds > 0:
+            self._mute(seconds)
 
 
 Dispatch = Callable[[memoryview, ConnectionContext], "Response | Awaitable[Response]"]
@@ -194,7 +203,7 @@ class KafkaConnection(asyncio.Protocol):
     def __init__(self, server: Server) -> None:
         self._server = server
         self.transport = None
-        self.ctx = ConnectionContext(next(_conn_ids), "?")
+        self.ctx = ConnectionContext(next(_conn_ids), "?", self.mute_for)
         # Bytes received and not yet cut into frames.
         self._buf = bytearray()
         # Pool memory granted to the frame at the head of self._buf.
@@ -216,6 +225,9 @@ class KafkaConnection(asyncio.Protocol):
         self._closed = False
         self._wfd: int | None = None
         self.last_active = time.monotonic()
+        # Muted (no reading) until this monotonic time: a throttled client.
+        self._muted_until = 0.0
+        self._unmute_handle: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol callbacks ----------------------------------------
 
@@ -235,6 +247,9 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._unmute_handle is not None:
+            self._unmute_handle.cancel()
+            self._unmute_handle = None
         if self._server.observer is not None and self in self._server.connections:
             self._server.observer.lost()
         self._server.connections.discard(self)
@@ -552,11 +567,30 @@ class KafkaConnection(asyncio.Protocol):
 
     # -- flow control and closing ------------------------------------------
 
+    def mute_for(self, seconds: float) -> None:
+        """Takes no request for ``seconds`` (extending a mute under way)."""
+        if self._closed:
+            return
+        until = time.monotonic() + seconds
+        if until <= self._muted_until:
+            return
+        self._muted_until = until
+        if self._unmute_handle is not None:
+            self._unmute_handle.cancel()
+        self._unmute_handle = asyncio.get_running_loop().call_later(seconds, self._unmute)
+        self._update_reading()
+
+    def _unmute(self) -> None:
+        self._unmute_handle = None
+        self._muted_until = 0.0
+        self._update_reading()
+
     def _must_wait(self) -> bool:
         """Whether this connection may not take another request now."""
         limits = self._server.limits
         return (
             self._reading_stopped
+            or self._muted_until > 0.0
             or self._write_paused
             or len(self._pending) >= limits.max_inflight_requests
             or self._pending_bytes > limits.max_pending_bytes
