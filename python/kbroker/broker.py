@@ -31,6 +31,7 @@ from kbroker.config import (
 from kbroker.controller.controller import ControllerSettings
 from kbroker.coordinator import GroupCoordinator
 from kbroker.errors import ErrorCode, TopicError
+from kbroker.local_acls import LocalAclStorage
 from kbroker.log import LogConfig, LogManager, TopicPartition, log_config_from_topic
 from kbroker.log.cleaner import CleanerSettings, LogCleaner
 from kbroker.log.log import TOPIC_NAME, Log
@@ -56,6 +57,7 @@ from kbroker.replication.fetcher import FetcherSettings, ReplicaFetcherManager
 from kbroker.replication.partition import Partition
 from kbroker.replication.producer_state import expire_producers_periodically
 from kbroker.replication.replica_manager import ReplicaManager
+from kbroker.security.authorizer import AclAuthorizer
 from kbroker.topics import (
     INTERNAL_TOPICS,
     MAX_PARTITIONS_PER_TOPIC,
@@ -99,6 +101,8 @@ class Broker:
         self.server: Server | None = None
         self.producer_ids: ProducerIds
         self.coordinator = GroupCoordinator(self)
+        # The ACL authorizer (authorizer.class.name), or None: nothing is checked.
+        self.authorizer = AclAuthorizer.from_config(config)
         # Filled by the Dispatcher: the APIs ApiVersions advertises.
         self.handled_api_keys: frozenset[int] = frozenset()
         self._topic_configs: dict[str, dict[str, Value]] = {}
@@ -125,6 +129,7 @@ class Broker:
                 self.metadata_cache,
                 on_topic_configs=self.on_topic_configs,
                 on_broker_configs=self.on_broker_configs,
+                authorizer=self.authorizer,
                 allow_unclean=lambda topic: bool(
                     self.topic_config(topic)["unclean.leader.election.enable"]
                 ),
@@ -146,6 +151,10 @@ class Broker:
         store = LocalMetadataStore(self.data_dir, self.broker_id, self.metadata_cache)
         store.load()
         self.metadata = store
+        if self.authorizer is not None:
+            acls = LocalAclStorage(store)
+            self.authorizer.replace_all(acls.read_all())
+            self.authorizer.storage = acls
         self.producer_ids = ProducerIdAllocator(store)
         for name, text in store.broker_configs().items():
             try:
