@@ -263,10 +263,21 @@ def frame(payload: bytes) -> bytes:
 
 
 class Wire(BrokerClient):
-    """kbroker's own client, plus raw bytes: to send what real clients never would."""
+    """kbroker's own client, plus raw bytes: to send what real clients never would.
 
-    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+    ``source_host`` connects from another loopback address (127.0.0.2, ...), which is
+    the client address a broker's ACL host filters see."""
+
+    def __init__(
+        self, bootstrap: str, timeout: float = 10.0, source_host: str | None = None
+    ) -> None:
         super().__init__(bootstrap, timeout, client_id="wire-test")
+        if source_host is not None:
+            self._sock.close()
+            host, _, port = bootstrap.rpartition(":")
+            self._sock = socket.create_connection(
+                (host, int(port)), timeout, source_address=(source_host, 0)
+            )
 
     @property
     def sock(self) -> socket.socket:
