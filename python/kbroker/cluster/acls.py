@@ -222,10 +222,11 @@ class AclChangeWatcher:
             self._remove_listener()
             self._remove_listener = None
         task, self._task = self._task, None
-        if task is not None:
+        # Until it is done: Python 3.11's wait_for (under every ZkClient request) loses a
+        # cancellation that arrives with the answer, and the loop would go on waiting.
+        while task is not None and not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait([task], timeout=0.1)
 
     def _on_watch(self, event: WatchEvent) -> None:
         self._wake.set()
