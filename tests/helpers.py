@@ -241,6 +241,29 @@ def consume_all(
     return out
 
 
+def read_error(bootstrap: str, topic: str, timeout: float = 15) -> int | None:
+    """The error code a consumer gets reading partition 0 of ``topic`` from offset 0 (None
+    when it reads a record instead)."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    c.assign([TopicPartition(topic, 0, 0)])
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is not None:
+                return None if msg.error() is None else int(msg.error().code())
+        raise AssertionError(f"no record and no error from {topic} within {timeout} s")
+    finally:
+        c.close()
+
+
 def committed(
     bootstrap: str, group: str, topic: str, partitions: int | Iterable[int], timeout: float = 10
 ) -> dict[int, int]:

@@ -16,14 +16,13 @@ Until SASL is there every client is User:ANONYMOUS; the host is what sets client
 from __future__ import annotations
 
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import KafkaError
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -60,6 +59,7 @@ from tests.helpers import (
     knows_controller,
     produce,
     produce_req,
+    read_error,
     topic_name,
     wait_for,
 )
@@ -339,47 +339,24 @@ def test_create_acls_refuses_what_kafka_refuses(target: Target) -> None:
 # -- enforcement -------------------------------------------------------------------------
 
 
-def fetch_error(bootstrap: str, topic: str) -> int | None:
-    """The error a consumer gets reading partition 0 of ``topic`` (None: it read a record)."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "unused",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    c.assign([TopicPartition(topic, 0, 0)])
-    try:
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            return None if msg.error() is None else msg.error().code()
-        raise AssertionError("no record and no error within 15 s")
-    finally:
-        c.close()
-
-
 def test_a_consumer_denied_read_gets_topic_authorization_failed(target: Target) -> None:
     topic = topic_name("deny-read")
     create_topic(target.bootstrap, topic)
     assert produce(target.bootstrap, topic, [(None, b"before")])[0][0] is None
-    assert fetch_error(target.bootstrap, topic) is None
+    assert read_error(target.bootstrap, topic) is None
     create_acls(
         target,
         binding(topic, AclOperation.DESCRIBE),
         binding(topic, AclOperation.READ, AclPermissionType.DENY),
     )
     # The consumer finds the topic (Describe) and is refused its records (Read).
-    assert fetch_error(target.bootstrap, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert read_error(target.bootstrap, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
     # The topic has ACLs now: allow.everyone.if.no.acl.found no longer opens it to writes.
     reports = produce(target.bootstrap, topic, [(None, b"after")], **{"message.timeout.ms": 5000})
     error = reports[0][0]
     assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     delete_acls(target, every_acl_of(topic))
-    assert fetch_error(target.bootstrap, topic) is None
+    assert read_error(target.bootstrap, topic) is None
 
 
 def test_metadata_hides_a_topic_that_may_not_be_described(target: Target) -> None:
