@@ -15,6 +15,7 @@ Until SASL is there every client is User:ANONYMOUS; the host is what sets client
 
 from __future__ import annotations
 
+import json
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -35,7 +36,7 @@ from confluent_kafka.admin import (
 
 from kbroker._kbroker import build_batch
 from kbroker.protocol import ApiKey, ErrorCode
-from kbroker.protocol.messages.acls import CreateAclsRequest
+from kbroker.protocol.messages.acls import CreateAclsRequest, DescribeAclsRequest
 from kbroker.protocol.messages.admin import DescribeClusterRequest, DescribeLogDirsRequest
 from kbroker.protocol.messages.core import FetchRequest, MetadataRequest
 from kbroker.protocol.messages.group import (
@@ -44,6 +45,7 @@ from kbroker.protocol.messages.group import (
     JoinGroupRequest,
     OffsetFetchRequest,
 )
+from kbroker.tools.client import ClientError
 from tests.broker.test_inter_broker_refusals import (
     alter_partition,
     leader_and_isr,
@@ -52,6 +54,7 @@ from tests.broker.test_inter_broker_refusals import (
 )
 from tests.cluster.kafka_zk import kafka_zk_broker, require_kafka
 from tests.helpers import (
+    KBROKER,
     BrokerProcess,
     Wire,
     create_topic,
@@ -60,6 +63,7 @@ from tests.helpers import (
     produce,
     produce_req,
     read_error,
+    single_error_line,
     topic_name,
     wait_for,
 )
@@ -70,7 +74,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 SETTINGS = {
     "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
     "allow.everyone.if.no.acl.found": "true",
-    "auto.create.topics.enable": "false",
+    "auto.create.topics.enable": "true",
     "offsets.topic.replication.factor": "1",
     "group.initial.rebalance.delay.ms": "0",
 }
@@ -335,6 +339,29 @@ def test_create_acls_refuses_what_kafka_refuses(target: Target) -> None:
     assert len(describe_acls(target, every_acl_of(name, ResourceType.ANY))) == 5
     delete_acls(target, every_acl_of(name, ResourceType.ANY))
 
+    # A filter with a code Kafka does not know: Kafka closes the connection, kbroker
+    # answers INVALID_REQUEST (and the connection serves on).
+    w = Wire(target.bootstrap)
+    try:
+        unknown = DescribeAclsRequest(
+            resource_type_filter=1, pattern_type_filter=1, operation=0, permission_type=1
+        )
+        if target.system == "kafka":
+            with pytest.raises(ClientError, match="closed the connection"):
+                w.request(ApiKey.DESCRIBE_ACLS, 3, unknown)
+        else:
+            resp = w.request(ApiKey.DESCRIBE_ACLS, 3, unknown)
+            assert (resp.error_code, resp.resources) == (ErrorCode.INVALID_REQUEST, [])
+            assert w.request(ApiKey.DESCRIBE_ACLS, 3, everything()).error_code == ErrorCode.NONE
+    finally:
+        w.close()
+
+
+def everything() -> Any:
+    return DescribeAclsRequest(
+        resource_type_filter=1, pattern_type_filter=1, operation=1, permission_type=1
+    )
+
 
 # -- enforcement -------------------------------------------------------------------------
 
@@ -579,6 +606,22 @@ def test_only_brokers_may_send_broker_requests(target: Target) -> None:
             DescribeClusterRequest(include_cluster_authorized_operations=True),
         )
         assert dc.cluster_authorized_operations == 0
+        # Auto-creation needs Create on the cluster (refused here) or on the topic (this
+        # one has an ACL, and none allows Create).
+        missing = topic_name("auto")
+        create_acls(target, binding(missing, AclOperation.DESCRIBE))
+        md = w.request(
+            ApiKey.METADATA,
+            12,
+            MetadataRequest(
+                topics=[MetadataRequest.Topic(name=missing)], allow_auto_topic_creation=True
+            ),
+        )
+        assert [(t.name, t.error_code) for t in md.topics] == [
+            (missing, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        ]
+        assert missing not in admin(target).list_topics(timeout=10).topics
+        delete_acls(target, every_acl_of(missing))
         # An idempotent producer may still start: Kafka's "Write on some topic" check is
         # allowed for topics without ACLs (allow.everyone.if.no.acl.found). (Kafka's first
         # answer may be COORDINATOR_LOAD_IN_PROGRESS while it reserves producer ids.)
@@ -598,3 +641,79 @@ def test_only_brokers_may_send_broker_requests(target: Target) -> None:
     finally:
         local.close()
     delete_acls(target, every_acl_of("kafka-cluster", ResourceType.BROKER))
+
+
+def kbroker_acl(target: Target, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*KBROKER, "acl", *args, "-b", target.bootstrap],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_kbroker_acl_cli(target: Target) -> None:
+    """`kbroker acl` speaks only the Kafka protocol: the same commands against both."""
+    prefix = topic_name("cli") + "-"
+    done = kbroker_acl(
+        target,
+        "create",
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "read",
+        "--operation",
+        "Describe",
+        "--topic",
+        prefix,
+        "--resource-pattern-type",
+        "prefixed",
+        "--deny-principal",
+        "User:bob",
+        "--deny-host",
+        "10.0.0.9",
+    )
+    assert done.returncode == 0, done.stderr
+    # As kafka-acls.sh: every principal, allowed or denied, for every operation.
+    assert done.stdout.startswith("4 ACL(s) created.")
+    listed = kbroker_acl(
+        target, "list", "--topic", prefix, "--resource-pattern-type", "any", "--json"
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(
+        (r["principal"], r["host"], r["operation"], r["permission"])
+        for r in json.loads(listed.stdout)
+    ) == [
+        ("User:alice", "*", "Describe", "Allow"),
+        ("User:alice", "*", "Read", "Allow"),
+        ("User:bob", "10.0.0.9", "Describe", "Deny"),
+        ("User:bob", "10.0.0.9", "Read", "Deny"),
+    ]
+    assert {r["pattern_type"] for r in json.loads(listed.stdout)} == {"PREFIXED"}
+    # What the broker refuses: one line each, exit 1.
+    bad_usage = kbroker_acl(target, "create", "--allow-principal", "alice", "--topic", "t")
+    assert bad_usage.returncode == 2 and "Type:name" in bad_usage.stderr
+    empty = kbroker_acl(target, "create", "--allow-principal", "User:x", "--topic", "")
+    assert empty.returncode == 1
+    assert single_error_line(empty.stderr).startswith(
+        "Error: ACL refused: INVALID_REQUEST (Invalid empty resource name)"
+    )
+    deleted = kbroker_acl(
+        target,
+        "delete",
+        "--force",
+        "--topic",
+        prefix,
+        "--resource-pattern-type",
+        "prefixed",
+        "--deny-principal",
+        "User:bob",
+        "--json",
+    )
+    assert deleted.returncode == 0, deleted.stderr
+    assert [r["principal"] for r in json.loads(deleted.stdout)] == ["User:bob", "User:bob"]
+    gone = kbroker_acl(
+        target, "delete", "--force", "--topic", prefix, "--resource-pattern-type", "prefixed"
+    )
+    assert gone.returncode == 0 and gone.stdout.startswith("2 ACL(s) deleted.")
+    assert json.loads(kbroker_acl(target, "list", "--topic", prefix, "--json").stdout) == []
