@@ -217,6 +217,32 @@ class QuotaManagers:
         )
         self._by_key = {m.key: m for m in (self.produce, self.fetch, self.request)}
 
+    # -- what the handlers ask ----------------------------------------------------------
+    # Each takes the request's principal ("User:alice") and client id; callers check the
+    # manager's `enabled` first, so that without quotas nothing is recorded at all.
+
+    def produce_throttle_ms(self, principal: str, client_id: str, request_bytes: int) -> int:
+        """Records a produce request's size; the throttle time it earns."""
+        return self.produce.record(_user_name(principal), client_id, request_bytes)
+
+    def fetch_max_bytes(self, principal: str, client_id: str, max_bytes: int) -> int:
+        """A consumer's fetch size, capped at what its quota allows in one go."""
+        cap = self.fetch.max_value_in_window(_user_name(principal), client_id)
+        return max_bytes if cap >= max_bytes else max(int(cap), 0)
+
+    def fetch_throttle_ms(self, principal: str, client_id: str, response_bytes: int) -> int:
+        """Records a consumer's fetch response; the throttle time it earns. A throttled fetch
+        is answered without data (Kafka's way), so its bytes are taken back."""
+        user = _user_name(principal)
+        throttle = self.fetch.record(user, client_id, response_bytes)
+        if throttle > 0:
+            self.fetch.unrecord(user, client_id, response_bytes)
+        return throttle
+
+    def request_throttle_ms(self, principal: str, client_id: str, handler_ns: int) -> int:
+        """Records the time a request took (as a percentage of one second per second)."""
+        return self.request.record(_user_name(principal), client_id, handler_ns * 1e-7)
+
     def update_entity(self, entity: QuotaEntity, configs: Mapping[str, str]) -> None:
         """Takes an entity's whole config set (as stored): its quotas replace those it had."""
         for key, manager in self._by_key.items():
@@ -233,6 +259,11 @@ class QuotaManagers:
                 else:
                     log.info("%s quota of %s is now %s", key, entity, value)
                 manager.set_quota(entity, value)
+
+
+def _user_name(principal: str) -> str:
+    """The name of a principal ("User:alice" -> "alice"), the user its quotas are set on."""
+    return principal.partition(":")[2]
 
 
 def parse_quota_value(key: str, text: str) -> float:
