@@ -5,7 +5,6 @@ and against Apache Kafka 3.9.1 (ZooKeeper mode) with the same assertions."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,28 +24,13 @@ from kbroker.protocol.messages.quotas import (
     DescribeClientQuotasRequest,
 )
 from kbroker.tools.client import BrokerClient
-from tests.quota.systems import SYSTEMS, kafka_configs, kafka_node, kbroker_node
-from tests.zookeeper import ZooKeeperServer
+from tests.quota.systems import kafka_configs
 
 pytestmark = pytest.mark.timeout(180)
 
 ACQ = AlterClientQuotasRequest
 AUSC = AlterUserScramCredentialsRequest
 DCQ = DescribeClientQuotasRequest
-
-
-@pytest.fixture(scope="module", params=SYSTEMS)
-def bootstrap(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    root = tmp_path_factory.mktemp(request.param)
-    if request.param == "kafka":
-        zookeeper: ZooKeeperServer = request.getfixturevalue("zookeeper")
-        with kafka_node(zookeeper, root) as b:
-            yield b
-    else:
-        with kbroker_node(root) as b:
-            yield b
 
 
 def unique(prefix: str) -> str:
