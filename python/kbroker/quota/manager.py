@@ -82,6 +82,8 @@ class ClientQuotaManager:
         self._clock = clock
         self._overrides: dict[QuotaEntity, float] = {}
         self._tags: dict[tuple[str, str], Tags] = {}
+        # The quota of each group of clients sharing a rate (None: no quota).
+        self._limits: dict[Tags, float | None] = {}
         self._rates: dict[Tags, _Tracked] = {}
         self._last_sweep = 0.0
         self.enabled = False
@@ -95,6 +97,7 @@ class ClientQuotaManager:
         else:
             self._overrides[entity] = value
         self._tags.clear()
+        self._limits.clear()
         self.enabled = bool(self._overrides)
 
     def overrides(self) -> Mapping[QuotaEntity, float]:
@@ -114,6 +117,13 @@ class ClientQuotaManager:
         return "", client
 
     def _limit(self, tags: Tags) -> float | None:
+        try:
+            return self._limits[tags]
+        except KeyError:
+            limit = self._limits[tags] = self._find_limit(tags)
+            return limit
+
+    def _find_limit(self, tags: Tags) -> float | None:
         user, client = tags
         o = self._overrides
         candidates: tuple[QuotaEntity, ...]
@@ -168,6 +178,7 @@ class ClientQuotaManager:
             del self._rates[tags]
         if len(self._tags) > 100_000:
             self._tags.clear()
+            self._limits.clear()
 
     def now_ms(self) -> float:
         return self._clock() * 1000.0

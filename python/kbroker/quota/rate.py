@@ -88,20 +88,37 @@ class Rate:
 
     def measure(self, now_ms: float) -> float:
         """Values per second."""
-        total = self.total(now_ms)
-        return total / (self.window_size_ms(now_ms) / 1000.0)
+        total, window = self.total_and_window(now_ms)
+        return total / (window / 1000.0)
+
+    def total_and_window(self, now_ms: float) -> tuple[float, float]:
+        """`total` and `window_size_ms` at once (one pass over the windows)."""
+        expire = self.samples * self.window_ms
+        total = 0.0
+        oldest = now_ms
+        for sample in self._samples:
+            if now_ms - sample.last_event_ms >= expire:
+                sample.reset(now_ms)
+            total += sample.value
+            if sample.start_ms < oldest:
+                oldest = sample.start_ms
+        elapsed = now_ms - oldest
+        full = int(elapsed // self.window_ms)
+        if full < self.samples - 1:
+            elapsed += (self.samples - 1 - full) * self.window_ms
+        return total, max(elapsed, 1.0)
 
 
 def throttle_time_ms(rate: Rate, bound: float, now_ms: float) -> int:
     """0 when the rate is within `bound`, else how long to wait (ms) until it is again."""
-    value = rate.measure(now_ms)
+    total, window = rate.total_and_window(now_ms)
+    value = total / (window / 1000.0)
     if value <= bound:
         return 0
     if bound <= 0:
         # A bound of 0 lets nothing through: each request waits out the whole measured span
         # (Kafka's formula divides by zero here).
         return int(rate.samples * rate.window_ms)
-    window = rate.window_size_ms(now_ms)
     return _round_half_up((value - bound) / bound * window)
 
 
