@@ -16,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism
+from confluent_kafka.admin import AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism
 from confluent_kafka.admin import UserScramCredentialUpsertion as Upsertion
 
 from kbroker.cluster.configs import ConfigChangeWatcher
@@ -37,7 +38,7 @@ from kbroker.tools.client import BrokerClient
 from tests.cluster.conftest import run, until
 from tests.cluster.kafka_zk import prepare_kafka_zk_broker
 from tests.cluster.nodes import SESSION_TIMEOUT_MS, KafkaNode, KbrokerNode, cluster
-from tests.helpers import KBROKER, free_port, knows_controller, wait_for
+from tests.helpers import KBROKER, free_port, knows_controller, produce, wait_for
 from tests.quota.systems import kafka_configs
 from tests.zookeeper import ZooKeeperServer
 
@@ -87,6 +88,21 @@ def metadata_throttle_ms(bootstrap: str, client_id: str) -> int:
     return 0
 
 
+def set_quota(bootstrap: str, entity: list[tuple[str, str | None]], key: str, value: float) -> None:
+    req = ACQ(
+        entries=[
+            ACQ.EntryData(
+                entity=[ACQ.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+                ops=[ACQ.EntryData.OpData(key=key, value=value, remove=False)],
+            )
+        ],
+        validate_only=False,
+    )
+    with BrokerClient(bootstrap) as client:
+        [entry] = client.request(ApiKey.ALTER_CLIENT_QUOTAS, 1, req).entries
+    assert entry.error_code == ErrorCode.NONE, entry.error_message
+
+
 @pytest.mark.parametrize("system", [pytest.param("kafka", marks=pytest.mark.kafka), "kbroker"])
 def test_every_broker_follows_credentials_and_quotas(
     system: str, zookeeper: ZooKeeperServer, tmp_path: Path
@@ -100,22 +116,7 @@ def test_every_broker_follows_credentials_and_quotas(
         admin.alter_user_scram_credentials([Upsertion(user, info, b"pw", b"s" * 16)])[user].result(
             30
         )
-        with BrokerClient(b1) as client:
-            req = ACQ(
-                entries=[
-                    ACQ.EntryData(
-                        entity=[
-                            ACQ.EntryData.EntityData(entity_type="client-id", entity_name=client_id)
-                        ],
-                        ops=[
-                            ACQ.EntryData.OpData(key="request_percentage", value=0.01, remove=False)
-                        ],
-                    )
-                ],
-                validate_only=False,
-            )
-            [entry] = client.request(ApiKey.ALTER_CLIENT_QUOTAS, 1, req).entries
-            assert entry.error_code == ErrorCode.NONE
+        set_quota(b1, [("client-id", client_id)], "request_percentage", 0.01)
         # Kafka's znodes, names sanitized, with their change notifications.
         stored = zk_json(c.zk_connect, "/config/users/alice%40example.com")
         assert isinstance(stored, dict) and stored["version"] == 1
@@ -136,6 +137,20 @@ def test_every_broker_follows_credentials_and_quotas(
         wait_for(
             lambda: metadata_throttle_ms(b2, client_id) > 0, "broker 2 to throttle", timeout=20
         )
+
+        # Replication is never throttled: with a consumer quota of 100 bytes/s on every
+        # client id, followers still keep up, and acks=all writes of 1 MB complete at once.
+        set_quota(b1, [("client-id", None)], "consumer_byte_rate", 100.0)
+        topic = f"replicated-{uuid.uuid4().hex[:6]}"
+        new = NewTopic(topic, 1, 2, config={"min.insync.replicas": "2"})
+        admin.create_topics([new], operation_timeout=30)[topic].result(60)
+        time.sleep(1.5)  # the quota reaches every broker
+        started = time.monotonic()
+        reports = produce(
+            b1, topic, [(None, bytes(5000)) for _ in range(200)], acks="all", flush_timeout=60
+        )
+        assert all(err is None for err, _ in reports), {str(err) for err, _ in reports}
+        assert time.monotonic() - started < 20
 
 
 # -- a mixed cluster ---------------------------------------------------------------------------
