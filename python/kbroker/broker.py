@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import ssl
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -23,8 +24,11 @@ from kbroker.config import (
     TOPIC_SETTINGS,
     BrokerConfig,
     ConfigError,
+    ConfigType,
     TopicConfig,
     Value,
+    broker_setting,
+    is_tls_setting,
     parse_stored_topic_configs,
     parse_topic_configs,
 )
@@ -56,10 +60,11 @@ from kbroker.replication.fetcher import FetcherSettings, ReplicaFetcherManager
 from kbroker.replication.partition import Partition
 from kbroker.replication.producer_state import expire_producers_periodically
 from kbroker.replication.replica_manager import ReplicaManager
+from kbroker.security import tls
 from kbroker.security.authenticator import ListenerSecurity
 from kbroker.security.client import ClientSecurity, InterBrokerLink
 from kbroker.security.credentials import CredentialCache
-from kbroker.security.listeners import ListenerSet
+from kbroker.security.listeners import Listener, ListenerSet
 from kbroker.topics import (
     INTERNAL_TOPICS,
     MAX_PARTITIONS_PER_TOPIC,
@@ -154,11 +159,14 @@ class Broker:
         store.load()
         self.metadata = store
         self.producer_ids = ProducerIdAllocator(store)
-        for name, text in store.broker_configs().items():
+        stored = store.broker_configs()
+        for name, text in stored.items():
             try:
                 self.config.set(name, text)
             except ConfigError as exc:
                 log.warning("ignoring stored broker setting %s: %s", name, exc)
+        if any(is_tls_setting(n) for n in stored):
+            self._reload_keystores()
         for topic in store.topics().values():
             self._topic_configs[topic.name] = parse_stored_topic_configs(topic.name, topic.configs)
         self._open_logs()
@@ -967,12 +975,51 @@ class Broker:
         changed = {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
         if self._storage_open and changed & {ts.broker_setting for ts in TOPIC_SETTINGS}:
             self.logs.update_all_configs()
+        if any(is_tls_setting(n) for n in changed):
+            self._reload_keystores()
         if changed:
             log.info(
                 "dynamic broker settings%s are now %s",
                 " (cluster default)" if cluster_default else "",
-                dict(after),
+                {n: _shown(n, v) for n, v in after.items()},
             )
+
+    def _tls_listeners(self) -> list[Listener]:
+        return [lst for lst in self.listeners.listeners if lst.protocol.tls]
+
+    def check_tls_change(self, configs: Mapping[str, str], cluster_default: bool) -> None:
+        """Raises ConfigError when the dynamic settings ``configs`` (the whole new set)
+        would give a TLS listener a keystore that cannot be loaded."""
+        current = self.config.dynamic_default if cluster_default else self.config.dynamic
+        changed = {n for n in current.keys() | configs.keys() if is_tls_setting(n)}
+        if not changed:
+            return
+        trial = self.config.with_dynamic(configs, cluster_default)
+        for lst in self._tls_listeners():
+
+            def lookup(name: str, listener: str = lst.name) -> Value:
+                return trial.listener_value(listener, name)
+
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            tls.load_keystore(context, lookup, f"listener {lst.name}")
+
+    def _reload_keystores(self) -> None:
+        """Loads each TLS listener's keystore anew: connections made from now on present
+        the new certificate, those open go on."""
+        for lst in self._tls_listeners():
+            context = self.listener_security[lst.name].ssl_context
+            if context is None:
+                continue
+
+            def lookup(name: str, listener: str = lst.name) -> Value:
+                return self.config.listener_value(listener, name)
+
+            try:
+                tls.load_keystore(context, lookup, f"listener {lst.name}")
+            except ConfigError as exc:
+                log.error("keeping listener %s's certificate: %s", lst.name, exc)
+                continue
+            log.info("listener %s loaded its keystore again", lst.name)
 
     async def config_changes_recorded(self) -> None:
         """Once every config change made so far is recorded (on disk, or in ZooKeeper);
@@ -994,6 +1041,12 @@ class Broker:
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.replica_manager.get_partition(TopicPartition(topic, index))
+
+
+def _shown(name: str, value: str) -> str:
+    """A setting's value as logs show it: never a password."""
+    setting = broker_setting(name)
+    return "[hidden]" if setting is not None and setting.type is ConfigType.PASSWORD else value
 
 
 def _names(topics: list[TopicMetadata], most: int = 5) -> str:

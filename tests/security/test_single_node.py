@@ -362,3 +362,50 @@ def test_the_command_line_takes_kafka_client_settings(secured: Secured, tmp_path
     # Without TLS settings against a TLS listener: one line, no traceback.
     done = _cli("topic", "list", "-b", bootstrap, "--timeout", "3")
     assert done.exit_code == 1 and "Traceback" not in done.output, done.output
+
+
+def _served_certificate_subject(port: int, ca: Path) -> str:
+    context = ssl.create_default_context(cafile=str(ca))
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        cert = tls.getpeercert()
+    return ",".join(f"{k}={v}" for rdn in cert["subject"] for k, v in rdn)
+
+
+def test_a_new_keystore_is_taken_without_a_restart(secured: Secured) -> None:
+    """AlterConfigs of listener.name.ssl.ssl.keystore.location, as Kafka allows: new
+    connections get the new certificate, open ones go on; a keystore that cannot be loaded,
+    a password, or a keystore as the cluster-wide default are refused."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    port = secured.ports["SSL"]
+    assert "organizationName=kbroker" in _served_certificate_subject(port, secured.ca.cert)
+    renewed = secured.ca.issue("renewed", "/O=kbroker-renewed/CN=localhost")
+    admin = AdminClient(secured.client("SSL"))
+    setting = "listener.name.ssl.ssl.keystore.location"
+
+    def alter(name: str, value: str, broker: str = "0") -> None:
+        entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        resource = ConfigResource("BROKER", broker, incremental_configs=[entry])
+        admin.incremental_alter_configs([resource])[resource].result(30)
+
+    for name, value, broker, error in (
+        (setting, "/nonexistent/keystore.pem", "0", "cannot read the keystore"),
+        (setting, str(secured.ca.cert), "0", "cannot load the keystore"),
+        ("listener.name.ssl.ssl.key.password", "x", "0", "is a password"),
+    ):
+        with pytest.raises(KafkaException, match=error):
+            alter(name, value, broker)
+    done = _cli(
+        "config", "set", "--broker-default", f"{setting}={renewed.keystore}",
+        "-b", secured.broker.bootstrap,
+    )  # fmt: skip
+    assert done.exit_code == 1 and "cluster default level" in done.output, done.output
+    assert "organizationName=kbroker" in _served_certificate_subject(port, secured.ca.cert)
+
+    alter(setting, str(renewed.keystore))
+    assert "kbroker-renewed" in _served_certificate_subject(port, secured.ca.cert)
+    # The admin client's own connection (made before) still works.
+    assert admin.list_topics(timeout=20).brokers
