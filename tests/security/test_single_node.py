@@ -409,3 +409,107 @@ def test_a_new_keystore_is_taken_without_a_restart(secured: Secured) -> None:
     assert "kbroker-renewed" in _served_certificate_subject(port, secured.ca.cert)
     # The admin client's own connection (made before) still works.
     assert admin.list_topics(timeout=20).brokers
+
+
+def _frame(sock: socket.socket) -> bytes:
+    (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+    return _read_exactly(sock, size)
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return buf
+
+
+def _handshake_v0(sock: socket.socket) -> None:
+    from kbroker.protocol import decode_response
+    from kbroker.protocol.messages.sasl import SaslHandshakeRequest
+
+    sock.sendall(
+        encode_request(ApiKey.SASL_HANDSHAKE, 0, 7, "v0", SaslHandshakeRequest(mechanism="PLAIN"))
+    )
+    _, answer = decode_response(ApiKey.SASL_HANDSHAKE, 0, _frame(sock))
+    assert answer.error_code == 0 and answer.mechanisms == ["PLAIN"]
+
+
+def test_sasl_handshake_v0_takes_bare_tokens(secured: Secured) -> None:
+    """Old clients send the mechanism's tokens as bare frames after SaslHandshake v0."""
+    from kbroker.protocol import decode_response
+
+    with _raw(secured.ports["SASL_PLAINTEXT"]) as sock:
+        _handshake_v0(sock)
+        token = b"\0alice\0" + PASSWORDS["alice"].encode()
+        sock.sendall(struct.pack(">i", len(token)) + token)
+        assert _frame(sock) == b""  # PLAIN's empty answer: authenticated
+        sock.sendall(encode_request(ApiKey.METADATA, 4, 8, "v0", MetadataRequest(topics=None)))
+        _, metadata = decode_response(ApiKey.METADATA, 4, _frame(sock))
+        assert metadata.brokers[0].port == secured.ports["SASL_PLAINTEXT"]
+    with _raw(secured.ports["SASL_PLAINTEXT"]) as sock:
+        _handshake_v0(sock)
+        token = b"\0alice\0wrong"
+        sock.sendall(struct.pack(">i", len(token)) + token)
+        assert _closed(sock)
+
+
+@pytest.fixture(scope="module")
+def short_sessions(tmp_path_factory: pytest.TempPathFactory, secured: Secured) -> Iterator[Secured]:
+    """A broker whose SASL sessions last 3 s (connections.max.reauth.ms, KIP-368)."""
+    root = tmp_path_factory.mktemp("reauth")
+    port = free_port()
+    broker = BrokerProcess(root / "data", port=port, listeners=f"SASL_PLAINTEXT://127.0.0.1:{port}")
+    broker.start(
+        "sasl.enabled.mechanisms=PLAIN",
+        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
+        "listener.name.sasl_plaintext.connections.max.reauth.ms=3000",
+    )
+    try:
+        yield Secured(broker, {"SASL_PLAINTEXT": port}, secured.ca, secured.alice_cert,
+                      secured.stranger_cert)  # fmt: skip
+    finally:
+        broker.kill()
+
+
+def test_clients_authenticate_again_before_their_session_ends(short_sessions: Secured) -> None:
+    """librdkafka re-authenticates on its connection (KIP-368) and goes on producing past
+    several session lifetimes; a client that does not is closed at its first request after
+    its session ended."""
+    from kbroker.protocol import decode_response
+    from kbroker.protocol.messages.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+    errors: list[str] = []
+    conf = short_sessions.client("SASL_PLAINTEXT", error_cb=lambda e: errors.append(e.str()))
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(conf)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    producer = Producer(conf | {"acks": "all"})
+    delivered = []
+    end = time.monotonic() + 8
+    while time.monotonic() < end:
+        producer.produce(topic, b"x", on_delivery=lambda err, msg: delivered.append(err))
+        producer.poll(0.1)
+    assert producer.flush(30) == 0
+    assert delivered and all(err is None for err in delivered), delivered[:3]
+    assert not errors, errors
+    # Renewed on the same connections: the broker closed none for an ended session.
+    assert "SASL session expired" not in short_sessions.broker.output()
+
+    with _raw(short_sessions.ports["SASL_PLAINTEXT"]) as sock:
+        sock.sendall(
+            encode_request(ApiKey.SASL_HANDSHAKE, 1, 1, "old", SaslHandshakeRequest("PLAIN"))
+        )
+        _frame(sock)
+        token = b"\0alice\0" + PASSWORDS["alice"].encode()
+        sock.sendall(
+            encode_request(ApiKey.SASL_AUTHENTICATE, 2, 2, "old", SaslAuthenticateRequest(token))
+        )
+        _, answer = decode_response(ApiKey.SASL_AUTHENTICATE, 2, _frame(sock))
+        assert answer.error_code == 0 and 0 < answer.session_lifetime_ms <= 3000
+        time.sleep(answer.session_lifetime_ms / 1000 + 0.3)
+        sock.sendall(encode_request(ApiKey.METADATA, 4, 3, "old", MetadataRequest(topics=None)))
+        assert _closed(sock)
+    assert "SASL session expired" in short_sessions.broker.output()
