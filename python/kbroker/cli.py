@@ -15,8 +15,10 @@ import click
 
 from kbroker import __version__
 from kbroker.config import BROKER, BrokerConfig, ConfigError, UnsupportedSetting, load_properties
+from kbroker.security.listeners import ListenerSet
 
 if TYPE_CHECKING:
+    from kbroker.security.client import ClientSecurity
     from kbroker.tools.cluster import Cluster
 
 
@@ -123,6 +125,7 @@ def serve(
             _host_port(metrics_listen, "--metrics")
             pairs.append(("metrics.listeners", metrics_listen))
         config = BrokerConfig.from_strings(pairs)
+        ListenerSet.from_config(config)
         metrics_at = config.get_optional_str("metrics.listeners")
         if metrics_at is not None:
             _host_port(metrics_at.rpartition("://")[2], "metrics.listeners")
@@ -280,6 +283,16 @@ def _admin_options(f: Any) -> Any:
         callback=_remember_profile,
         help="Connection profile from ~/.config/kbroker/cli.toml [env KBROKER_PROFILE].",
     )(f)
+    f = click.option(
+        "--command-config",
+        envvar="KBROKER_COMMAND_CONFIG",
+        expose_value=False,
+        callback=_remember_command_config,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Kafka client settings for TLS and SASL (security.protocol, ssl.truststore.location, "
+        "sasl.mechanism, sasl.jaas.config, ...), as Kafka's tools take them "
+        "[env KBROKER_COMMAND_CONFIG; else the profile's command_config].",
+    )(f)
     return click.option(
         "--bootstrap-server",
         "-b",
@@ -299,9 +312,33 @@ def _remember_profile(ctx: click.Context, param: click.Parameter, value: str | N
     ctx.meta[_PROFILE] = value
 
 
-def _connection(bootstrap: str | None, timeout: float) -> tuple[str, float]:
-    """The bootstrap and timeout to use: given explicitly (flag or env), else the profile's
-    (--profile, KBROKER_PROFILE or the config file's default), else the defaults."""
+_COMMAND_CONFIG = "kbroker.command_config"
+
+
+def _remember_command_config(
+    ctx: click.Context, param: click.Parameter, value: Path | None
+) -> None:
+    ctx.meta[_COMMAND_CONFIG] = value
+
+
+def _client_security(settings: dict[str, Any]) -> ClientSecurity:
+    """How to reach the cluster: the --command-config file's (or the profile's) settings."""
+    from kbroker.security.client import ClientSecurity
+
+    ctx = click.get_current_context()
+    path = ctx.meta.get(_COMMAND_CONFIG) or settings.get("command_config")
+    if path is None:
+        return ClientSecurity()
+    try:
+        props = load_properties(Path(path).expanduser())
+        return ClientSecurity.from_client_properties(props, str(path))
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _connection(bootstrap: str | None, timeout: float) -> tuple[str, float, ClientSecurity]:
+    """The bootstrap, timeout and security to use: given explicitly (flag or env), else the
+    profile's (--profile, KBROKER_PROFILE or the config file's default), else the defaults."""
     from kbroker.tools.client import ClientError
     from kbroker.tools.profiles import UnknownProfile, profile
 
@@ -314,7 +351,8 @@ def _connection(bootstrap: str | None, timeout: float) -> tuple[str, float]:
         raise click.ClickException(str(exc)) from None
     if ctx.get_parameter_source("timeout") == click.core.ParameterSource.DEFAULT:
         timeout = float(settings.get("timeout", timeout))
-    return bootstrap or settings.get("bootstrap", DEFAULT_BOOTSTRAP), timeout
+    address = bootstrap or settings.get("bootstrap", DEFAULT_BOOTSTRAP)
+    return address, timeout, _client_security(settings)
 
 
 _json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -326,9 +364,9 @@ def _cluster(bootstrap: str | None, timeout: float) -> Iterator[Cluster]:
     from kbroker.tools.client import ClientError
     from kbroker.tools.cluster import Cluster
 
-    bootstrap, timeout = _connection(bootstrap, timeout)
+    bootstrap, timeout, security = _connection(bootstrap, timeout)
     try:
-        with Cluster(bootstrap, timeout) as cluster:
+        with Cluster(bootstrap, timeout, security) as cluster:
             yield cluster
     except ClientError as exc:
         raise click.ClickException(str(exc)) from None

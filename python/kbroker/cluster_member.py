@@ -186,13 +186,11 @@ class ClusterMember:
         )
         return cluster_id
 
-    async def join(self, host: str, port: int) -> None:
-        """Registers this broker (clients reach it at ``host``:``port``) and enters the
+    async def join(self, endpoints: Iterable[zd.EndPoint]) -> None:
+        """Registers this broker (reached at ``endpoints``, one per listener) and enters the
         controller election."""
         registration = zd.BrokerRegistration(
-            self.broker_id,
-            (zd.EndPoint("PLAINTEXT", host, port, "PLAINTEXT"),),
-            rack=self.settings.rack,
+            self.broker_id, tuple(endpoints), rack=self.settings.rack
         )
         self.registrar = BrokerRegistrar(self.zk, registration, on_failed=self._registration_failed)
         await self.registrar.register()
@@ -253,10 +251,12 @@ class ClusterMember:
         )
         for attempt in range(1, attempts + 1):
             controller = self.cache.broker(self.cache.controller_id)
+            link = self.controller_settings.inter_broker
+            address = None if controller is None else controller.address(link.listener)
             failure = "no controller is known"
-            if controller is not None:
+            if address is not None:
                 conn = BrokerConnection(
-                    controller.host, controller.port, f"broker-{self.broker_id}-shutdown"
+                    *address, f"broker-{self.broker_id}-shutdown", security=link.security
                 )
                 try:
                     response = await conn.request(

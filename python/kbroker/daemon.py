@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from kbroker import __version__
 from kbroker.broker import Broker
 from kbroker.cluster.errors import ClusterError
-from kbroker.config import BrokerConfig
+from kbroker.config import BrokerConfig, ConfigError
 from kbroker.handlers import Dispatcher
 from kbroker.log.manager import DataDirLocked
 from kbroker.metadata import MetadataError, StateFileError
@@ -110,7 +110,8 @@ def run_broker(config: BrokerConfig, log_level: str = "INFO", log_format: str = 
         metrics = BrokerMetrics() if metrics_at else None
         try:
             broker = Broker(config, metrics)
-        except ClusterError as exc:  # a zookeeper.connect that names no ensemble
+        except (ClusterError, ConfigError) as exc:
+            # A zookeeper.connect that names no ensemble; a keystore that cannot be read.
             log.error("cannot start: %s", exc)
             return 1
         stop = asyncio.Event()

@@ -140,6 +140,9 @@ def test_a_producer_is_held_at_its_byte_rate_and_others_are_not(bootstrap: str) 
     # Held within the tolerance of its quota once its first burst is spent (the records'
     # framing counts against the quota too: about 1% on 10 KB records).
     steady = held.rate(start + BURST_S + 1, until)
+    print(
+        f"held at {steady:.0f} B/s against {quota:.0f}; the other at {free.rate(start, until):.0f}"
+    )
     assert quota * (1 - TOLERANCE) <= steady <= quota * (1 + TOLERANCE), steady
     # The other client sent all it meant to, quickly.
     assert free.rate(start, until) >= 0.9 * 300 * 1000

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from kbroker.futures import then
+from kbroker.handlers.sasl_authenticate import sasl_raw_token
 from kbroker.metrics.core import BrokerMetrics
 from kbroker.metrics.requests import RequestTiming, new_timing
 from kbroker.network.request import RequestContext
@@ -130,6 +131,10 @@ class Dispatcher:
         self, frame: memoryview, connection: ConnectionContext
     ) -> Response | Awaitable[Response]:
         started = time.monotonic_ns()
+        security = connection.security
+        if security.raw_tokens:
+            # After SaslHandshake v0 the client sends its SASL tokens as bare frames.
+            return sasl_raw_token(self.broker, connection, bytes(frame))
         try:
             header, request = decode_request(frame)
         except UnsupportedVersionError as exc:
@@ -143,12 +148,18 @@ class Dispatcher:
         except ProtocolDecodeError as exc:
             raise CloseConnection(f"malformed request: {exc}") from None
         connection.client_id = header.client_id
+        if not security.authenticated or security.expires or security.reauthenticating:
+            refused = security.refusal(header.api_key)
+            if refused is not None:
+                raise CloseConnection(refused)
         handler = self.handlers.get(header.api_key)
         if handler is None:
             raise CloseConnection(f"no handler for api key {header.api_key}")
         ctx = RequestContext(
             header,
             connection,
+            security.listener.name,
+            security.principal,
             received_ns=connection.received_ns or started,
             request_bytes=len(frame),
         )

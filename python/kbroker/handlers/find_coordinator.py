@@ -36,8 +36,9 @@ def _partition_leader(broker: Broker, group_id: str) -> BrokerInfo | None:
     return None if state is None or state.leader < 0 else cache.broker(state.leader)
 
 
-def _find(broker: Broker, key: str, key_type: int) -> Any:
-    ep = broker.advertised
+def _find(broker: Broker, key: str, key_type: int, listener: str) -> Any:
+    """The coordinator of ``key``, as reached through ``listener`` (the request's)."""
+    ep = broker.listeners.advertised[listener]
     code, message = ErrorCode.NONE, None
     if key_type == KEY_TYPE_TRANSACTION:
         code, message = (
@@ -51,12 +52,13 @@ def _find(broker: Broker, key: str, key_type: int) -> Any:
         if check == ErrorCode.NOT_COORDINATOR and broker.cluster is not None:
             # Another broker leads the group's partition of __consumer_offsets.
             leader = _partition_leader(broker, key)
-            if leader is not None:
+            address = None if leader is None else leader.address(listener)
+            if leader is not None and address is not None:
                 return Coordinator(
                     key=key,
                     node_id=leader.broker_id,
-                    host=leader.host,
-                    port=leader.port,
+                    host=address[0],
+                    port=address[1],
                     error_code=ErrorCode.NONE,
                     error_message=None,
                 )
@@ -82,9 +84,9 @@ def handle_find_coordinator(broker: Broker, ctx: RequestContext, request: Any) -
     version = ctx.api_version
     key_type = request.key_type if version >= 1 else KEY_TYPE_GROUP
     if version >= 4:
-        found = [_find(broker, key, key_type) for key in request.coordinator_keys]
+        found = [_find(broker, key, key_type, ctx.listener) for key in request.coordinator_keys]
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=found)
-    one = _find(broker, request.key, key_type)
+    one = _find(broker, request.key, key_type, ctx.listener)
     return FindCoordinatorResponse(
         throttle_time_ms=0,
         error_code=one.error_code,
