@@ -8,7 +8,8 @@ each other's.
 - A mixed cluster (a Kafka broker with a SCRAM listener and a kbroker): a credential
   written through Kafka is read into kbroker's credential cache by its change watcher and
   verifies the password with kbroker's SCRAM server; a credential written through
-  kbroker (its CLI) lets a confluent-kafka SCRAM client in on Kafka's SASL listener.
+  kbroker (its CLI) lets a confluent-kafka SCRAM client in on Kafka's SASL listener
+  (and the wrong password not).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism
 from confluent_kafka.admin import UserScramCredentialUpsertion as Upsertion
 
@@ -190,7 +191,6 @@ def test_kafka_and_kbroker_read_each_others_credentials(
             "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
             "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": jaas,
             "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": jaas,
-            "auto.create.topics.enable": "true",
         },
     )
     broker.port = plain
@@ -295,11 +295,8 @@ def test_kafka_and_kbroker_read_each_others_credentials(
         # Kafka reads the new credential on its change notification: a moment later.
         wait_for(lambda: lets_in("from-kbroker"), "Kafka to let kbuser in", timeout=30)
         assert not lets_in("wrong")
-        producer = Producer({**sasl_conf("from-kbroker"), "message.timeout.ms": 15000})
-        errors: list[object] = []
-        producer.produce("sasl-topic", b"hello", on_delivery=lambda err, _msg: errors.append(err))
-        assert producer.flush(20) == 0
-        assert errors == [None]
+        # (No records through Kafka's SASL listener: a topic led by the kbroker, which has
+        # no such listener, would have no leader there.)
         assert "Traceback" not in kbroker.output()
     finally:
         kafka.kill()
