@@ -63,13 +63,20 @@ class BrokerProcess:
     preexec: Callable[[], None] | None = None
     # More `kbroker serve` options (e.g. ["--log-format", "json"]).
     args: list[str] = field(default_factory=list)
+    # Several listeners (Kafka's `listeners` setting) instead of one PLAINTEXT listener on
+    # `port`; `port` must be one of theirs (the start waits until it accepts connections).
+    listeners: str | None = None
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def start(self, *settings: str, timeout: float = 30.0) -> BrokerProcess:
-        args = [*KBROKER, "serve", "--data-dir", str(self.data_dir), "--listen", self.bootstrap]
+        args = [*KBROKER, "serve", "--data-dir", str(self.data_dir)]
+        if self.listeners is None:
+            args += ["--listen", self.bootstrap]
+        else:
+            args += ["--set", f"listeners={self.listeners}"]
         for s in (*self.extra, *settings):
             args += ["--set", s]
         args += self.args

@@ -26,7 +26,7 @@ def test_the_controllers_view_replaces_the_caches() -> None:
     cache = MetadataCache()
     removed = cache.update_from_controller(
         1,
-        [BrokerInfo(1, "h", 1), BrokerInfo(2, "h", 2, "r2")],
+        [BrokerInfo(1, (("PLAINTEXT", "h", 1),)), BrokerInfo(2, (("PLAINTEXT", "h", 2),), "r2")],
         [
             ControllerPartitionState("t", 0, state(1), A),
             ControllerPartitionState("t", 1, state(2), A),
@@ -43,7 +43,9 @@ def test_the_controllers_view_replaces_the_caches() -> None:
 
     # Broker 2 died: it leaves, and its replica is reported offline.
     cache.update_from_controller(
-        1, [BrokerInfo(1, "h", 1)], [ControllerPartitionState("t", 1, state(1, 1, [2]), A)]
+        1,
+        [BrokerInfo(1, (("PLAINTEXT", "h", 1),))],
+        [ControllerPartitionState("t", 1, state(1, 1, [2]), A)],
     )
     assert [b.broker_id for b in cache.alive_brokers()] == [1]
     assert cache.partition_state("t", 1) == state(1, 1, [2])
@@ -52,11 +54,11 @@ def test_the_controllers_view_replaces_the_caches() -> None:
     # The topic is deleted partition by partition; it goes with its last one.
     gone = PartitionState([1, 2], LEADER_DURING_DELETE, 2, [1, 2], 3)
     assert cache.update_from_controller(
-        1, [BrokerInfo(1, "h", 1)], [ControllerPartitionState("t", 0, gone, A)]
+        1, [BrokerInfo(1, (("PLAINTEXT", "h", 1),))], [ControllerPartitionState("t", 0, gone, A)]
     ) == [("t", 0)]
     assert cache.topic("t") is not None
     assert cache.update_from_controller(
-        1, [BrokerInfo(1, "h", 1)], [ControllerPartitionState("t", 1, gone, A)]
+        1, [BrokerInfo(1, (("PLAINTEXT", "h", 1),))], [ControllerPartitionState("t", 1, gone, A)]
     ) == [("t", 1)]
     assert cache.topic("t") is None and cache.topic_by_id(A) is None
 

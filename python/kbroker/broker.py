@@ -11,20 +11,25 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import ssl
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kbroker.cluster import zk_data as zd
+from kbroker.cluster.entity_configs import ZkEntityConfigStore
 from kbroker.cluster_member import ClusterMember, MemberSettings
 from kbroker.config import (
     TOPIC_SETTINGS,
     BrokerConfig,
     ConfigError,
+    ConfigType,
     TopicConfig,
     Value,
+    broker_setting,
+    is_tls_setting,
     parse_stored_topic_configs,
     parse_topic_configs,
 )
@@ -52,12 +57,20 @@ from kbroker.metadata_types import TopicMetadata
 from kbroker.metrics.core import BrokerMetrics
 from kbroker.network.server import Dispatch, Server, ServerLimits
 from kbroker.producer_ids import ProducerIdAllocator, ProducerIds
+from kbroker.quota.entity import DEFAULT, QuotaEntity, desanitize
+from kbroker.quota.manager import QuotaManagers
+from kbroker.quota.store import EntityConfigStore, LocalEntityConfigStore
 from kbroker.replication.alter_partition import IsrChannel
 from kbroker.replication.fetcher import FetcherSettings, ReplicaFetcherManager
 from kbroker.replication.partition import Partition
 from kbroker.replication.producer_state import expire_producers_periodically
 from kbroker.replication.replica_manager import ReplicaManager
+from kbroker.security import tls
+from kbroker.security.authenticator import ListenerSecurity
 from kbroker.security.authorizer import AclAuthorizer
+from kbroker.security.client import ClientSecurity, InterBrokerLink
+from kbroker.security.credentials import CredentialCache
+from kbroker.security.listeners import Listener, ListenerSet
 from kbroker.topics import (
     INTERNAL_TOPICS,
     MAX_PARTITIONS_PER_TOPIC,
@@ -70,19 +83,6 @@ log = logging.getLogger("kbroker")
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    host: str
-    port: int
-
-
-def _listener(url: str) -> Endpoint:
-    """'PLAINTEXT://host:port' (or 'host:port') -> Endpoint."""
-    _, _, hostport = url.rpartition("://")
-    host, _, port = hostport.rpartition(":")
-    return Endpoint(host.strip("[]") or "0.0.0.0", int(port))
-
-
 class Broker:
     def __init__(self, config: BrokerConfig, metrics: BrokerMetrics | None = None) -> None:
         self.config = config
@@ -90,19 +90,40 @@ class Broker:
         self.metrics = metrics
         self.broker_id: int = config.get_int("broker.id")
         self.data_dir = Path(config.get_str("log.dirs"))
-        self.listen = _listener(config.get_str("listeners"))
-        advertised = config.get_optional_str("advertised.listeners")
-        self.advertised = _listener(advertised) if advertised else self.listen
+        # Where it listens and what it advertises, per listener (ports made real at start).
+        self.listeners = ListenerSet.from_config(config)
+        # Users' SCRAM credentials, which SASL listeners check against.
+        self.credentials = CredentialCache()
+        # How each listener secures its connections (TLS contexts loaded here: a keystore
+        # that cannot be read stops the start).
+        self.listener_security = {
+            lst.name: ListenerSecurity.from_config(config, lst, self.credentials)
+            for lst in self.listeners.listeners
+        }
+        # How this broker reaches the others (a cluster's inter-broker listener).
+        inter_broker = self.listeners.advertised[self.listeners.inter_broker]
+        self.inter_broker = InterBrokerLink(
+            inter_broker.name,
+            ClientSecurity.for_inter_broker(config, inter_broker.name, inter_broker.protocol)
+            if config.get_optional_str("zookeeper.connect")
+            else ClientSecurity(),
+        )
         # What handlers read; the metadata store (the backend) feeds it.
         self.metadata_cache = MetadataCache()
         self.metadata: MetadataStore
         self.logs: LogManager
         self.replica_manager: ReplicaManager
-        self.server: Server | None = None
+        self.servers: dict[str, Server] = {}
         self.producer_ids: ProducerIds
         self.coordinator = GroupCoordinator(self)
         # The ACL authorizer (authorizer.class.name), or None: nothing is checked.
         self.authorizer = AclAuthorizer.from_config(config)
+        # The client quotas, fed (as `credentials`) from users' and clients' configs
+        # (`on_quota_entity_configs`), which `entity_configs` keeps.
+        self.quotas = QuotaManagers(
+            config.get_int("quota.window.num"), config.get_int("quota.window.size.seconds")
+        )
+        self.entity_configs: EntityConfigStore
         # Filled by the Dispatcher: the APIs ApiVersions advertises.
         self.handled_api_keys: frozenset[int] = frozenset()
         self._topic_configs: dict[str, dict[str, Value]] = {}
@@ -130,6 +151,7 @@ class Broker:
                 on_topic_configs=self.on_topic_configs,
                 on_broker_configs=self.on_broker_configs,
                 authorizer=self.authorizer,
+                on_quota_entity_configs=self.on_quota_entity_configs,
                 allow_unclean=lambda topic: bool(
                     self.topic_config(topic)["unclean.leader.election.enable"]
                 ),
@@ -141,6 +163,7 @@ class Broker:
                     leader_imbalance_per_broker_percentage=config.get_int(
                         "leader.imbalance.per.broker.percentage"
                     ),
+                    inter_broker=self.inter_broker,
                 ),
             )
 
@@ -156,11 +179,18 @@ class Broker:
             self.authorizer.replace_all(acls.read_all())
             self.authorizer.storage = acls
         self.producer_ids = ProducerIdAllocator(store)
-        for name, text in store.broker_configs().items():
+        entity_configs = LocalEntityConfigStore(store, self.on_quota_entity_configs)
+        for entity, configs in entity_configs.load().items():
+            self.on_quota_entity_configs(entity, configs)
+        self.entity_configs = entity_configs
+        stored = store.broker_configs()
+        for name, text in stored.items():
             try:
                 self.config.set(name, text)
             except ConfigError as exc:
                 log.warning("ignoring stored broker setting %s: %s", name, exc)
+        if any(is_tls_setting(n) for n in stored):
+            self._reload_keystores()
         for topic in store.topics().values():
             self._topic_configs[topic.name] = parse_stored_topic_configs(topic.name, topic.configs)
         self._open_logs()
@@ -283,6 +313,7 @@ class Broker:
         assert self.cluster is not None
         cluster = self.cluster
         self.producer_ids = cluster.producer_ids
+        self.entity_configs = ZkEntityConfigStore(cluster.zk, self.on_quota_entity_configs)
         self._open_logs()
         # A failed write of partition data (from any thread): leadership moves elsewhere
         # until this broker can write again.
@@ -292,9 +323,16 @@ class Broker:
         )
         self.replica_manager.start_replication(
             ReplicaFetcherManager(
-                self.broker_id, FetcherSettings.from_config(self.config), self.logs.errors
+                self.broker_id,
+                FetcherSettings.from_config(self.config, self.inter_broker.security),
+                self.logs.errors,
             ),
-            IsrChannel(self.broker_id, lambda: cluster.broker_epoch, self.metadata_cache),
+            IsrChannel(
+                self.broker_id,
+                lambda: cluster.broker_epoch,
+                self.metadata_cache,
+                link=self.inter_broker,
+            ),
             self._endpoint,
         )
 
@@ -303,8 +341,13 @@ class Broker:
         return self.cluster is not None
 
     def _endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        """Where ``broker_id`` is reached by other brokers (its inter-broker listener)."""
         known = self.metadata_cache.broker(broker_id)
-        return None if known is None else (known.host, known.port)
+        return None if known is None else known.address(self.listeners.inter_broker)
+
+    def advertised_endpoints(self) -> tuple[tuple[str, str, int], ...]:
+        """(listener, host, port) of every listener, as clients are told."""
+        return tuple((lst.name, lst.host, lst.port) for lst in self.listeners.advertised.values())
 
     async def _replication_upkeep(self) -> None:
         """Cluster mode: leaders drop lagging followers from their ISRs every half
@@ -404,15 +447,19 @@ class Broker:
             max_queued_request_bytes=self.config.get_int("queued.max.request.bytes"),
             idle_timeout_ms=self.config.get_int("connections.max.idle.ms"),
         )
-        observer = None if self.metrics is None else self.metrics.listener("PLAINTEXT")
-        self.server = Server(dispatch, limits, observer)
-        host, port = await self.server.start(self.listen.host, self.listen.port)
-        if self.advertised.port == 0:
-            self.advertised = Endpoint(self.advertised.host, port)
+        for lst in self.listeners.listeners:
+            observer = None if self.metrics is None else self.metrics.listener(lst.name)
+            server = Server(dispatch, limits, observer, self.listener_security[lst.name])
+            try:
+                host, port = await server.start(lst.host, lst.port)
+            except OSError:
+                await self._stop_servers()
+                raise
+            self.servers[lst.name] = server
+            self.listeners = self.listeners.bound(lst.name, host, port)
+            log.info("listener %s on %s:%d (%s)", lst.name, host, port, lst.protocol.value)
         if self.cluster is None:
-            self.metadata_cache.put_broker(
-                BrokerInfo(self.broker_id, self.advertised.host, self.advertised.port)
-            )
+            self.metadata_cache.put_broker(BrokerInfo(self.broker_id, self.advertised_endpoints()))
             self.metadata_cache.controller_id = self.broker_id  # a single node controls itself
         cleaner = LogCleaner(
             self.logs,
@@ -437,12 +484,14 @@ class Broker:
         )
         if self.cluster is not None:
             self._background.append(asyncio.ensure_future(self._replication_upkeep()))
-            await self.cluster.join(self.advertised.host, self.advertised.port)
+            await self.cluster.join(
+                zd.EndPoint(lst.name, lst.host, lst.port, lst.protocol.value)
+                for lst in self.listeners.advertised.values()
+            )
         log.info(
-            "kbroker %d serving on %s:%d (cluster %s, %d partitions)",
+            "kbroker %d serving on %s (cluster %s, %d partitions)",
             self.broker_id,
-            host,
-            port,
+            ", ".join(lst.url for lst in self.listeners.listeners),
             self.metadata_cache.cluster_id,
             len(self.replica_manager),
         )
@@ -457,8 +506,8 @@ class Broker:
         await self.coordinator.stop()
         if self.cluster is not None:
             await self.cluster.leave()
-        if self.server is not None:
-            await self.server.stop(before_drain=self.replica_manager.shutdown)
+        if self.servers:
+            await self._stop_servers(before_drain=self.replica_manager.shutdown)
         else:
             self.replica_manager.shutdown()
         for task in self._background:
@@ -469,6 +518,16 @@ class Broker:
         if self.cluster is None:
             await asyncio.to_thread(self.metadata.close)
         log.info("kbroker %d stopped cleanly", self.broker_id)
+
+    async def _stop_servers(self, before_drain: Callable[[], None] | None = None) -> None:
+        """Stops every listener together: none takes a request once any stops."""
+        servers = list(self.servers.values())
+        self.servers = {}
+        for server in servers:
+            server.stop_accepting()
+        if before_drain is not None:
+            before_drain()
+        await asyncio.gather(*(server.stop() for server in servers))
 
     def _cleaner_pass(self, stats: Any, dirty_ratio: float) -> None:
         assert self.metrics is not None
@@ -900,6 +959,13 @@ class Broker:
         if self._storage_open:
             self.logs.update_config(name)
 
+    def on_quota_entity_configs(self, entity: QuotaEntity, configs: Mapping[str, str]) -> None:
+        """A user's or client's whole config set, as stored (at start, and on each change):
+        a user's SCRAM credentials go to the credential cache, every quota to the quotas."""
+        if entity.client_id is None and entity.user is not None and entity.user != DEFAULT:
+            self.credentials.update_user(desanitize(entity.user), configs)
+        self.quotas.update_entity(entity, configs)
+
     def dynamic_broker_configs(self, cluster_default: bool) -> dict[str, str]:
         """The dynamic broker settings of this broker, or (``cluster_default``) those every
         broker of the cluster takes unless it has its own; one set on a single node."""
@@ -941,12 +1007,51 @@ class Broker:
         changed = {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
         if self._storage_open and changed & {ts.broker_setting for ts in TOPIC_SETTINGS}:
             self.logs.update_all_configs()
+        if any(is_tls_setting(n) for n in changed):
+            self._reload_keystores()
         if changed:
             log.info(
                 "dynamic broker settings%s are now %s",
                 " (cluster default)" if cluster_default else "",
-                dict(after),
+                {n: _shown(n, v) for n, v in after.items()},
             )
+
+    def _tls_listeners(self) -> list[Listener]:
+        return [lst for lst in self.listeners.listeners if lst.protocol.tls]
+
+    def check_tls_change(self, configs: Mapping[str, str], cluster_default: bool) -> None:
+        """Raises ConfigError when the dynamic settings ``configs`` (the whole new set)
+        would give a TLS listener a keystore that cannot be loaded."""
+        current = self.config.dynamic_default if cluster_default else self.config.dynamic
+        changed = {n for n in current.keys() | configs.keys() if is_tls_setting(n)}
+        if not changed:
+            return
+        trial = self.config.with_dynamic(configs, cluster_default)
+        for lst in self._tls_listeners():
+
+            def lookup(name: str, listener: str = lst.name) -> Value:
+                return trial.listener_value(listener, name)
+
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            tls.load_keystore(context, lookup, f"listener {lst.name}")
+
+    def _reload_keystores(self) -> None:
+        """Loads each TLS listener's keystore anew: connections made from now on present
+        the new certificate, those open go on."""
+        for lst in self._tls_listeners():
+            context = self.listener_security[lst.name].ssl_context
+            if context is None:
+                continue
+
+            def lookup(name: str, listener: str = lst.name) -> Value:
+                return self.config.listener_value(listener, name)
+
+            try:
+                tls.load_keystore(context, lookup, f"listener {lst.name}")
+            except ConfigError as exc:
+                log.error("keeping listener %s's certificate: %s", lst.name, exc)
+                continue
+            log.info("listener %s loaded its keystore again", lst.name)
 
     async def config_changes_recorded(self) -> None:
         """Once every config change made so far is recorded (on disk, or in ZooKeeper);
@@ -968,6 +1073,12 @@ class Broker:
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.replica_manager.get_partition(TopicPartition(topic, index))
+
+
+def _shown(name: str, value: str) -> str:
+    """A setting's value as logs show it: never a password."""
+    setting = broker_setting(name)
+    return "[hidden]" if setting is not None and setting.type is ConfigType.PASSWORD else value
 
 
 def _names(topics: list[TopicMetadata], most: int = 5) -> str:

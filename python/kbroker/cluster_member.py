@@ -20,6 +20,8 @@ What a broker does in a cluster beyond serving its partitions, in Kafka
 - With an authorizer, the ACLs: loaded at `connect` (before the listener
   serves), kept up to date from Kafka's change notifications, and written
   through ZooKeeper by whichever broker takes CreateAcls or DeleteAcls.
+- Users' and clients' configs (SCRAM credentials, quotas): all of them at
+  `connect`, then each change announced, to ``on_quota_entity_configs``.
 
 Until followers replicate (the replication issue), a partition has one
 replica: topics with a replication factor above 1 are refused.
@@ -42,6 +44,7 @@ from kbroker.cluster import zk_data as zd
 from kbroker.cluster.acls import AclChangeWatcher
 from kbroker.cluster.configs import (
     ConfigChangeWatcher,
+    QuotaEntityCallback,
     read_topic_configs,
     set_broker_configs,
     set_topic_configs,
@@ -133,6 +136,7 @@ class ClusterMember:
         on_topic_configs: Callable[[str, dict[str, str]], None],
         on_broker_configs: Callable[[int | None, dict[str, str]], None],
         authorizer: AclAuthorizer | None = None,
+        on_quota_entity_configs: QuotaEntityCallback | None = None,
         allow_unclean: Callable[[str], bool] = lambda _topic: False,
         controller_settings: ControllerSettings | None = None,
     ) -> None:
@@ -143,7 +147,9 @@ class ClusterMember:
         self.zk = ZkClient(settings.zk)
         self.producer_ids = ZkProducerIdAllocator(self.zk, settings.broker_id)
         self.allow_unclean = allow_unclean
-        self.configs = ConfigChangeWatcher(self.zk, on_topic_configs, on_broker_configs)
+        self.configs = ConfigChangeWatcher(
+            self.zk, on_topic_configs, on_broker_configs, on_quota_entity=on_quota_entity_configs
+        )
         # The ACLs, loaded and kept up to date from ZooKeeper, when there is an authorizer.
         self.acls = None if authorizer is None else AclChangeWatcher(self.zk, authorizer)
         # Config changes made here, being written to ZooKeeper.
@@ -193,13 +199,11 @@ class ClusterMember:
         )
         return cluster_id
 
-    async def join(self, host: str, port: int) -> None:
-        """Registers this broker (clients reach it at ``host``:``port``) and enters the
+    async def join(self, endpoints: Iterable[zd.EndPoint]) -> None:
+        """Registers this broker (reached at ``endpoints``, one per listener) and enters the
         controller election."""
         registration = zd.BrokerRegistration(
-            self.broker_id,
-            (zd.EndPoint("PLAINTEXT", host, port, "PLAINTEXT"),),
-            rack=self.settings.rack,
+            self.broker_id, tuple(endpoints), rack=self.settings.rack
         )
         self.registrar = BrokerRegistrar(self.zk, registration, on_failed=self._registration_failed)
         await self.registrar.register()
@@ -260,10 +264,12 @@ class ClusterMember:
         )
         for attempt in range(1, attempts + 1):
             controller = self.cache.broker(self.cache.controller_id)
+            link = self.controller_settings.inter_broker
+            address = None if controller is None else controller.address(link.listener)
             failure = "no controller is known"
-            if controller is not None:
+            if address is not None:
                 conn = BrokerConnection(
-                    controller.host, controller.port, f"broker-{self.broker_id}-shutdown"
+                    *address, f"broker-{self.broker_id}-shutdown", security=link.security
                 )
                 try:
                     response = await conn.request(

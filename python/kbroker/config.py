@@ -165,8 +165,9 @@ _S = ConfigType
 _DAY_MS = 24 * 3600 * 1000
 
 # Settings a listener may override as listener.name.<listener>.<setting> (Kafka's
-# listener-scoped settings): TLS, SASL and re-authentication. Those marked
-# dynamic here may also change while the broker runs (new certificates).
+# listener-scoped settings): TLS, SASL and re-authentication. The keystore's may
+# change while the broker runs (new certificates, per broker); the others need a
+# restart.
 SECURITY_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "ssl.protocol",
@@ -263,6 +264,7 @@ SECURITY_SETTINGS: tuple[Setting, ...] = (
         unsupported="JKS and PKCS12 truststores are not supported yet: convert the "
         "truststore to PEM certificates and set ssl.truststore.type=PEM",
         honoured=("PEM",),
+        read_only=True,
     ),
     Setting(
         "ssl.truststore.location",
@@ -270,6 +272,7 @@ SECURITY_SETTINGS: tuple[Setting, ...] = (
         None,
         "A PEM file of the certificate authorities trusted; unset: the system's.",
         nullable=True,
+        read_only=True,
     ),
     Setting(
         "ssl.truststore.password",
@@ -277,6 +280,7 @@ SECURITY_SETTINGS: tuple[Setting, ...] = (
         None,
         "The truststore's password (unused for PEM).",
         nullable=True,
+        read_only=True,
     ),
     Setting(
         "ssl.truststore.certificates",
@@ -284,6 +288,7 @@ SECURITY_SETTINGS: tuple[Setting, ...] = (
         None,
         "Trusted certificates in PEM, given inline (instead of ssl.truststore.location).",
         nullable=True,
+        read_only=True,
     ),
     Setting(
         "ssl.principal.mapping.rules",
@@ -1014,6 +1019,14 @@ _LISTENER_SCOPED: Mapping[str, Setting] = {s.name: s for s in SECURITY_SETTINGS}
 _LISTENER_PREFIXED = re.compile(r"listener\.name\.([A-Za-z0-9_-]+)\.(.+)$")
 
 
+def is_tls_setting(name: str) -> bool:
+    """Whether ``name`` (maybe listener-prefixed) is one of the keystore settings, which
+    a broker may change while it runs (new certificates)."""
+    base = _LISTENER_PREFIXED.match(name)
+    rest = base.group(2) if base is not None else name
+    return rest.startswith(("ssl.keystore.", "ssl.key.password"))
+
+
 def _known(name: str) -> Setting:
     setting = broker_setting(name)
     if setting is None:
@@ -1271,6 +1284,14 @@ class BrokerConfig(TypedReads):
     def __getitem__(self, name: str) -> Any:
         # Prefer the typed readers above; this stays for rendering call sites.
         return self.value(name)
+
+    def with_dynamic(self, configs: Mapping[str, str], cluster_default: bool) -> BrokerConfig:
+        """A copy whose dynamic settings (the cluster default's, or this broker's) are
+        ``configs`` (already checked): to try a change before making it."""
+        parsed = {name: _known(name).parse(text) for name, text in configs.items()}
+        if cluster_default:
+            return BrokerConfig(dict(self.given), dict(self.dynamic), parsed)
+        return BrokerConfig(dict(self.given), parsed, dict(self.dynamic_default))
 
     def listener_value(self, listener: str, name: str) -> Value:
         """A listener's value of ``name``: its own (listener.name.<listener>.<name>) when

@@ -110,7 +110,9 @@ def run_broker(config: BrokerConfig, log_level: str = "INFO", log_format: str = 
         metrics = BrokerMetrics() if metrics_at else None
         try:
             broker = Broker(config, metrics)
-        except (ClusterError, ConfigError) as exc:  # no ensemble named; bad super.users
+        except (ClusterError, ConfigError) as exc:
+            # A zookeeper.connect that names no ensemble; a keystore that cannot be read;
+            # a bad super.users.
             log.error("cannot start: %s", exc)
             return 1
         stop = asyncio.Event()

@@ -25,12 +25,19 @@ LEADER_DURING_DELETE = -2
 
 @dataclass(frozen=True, slots=True)
 class BrokerInfo:
-    """A live broker, as clients should reach it."""
+    """A live broker, and where each of its listeners is reached."""
 
     broker_id: int
-    host: str
-    port: int
+    # (listener name, host, port) of each advertised listener.
+    endpoints: tuple[tuple[str, str, int], ...]
     rack: str | None = None
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """Where ``listener`` of this broker is reached, or None when it has no such listener."""
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
 
 
 class MetadataCache:
@@ -58,6 +65,16 @@ class MetadataCache:
 
     def alive_brokers(self) -> list[BrokerInfo]:
         return sorted(self._brokers.values(), key=lambda b: b.broker_id)
+
+    def alive_on(self, listener: str) -> list[tuple[BrokerInfo, str, int]]:
+        """Each live broker that has ``listener``, with that listener's host and port (what
+        a client that came through ``listener`` is told, as Kafka tells it)."""
+        out = []
+        for b in self.alive_brokers():
+            address = b.address(listener)
+            if address is not None:
+                out.append((b, *address))
+        return out
 
     def broker(self, broker_id: int) -> BrokerInfo | None:
         return self._brokers.get(broker_id)

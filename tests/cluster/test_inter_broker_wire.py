@@ -272,9 +272,9 @@ def test_the_controllers_bytes(kafka: KafkaZkBroker, zk: KazooClient, probe: Wir
     # ... and as the metadata cache takes it.
     cache = MetadataCache()
     cache.update_from_controller(1, *update_metadata_contents(after.body, 8))
-    assert [(b.broker_id, b.port) for b in cache.alive_brokers()] == [
-        (1, kafka.port),
-        (2, probe.port),
+    assert [b.endpoints for b in cache.alive_brokers()] == [
+        (("PLAINTEXT", "127.0.0.1", kafka.port),),
+        (("PLAINTEXT", "127.0.0.1", probe.port),),
     ]
     known = cache.topic(TOPIC)
     assert known is not None and known.topic_id == topic_id and cache.controller_id == 1

@@ -19,6 +19,7 @@ from kbroker.controller.context import LiveBroker
 from kbroker.futures import cancel_and_wait
 from kbroker.network.client import BrokerConnection, BrokerUnreachable
 from kbroker.protocol import ApiKey
+from kbroker.security.client import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +37,20 @@ class _Outbound:
 
 
 class _BrokerQueue:
-    def __init__(self, broker: LiveBroker, controller_id: int, retry_backoff_s: float) -> None:
+    def __init__(
+        self,
+        broker: LiveBroker,
+        controller_id: int,
+        retry_backoff_s: float,
+        security: ClientSecurity | None,
+    ) -> None:
         self.broker = broker
         self.connection = BrokerConnection(
-            broker.host, broker.port, str(controller_id), reconnect_backoff_s=retry_backoff_s
+            broker.host,
+            broker.port,
+            str(controller_id),
+            reconnect_backoff_s=retry_backoff_s,
+            security=security,
         )
         self.queue: asyncio.Queue[_Outbound] = asyncio.Queue()
         self.retry_backoff_s = retry_backoff_s
@@ -84,9 +95,16 @@ class _BrokerQueue:
 
 
 class ControllerChannel:
-    def __init__(self, controller_id: int, retry_backoff_s: float = 0.2) -> None:
+    def __init__(
+        self,
+        controller_id: int,
+        retry_backoff_s: float = 0.2,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.controller_id = controller_id
         self.retry_backoff_s = retry_backoff_s
+        # How the connections to brokers' inter-broker listeners are secured.
+        self.security = security
         self._brokers: dict[int, _BrokerQueue] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
@@ -97,7 +115,7 @@ class ControllerChannel:
         if old is not None:
             self._close_later(old)
         self._brokers[broker.broker_id] = _BrokerQueue(
-            broker, self.controller_id, self.retry_backoff_s
+            broker, self.controller_id, self.retry_backoff_s, self.security
         )
 
     def remove_broker(self, broker_id: int) -> None:

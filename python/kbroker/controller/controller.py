@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kbroker.cluster import zk_data as zd
@@ -69,6 +69,7 @@ from kbroker.log import TopicPartition
 from kbroker.metadata_types import PartitionState
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.errors import KafkaError
+from kbroker.security.client import InterBrokerLink
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,8 @@ class ControllerSettings:
     leader_imbalance_per_broker_percentage: int = 10
     # The first check after the controller starts (Kafka waits a fixed 5 s).
     first_imbalance_check_delay_s: float = 5.0
+    # The brokers' listener the controller talks to, and how it is secured.
+    inter_broker: InterBrokerLink = field(default_factory=InterBrokerLink)
 
     @classmethod
     def from_config(cls, props: Mapping[str, object]) -> ControllerSettings:
@@ -132,7 +135,9 @@ class Controller:
         self.ctx = ControllerContext(controller_id=broker_id, epoch=epoch.epoch)
         self.allow_unclean = allow_unclean
         self.settings = settings or ControllerSettings()
-        self.channel = channel or ControllerChannel(broker_id)
+        self.channel = channel or ControllerChannel(
+            broker_id, security=self.settings.inter_broker.security
+        )
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._watches: list[object] = []
@@ -287,15 +292,21 @@ class Controller:
             except (ValueError, ZkDataError, ZkNoNodeError) as exc:
                 log.warning("controller: skipping broker registration %r: %s", child, exc)
                 continue
-            plain = reg.plaintext or (reg.endpoints[0] if reg.endpoints else None)
-            if plain is None:
-                log.warning("controller: broker %d registered no endpoint; skipped", broker_id)
+            listener = self.settings.inter_broker.listener
+            reachable = next((e for e in reg.endpoints if e.listener == listener), None)
+            if reachable is None:
+                log.warning(
+                    "controller: broker %d registered no %s listener (the inter-broker "
+                    "listener); skipped",
+                    broker_id,
+                    listener,
+                )
                 continue
             live[broker_id] = LiveBroker(
                 broker_id,
                 stat.czxid,
-                plain.host,
-                plain.port,
+                reachable.host,
+                reachable.port,
                 reg.rack,
                 tuple((e.listener, e.host, e.port, e.security_protocol) for e in reg.endpoints),
             )

@@ -44,6 +44,7 @@ from kbroker.config import (
     Setting,
     Value,
     broker_setting,
+    is_tls_setting,
     topic_setting,
 )
 from kbroker.errors import ResourceError, TopicError
@@ -407,6 +408,17 @@ def _set_broker(
                 ErrorCode.INVALID_CONFIG,
                 f"Cannot update these configs dynamically: {name} is read-only",
             )
+        if setting.type is ConfigType.PASSWORD:
+            raise ResourceError(
+                ErrorCode.INVALID_CONFIG,
+                f"{name} is a password: kbroker keeps no secret in ZooKeeper or in its "
+                "metadata; set it in the broker's settings file",
+            )
+        if cluster_default and is_tls_setting(setting.name):
+            raise ResourceError(
+                ErrorCode.INVALID_REQUEST,
+                f"Cannot update {name} at the cluster default level: it is set per broker",
+            )
         try:
             value = setting.parse(text)
         except ConfigError as exc:
@@ -415,7 +427,11 @@ def _set_broker(
             ) from None
         rendered = setting.render(value)
         if rendered is not None:
-            normalized[name] = rendered
+            normalized[setting.name] = rendered
+    try:
+        broker.check_tls_change(normalized, cluster_default)
+    except ConfigError as exc:
+        raise ResourceError(ErrorCode.INVALID_CONFIG, str(exc)) from None
     if validate_only:
         return
     broker.set_dynamic_broker_configs(normalized, cluster_default)

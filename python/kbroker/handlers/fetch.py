@@ -16,6 +16,13 @@ its progress; from v12 a fetch names the epoch of its last batch and gets
 Fetch sessions (KIP-227) are answered session-less: session id 0, so
 clients keep sending full fetch requests.
 
+A consumer with a ``consumer_byte_rate`` quota (followers never have one)
+fetches at most what its quota allows in one go; a response that puts it
+over its quota is answered without data, with the throttle time, and the
+connection is paused for that time (Kafka's way: the records are fetched
+again, from the same offset, once the throttle is over, so none is lost or
+delivered twice).
+
 With an authorizer, as Kafka: a consumer needs Read on each topic, a
 follower (replica id >= 0) ClusterAction on the cluster, or every partition
 is answered TOPIC_AUTHORIZATION_FAILED: only brokers may fetch as replicas
@@ -41,6 +48,9 @@ TopicResponse = FetchResponse.Topic
 PartitionResponse = FetchResponse.Topic.Partition
 
 READ_COMMITTED = 1
+# Per topic in request order: (topic entry, [(partition entry, its index in the replica
+# manager's fetches, or the error it is answered with)]).
+Plan = list[tuple[Any, list[tuple[Any, int | ErrorCode]]]]
 # Longest wait a client may ask for; longer asks are shortened.
 MAX_WAIT_MS = 30_000
 
@@ -61,16 +71,20 @@ def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         replica_id = -1 if state is None else state.replica_id
     else:
         replica_id = request.replica_id
+    max_bytes = request.max_bytes if version >= 3 else 0x7FFFFFFF
+    min_bytes = request.min_bytes
+    quota = broker.quotas.fetch.enabled and replica_id < 0
+    if quota:
+        max_bytes = broker.quotas.fetch_max_bytes(ctx.principal, ctx.client_id, max_bytes)
+        min_bytes = min(min_bytes, max_bytes)
     params = FetchParams(
         max_wait_ms=min(max(request.max_wait_ms, 0), MAX_WAIT_MS),
-        min_bytes=request.min_bytes,
-        max_bytes=request.max_bytes if version >= 3 else 0x7FFFFFFF,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
         read_committed=committed,
         replica_id=max(replica_id, -1),
     )
-    # Per topic in request order: (topic entry, [(partition entry, index in fetches or an
-    # error code)])
-    plan: list[tuple[Any, list[tuple[Any, int | ErrorCode]]]] = []
+    plan: Plan = []
     fetches: list[FetchPartition] = []
     names = [_name(broker, version, topic) for topic in request.topics]
     denied: frozenset[str] = frozenset()
@@ -102,6 +116,10 @@ def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             )
         plan.append((topic, entries))
     done = broker.replica_manager.fetch_records(params, fetches)
+    if quota:
+        return then(
+            done, lambda results: _throttled(broker, ctx, version, committed, plan, results)
+        )
     if done.done():
         return _response(version, committed, plan, done.result())
     return then(done, lambda results: _response(version, committed, plan, results))
@@ -115,10 +133,50 @@ def _name(broker: Broker, version: int, topic: Any) -> str | None:
     return None if known is None else known.name
 
 
+def _throttled(
+    broker: Broker,
+    ctx: RequestContext,
+    version: int,
+    committed: bool,
+    plan: Plan,
+    results: list[ReadResult],
+) -> Any:
+    """The answer to a consumer with a byte-rate quota: the data, or, once over the quota,
+    none and the throttle time."""
+    size = response_size(plan, results)
+    throttle_ms = broker.quotas.fetch_throttle_ms(ctx.principal, ctx.client_id, size)
+    if throttle_ms <= 0:
+        return _response(version, committed, plan, results)
+    ctx.connection.mute_for(throttle_ms / 1000)
+    return FetchResponse(
+        throttle_time_ms=throttle_ms, error_code=ErrorCode.NONE, session_id=0, responses=[]
+    )
+
+
+# What a fetch response holds besides the records, for the size a byte-rate quota counts:
+# its header and top-level fields, each topic's name (or id) and fields, each partition's.
+_RESPONSE_BYTES = 20
+_TOPIC_BYTES = 24
+_PARTITION_BYTES = 50
+
+
+def response_size(plan: Plan, results: list[ReadResult]) -> int:
+    """About the size of the response (exact for the records, which dominate)."""
+    size = _RESPONSE_BYTES
+    for topic, entries in plan:
+        size += (
+            _TOPIC_BYTES + len(getattr(topic, "topic", "") or "") + _PARTITION_BYTES * len(entries)
+        )
+    for r in results:
+        if r.records is not None:
+            size += len(r.records)
+    return size
+
+
 def _response(
     version: int,
     committed: bool,
-    plan: list[tuple[Any, list[tuple[Any, int | ErrorCode]]]],
+    plan: Plan,
     results: list[ReadResult],
 ) -> Any:
     responses = []

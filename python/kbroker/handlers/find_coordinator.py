@@ -39,7 +39,8 @@ def _partition_leader(broker: Broker, group_id: str) -> BrokerInfo | None:
 
 
 def _find(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> Any:
-    ep = broker.advertised
+    """The coordinator of ``key``, as reached through the request's listener."""
+    ep = broker.listeners.advertised[ctx.listener]
     code, message = ErrorCode.NONE, None
     if key_type == KEY_TYPE_GROUP and not authorize(broker, ctx, Op.DESCRIBE, GROUP, key):
         code, message = ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."
@@ -62,12 +63,13 @@ def _find(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> Any:
         if check == ErrorCode.NOT_COORDINATOR and broker.cluster is not None:
             # Another broker leads the group's partition of __consumer_offsets.
             leader = _partition_leader(broker, key)
-            if leader is not None:
+            address = None if leader is None else leader.address(ctx.listener)
+            if leader is not None and address is not None:
                 return Coordinator(
                     key=key,
                     node_id=leader.broker_id,
-                    host=leader.host,
-                    port=leader.port,
+                    host=address[0],
+                    port=address[1],
                     error_code=ErrorCode.NONE,
                     error_message=None,
                 )

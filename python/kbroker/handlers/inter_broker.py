@@ -179,20 +179,30 @@ def stop_replica_orders(request: Any, version: int) -> list[StopReplicaOrder]:
     ]
 
 
+_PROTOCOL_NAMES = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
+
+
+def _listener_name(endpoint: Any, version: int) -> str:
+    """An UpdateMetadata endpoint's listener name (v3+), or before v3 the name of its
+    security protocol (a listener named after its protocol, as Kafka then had)."""
+    if version >= 3:
+        return str(endpoint.listener)
+    return _PROTOCOL_NAMES.get(endpoint.security_protocol, str(endpoint.security_protocol))
+
+
 def update_metadata_contents(
     request: Any, version: int
 ) -> tuple[list[BrokerInfo], list[ControllerPartitionState]]:
     """An UpdateMetadata request of any version as the metadata cache takes it: the live
-    brokers (each at its first endpoint) and the partition states."""
+    brokers with every endpoint (a v0 broker's one is its PLAINTEXT listener; before v3
+    an endpoint is named by its security protocol) and the partition states."""
     brokers = []
     for b in request.live_brokers:
         if version == 0:
-            host, port = b.v0_host, b.v0_port
-        elif b.endpoints:
-            host, port = b.endpoints[0].host, b.endpoints[0].port
+            endpoints: tuple[tuple[str, str, int], ...] = (("PLAINTEXT", b.v0_host, b.v0_port),)
         else:
-            continue  # no endpoint a client could reach
-        brokers.append(BrokerInfo(b.id, host, port, b.rack if version >= 2 else None))
+            endpoints = tuple((_listener_name(e, version), e.host, e.port) for e in b.endpoints)
+        brokers.append(BrokerInfo(b.id, endpoints, b.rack if version >= 2 else None))
     partitions = [
         ControllerPartitionState(
             topic,

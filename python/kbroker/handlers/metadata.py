@@ -152,9 +152,10 @@ def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     cache = broker.metadata_cache
     return MetadataResponse(
         throttle_time_ms=0,
+        # Each broker as reached through the listener this request came by.
         brokers=[
-            MetadataResponse.Broker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-            for b in cache.alive_brokers()
+            MetadataResponse.Broker(node_id=b.broker_id, host=host, port=port, rack=b.rack)
+            for b, host, port in cache.alive_on(ctx.listener)
         ],
         cluster_id=cache.cluster_id,
         controller_id=cache.controller_id,
@@ -194,10 +195,8 @@ def handle_describe_cluster(broker: Broker, ctx: RequestContext, request: Any) -
         cluster_id=broker.metadata_cache.cluster_id,
         controller_id=cache.controller_id,
         brokers=[
-            DescribeClusterResponse.Broker(
-                broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack
-            )
-            for b in cache.alive_brokers()
+            DescribeClusterResponse.Broker(broker_id=b.broker_id, host=host, port=port, rack=b.rack)
+            for b, host, port in cache.alive_on(ctx.listener)
         ],
     )
 

@@ -10,6 +10,11 @@ after the last attempt. Every wait is bounded: connecting by
 ``connect_timeout_s``, each request by its own timeout (a request that times
 out closes the connection, as Kafka's clients do, since its answer would
 still come and be mistaken for the next one's).
+
+With a `ClientSecurity` the connection is made through TLS and/or
+authenticated with SASL before any request goes on it; when the broker
+limits the session (``connections.max.reauth.ms``) the connection is opened
+again, and so authenticated again, before the session ends.
 """
 
 from __future__ import annotations
@@ -20,9 +25,12 @@ import logging
 import struct
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kbroker.protocol import ProtocolError, decode_response, encode_request
+from kbroker.security.client import ClientSecurity, sasl_requests
+from kbroker.security.errors import AuthenticationFailed
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +52,14 @@ class BrokerConnection:
         connect_timeout_s: float = 10.0,
         reconnect_backoff_s: float = 0.05,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
+        self.security = security or ClientSecurity()
+        # When the SASL session the broker granted ends (monotonic; 0: never).
+        self._session_ends = 0.0
         self.connect_timeout_s = connect_timeout_s
         self.reconnect_backoff_s = reconnect_backoff_s
         self.max_response_bytes = max_response_bytes
@@ -74,6 +86,9 @@ class BrokerConnection:
         ``timeout_s``); the caller decides whether to retry.
         """
         deadline = time.monotonic() + timeout_s
+        if self._session_ends and time.monotonic() >= self._session_ends and not self._in_flight:
+            # Authenticate again, on a new connection, before the broker ends the session.
+            self._fail(BrokerUnreachable(f"{self.host}:{self.port}: SASL session renewed"))
         await self._connect(deadline)
         writer = self._writer
         if writer is None:  # lost while connecting
@@ -125,14 +140,41 @@ class BrokerConnection:
             if wait > 0:
                 await asyncio.sleep(wait)
             self._last_attempt = time.monotonic()
+            security = self.security
             try:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), self.connect_timeout_s
+                    asyncio.open_connection(
+                        self.host,
+                        self.port,
+                        ssl=security.ssl_context,
+                        server_hostname=security.server_hostname(self.host),
+                    ),
+                    self.connect_timeout_s,
                 )
             except (OSError, TimeoutError) as exc:
                 raise BrokerUnreachable(
                     f"cannot connect to {self.host}:{self.port}: {exc}"
                 ) from None
+            if security.protocol.sasl:
+                try:
+                    lifetime = await asyncio.wait_for(
+                        sasl_requests(security, self._direct(reader, writer)),
+                        self.connect_timeout_s,
+                    )
+                except (
+                    OSError,
+                    TimeoutError,
+                    asyncio.IncompleteReadError,
+                    ProtocolError,
+                    AuthenticationFailed,
+                ) as exc:
+                    writer.close()
+                    log.warning("cannot authenticate to %s:%d: %s", self.host, self.port, exc)
+                    raise BrokerUnreachable(
+                        f"cannot authenticate to {self.host}:{self.port}: {exc}"
+                    ) from None
+                # Renewed at 85% of its life, as Kafka's clients re-authenticate early.
+                self._session_ends = time.monotonic() + lifetime * 0.85 / 1000 if lifetime else 0.0
             if self._closed:
                 writer.close()
                 raise BrokerUnreachable(f"{self.host}:{self.port}: connection closed")
@@ -140,6 +182,24 @@ class BrokerConnection:
             self._reader_task = asyncio.ensure_future(self._read_responses(reader, writer))
         finally:
             self._connecting = None
+
+    def _direct(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> Callable[[int, int, Any], Awaitable[Any]]:
+        """Sends a request and reads its answer on a connection that is not yet in use."""
+
+        async def send(api_key: int, version: int, body: Any) -> Any:
+            self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+            writer.write(encode_request(api_key, version, self._correlation, self.client_id, body))
+            (size,) = _SIZE.unpack(await reader.readexactly(4))
+            if not 4 <= size <= self.max_response_bytes:
+                raise ProtocolError(f"a response of {size} bytes")
+            correlation, answer = decode_response(api_key, version, await reader.readexactly(size))
+            if correlation != self._correlation:
+                raise ProtocolError(f"the answer to request {correlation}, not {self._correlation}")
+            return answer
+
+        return send
 
     async def _read_responses(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -46,6 +46,9 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from kbroker.config import BROKER, as_int
+from kbroker.security.authenticator import ConnectionSecurity, ListenerSecurity
+from kbroker.security.errors import AuthenticationFailed
+from kbroker.security.listeners import Listener, SecurityProtocol
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +99,24 @@ class ConnectionObserver(Protocol):
 class ConnectionContext:
     """What a handler may know about the connection a request came on."""
 
-    __slots__ = ("_mute", "client_id", "conn_id", "on_sent", "peer", "received_ns")
+    __slots__ = (
+        "_close_after_answers",
+        "_mute",
+        "client_id",
+        "conn_id",
+        "on_sent",
+        "peer",
+        "received_ns",
+        "security",
+    )
 
     def __init__(
-        self, conn_id: int, peer: str, mute: Callable[[float], None] | None = None
+        self,
+        conn_id: int,
+        peer: str,
+        security: ConnectionSecurity | None = None,
+        mute: Callable[[float], None] | None = None,
+        close_after_answers: Callable[[], None] | None = None,
     ) -> None:
         self.conn_id = conn_id
         self.peer = peer
@@ -108,13 +125,22 @@ class ConnectionContext:
         self.received_ns = 0
         # Set by the dispatcher for the request it is handling, taken by the connection.
         self.on_sent: Sent | None = None
+        # Who the connection is and where its authentication stands (its listener's).
+        self.security = security if security is not None else PLAINTEXT.new_connection()
         self._mute = mute
+        self._close_after_answers = close_after_answers
 
     def mute_for(self, seconds: float) -> None:
         """Reads no further request from this connection for ``seconds`` (a client over its
         quota; Kafka mutes the channel for the throttle time). Answers still go out."""
         if self._mute is not None and seconds > 0:
             self._mute(seconds)
+
+    def close_after_answers(self) -> None:
+        """Reads nothing more, and closes once the requests read so far are answered (a
+        failed authentication)."""
+        if self._close_after_answers is not None:
+            self._close_after_answers()
 
 
 Dispatch = Callable[[memoryview, ConnectionContext], "Response | Awaitable[Response]"]
@@ -193,6 +219,9 @@ class RequestMemoryPool:
 
 _conn_ids = itertools.count(1)
 
+# A listener with no security: everyone is User:ANONYMOUS.
+PLAINTEXT = ListenerSecurity(Listener("PLAINTEXT", "", 0, SecurityProtocol.PLAINTEXT))
+
 
 class KafkaConnection(asyncio.Protocol):
     # -- config and shared state
@@ -203,7 +232,16 @@ class KafkaConnection(asyncio.Protocol):
     def __init__(self, server: Server) -> None:
         self._server = server
         self.transport = None
-        self.ctx = ConnectionContext(next(_conn_ids), "?", self.mute_for)
+        self.ctx = ConnectionContext(
+            next(_conn_ids),
+            "?",
+            server.security.new_connection(),
+            self.mute_for,
+            self.close_after_answers,
+        )
+        # Record bytes go out with sendfile only where nothing stands between the file and
+        # the socket (not through TLS).
+        self._zero_copy = server.security.ssl_context is None
         # Bytes received and not yet cut into frames.
         self._buf = bytearray()
         # Pool memory granted to the frame at the head of self._buf.
@@ -228,6 +266,8 @@ class KafkaConnection(asyncio.Protocol):
         # Muted (no reading) until this monotonic time: a throttled client.
         self._muted_until = 0.0
         self._unmute_handle: asyncio.TimerHandle | None = None
+        self._close_when_answered = False
+        self.opened = time.monotonic()
 
     # -- asyncio.Protocol callbacks ----------------------------------------
 
@@ -244,6 +284,13 @@ class KafkaConnection(asyncio.Protocol):
         self._server.connections.add(self)
         if self._server.observer is not None:
             self._server.observer.opened()
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            try:
+                self.ctx.security.tls_established(ssl_object.getpeercert())
+            except AuthenticationFailed as exc:
+                log.warning("closing %s: %s", self.ctx.peer, exc)
+                self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -323,12 +370,14 @@ class KafkaConnection(asyncio.Protocol):
                 self._backlog = True
                 break
             (size,) = _SIZE.unpack_from(source, pos)
-            if size < 0 or size > limits.max_request_bytes:
+            largest = self.ctx.security.max_frame(limits.max_request_bytes)
+            if size < 0 or size > largest:
                 log.warning(
-                    "closing %s: request frame of %d bytes (limit %d)",
+                    "closing %s: request frame of %d bytes (limit %d%s)",
                     self.ctx.peer,
                     size,
-                    limits.max_request_bytes,
+                    largest,
+                    "" if self.ctx.security.authenticated else " before authentication",
                 )
                 self.close()
                 return
@@ -402,7 +451,7 @@ class KafkaConnection(asyncio.Protocol):
         if (
             self._pending
             or self._writer_task is not None
-            or (result is not None and self._needs_sendfile(result))
+            or (result is not None and self._zero_copy and self._needs_sendfile(result))
         ):
             # Behind earlier answers, or zero-copy: the writer task sends it in order.
             self._pending.append(result)
@@ -419,6 +468,8 @@ class KafkaConnection(asyncio.Protocol):
         elif on_sent is not None:
             now = time.monotonic_ns()
             on_sent(now, now)
+        if self._close_when_answered:
+            self._close_if_answered()
 
     def _answered(self, size: int, fut: asyncio.Future[Response]) -> None:
         """An asynchronous request is done: its request bytes are no longer held."""
@@ -477,7 +528,11 @@ class KafkaConnection(asyncio.Protocol):
                         on_sent(now, now)
                     continue
                 start = time.monotonic_ns() if on_sent is not None else 0
-                if not isinstance(response, bytes) and self._needs_sendfile(response):
+                if (
+                    self._zero_copy
+                    and not isinstance(response, bytes)
+                    and self._needs_sendfile(response)
+                ):
                     await self._write_zero_copy(response)
                 else:
                     self._write_now(response)
@@ -492,6 +547,8 @@ class KafkaConnection(asyncio.Protocol):
             self._writer_task = None
         if self._pending and not self._closed:
             self._ensure_writer()
+        elif self._close_when_answered:
+            self._close_if_answered()
 
     async def _wait_write_resumed(self) -> None:
         if self._write_resumed is None:
@@ -566,6 +623,16 @@ class KafkaConnection(asyncio.Protocol):
         await asyncio.sleep(0)
 
     # -- flow control and closing ------------------------------------------
+
+    def close_after_answers(self) -> None:
+        self._close_when_answered = True
+        self.stop_reading()
+        if not self.busy:
+            asyncio.get_running_loop().call_soon(self._close_if_answered)
+
+    def _close_if_answered(self) -> None:
+        if self._close_when_answered and not self.busy:
+            self.close()
 
     def mute_for(self, seconds: float) -> None:
         """Takes no request for ``seconds`` (extending a mute under way)."""
@@ -672,10 +739,13 @@ class Server:
         dispatch: Dispatch,
         limits: ServerLimits,
         observer: ConnectionObserver | None = None,
+        security: ListenerSecurity | None = None,
     ) -> None:
         self.dispatch = dispatch
         self.limits = limits
         self.observer = observer
+        # How this listener secures its connections (none: PLAINTEXT).
+        self.security = security if security is not None else PLAINTEXT
         self.pool = RequestMemoryPool(limits.max_queued_request_bytes)
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.base_events.Server | None = None
@@ -683,8 +753,15 @@ class Server:
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
+        tls = self.security.ssl_context
         self._server = await loop.create_server(
-            lambda: KafkaConnection(self), host, port, reuse_address=True, backlog=1024
+            lambda: KafkaConnection(self),
+            host,
+            port,
+            reuse_address=True,
+            backlog=1024,
+            ssl=tls,
+            ssl_handshake_timeout=self.security.auth_timeout_s if tls is not None else None,
         )
         self._idle_task = asyncio.ensure_future(self._close_idle())
         sockname = self._server.sockets[0].getsockname()
@@ -693,12 +770,30 @@ class Server:
     async def _close_idle(self) -> None:
         while True:
             timeout = self.limits.idle_timeout_ms / 1000
-            await asyncio.sleep(min(max(timeout / 4, 0.05), 5.0))
-            cutoff = time.monotonic() - timeout
+            await asyncio.sleep(min(max(timeout / 4, 0.05), 5.0, self.security.auth_timeout_s / 4))
+            now = time.monotonic()
+            cutoff = now - timeout
+            unauthenticated_cutoff = now - self.security.auth_timeout_s
             for conn in list(self.connections):
                 if conn.last_active < cutoff and not conn.busy:
                     log.info("closing idle connection %s", conn.ctx.peer)
                     conn.close()
+                elif conn.opened < unauthenticated_cutoff and not conn.ctx.security.authenticated:
+                    log.info(
+                        "closing %s: not authenticated within %.1f s",
+                        conn.ctx.peer,
+                        self.security.auth_timeout_s,
+                    )
+                    conn.close()
+
+    def stop_accepting(self) -> None:
+        """Takes no new connection and no new request (those read are still answered)."""
+        if self._server is not None:
+            self._server.close()
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+        for conn in list(self.connections):
+            conn.stop_reading()
 
     async def stop(
         self, grace_s: float = 10.0, before_drain: Callable[[], None] | None = None
@@ -708,13 +803,8 @@ class Server:
         ``before_drain`` runs once no new request can arrive: the broker
         answers its waiting requests there, so none waits out its timeout.
         """
-        if self._server is not None:
-            self._server.close()
-        if self._idle_task is not None:
-            self._idle_task.cancel()
+        self.stop_accepting()
         conns = list(self.connections)
-        for conn in conns:
-            conn.stop_reading()
         if before_drain is not None:
             before_drain()
         if conns:

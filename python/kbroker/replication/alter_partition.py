@@ -25,6 +25,7 @@ from kbroker.network.client import BrokerConnection, BrokerUnreachable
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.errors import to_error_code
 from kbroker.protocol.messages.inter_broker import AlterPartitionRequest
+from kbroker.security.client import InterBrokerLink
 
 if TYPE_CHECKING:
     from kbroker.replication.partition import Partition
@@ -43,8 +44,11 @@ class IsrChannel:
         cache: MetadataCache,
         request_timeout_s: float = 30.0,
         retry_backoff_s: float = 0.1,
+        link: InterBrokerLink | None = None,
     ) -> None:
         self.broker_id = broker_id
+        # The controller's listener this broker talks to, and how it is secured.
+        self.link = link or InterBrokerLink()
         self.broker_epoch = broker_epoch
         self.cache = cache
         self.request_timeout_s = request_timeout_s
@@ -108,16 +112,19 @@ class IsrChannel:
     def _connection(self) -> BrokerConnection:
         controller_id = self.cache.controller_id
         controller = None if controller_id is None else self.cache.broker(controller_id)
-        if controller is None:
+        address = None if controller is None else controller.address(self.link.listener)
+        if address is None:
             raise _Retry("no controller is known")
         if (
             self._conn is None
             or self._conn_to != controller_id
-            or ((self._conn.host, self._conn.port) != (controller.host, controller.port))
+            or ((self._conn.host, self._conn.port) != address)
         ):
             self._drop_connection()
             self._conn = BrokerConnection(
-                controller.host, controller.port, f"broker-{self.broker_id}-alter-partition"
+                *address,
+                f"broker-{self.broker_id}-alter-partition",
+                security=self.link.security,
             )
             self._conn_to = controller_id
         return self._conn

@@ -34,7 +34,7 @@ import contextlib
 import logging
 import zlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kbroker._kbroker import (
@@ -56,6 +56,7 @@ from kbroker.protocol.messages.core import (
     OffsetForLeaderEpochRequest,
 )
 from kbroker.replication.partition import Partition
+from kbroker.security.client import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +79,15 @@ class FetcherSettings:
     min_bytes: int = 1  # replica.fetch.min.bytes
     backoff_ms: int = 1000  # replica.fetch.backoff.ms
     socket_timeout_ms: int = 30_000  # replica.socket.timeout.ms
+    # How connections to leaders (their inter-broker listener) are secured.
+    security: ClientSecurity = field(default_factory=ClientSecurity)
 
     @classmethod
-    def from_config(cls, config: BrokerConfig) -> FetcherSettings:
+    def from_config(
+        cls, config: BrokerConfig, security: ClientSecurity | None = None
+    ) -> FetcherSettings:
         return cls(
+            security=security or ClientSecurity(),
             num_fetchers=config.get_int("num.replica.fetchers"),
             max_bytes=config.get_int("replica.fetch.max.bytes"),
             response_max_bytes=config.get_int("replica.fetch.response.max.bytes"),
@@ -131,6 +137,7 @@ class ReplicaFetcher:
             port,
             f"replica-fetcher-{broker_id}-{leader_id}-{fetcher_id}",
             max_response_bytes=settings.response_max_bytes + (16 << 20),
+            security=settings.security,
         )
         self.targets: dict[TopicPartition, _Target] = {}
         self._wake = asyncio.Event()

@@ -3,7 +3,9 @@
 `BrokerClient` sends one request at a time over a plain socket with
 `kbroker.protocol.encode_request` / `decode_response` and returns the decoded
 body. It speaks fixed, recent versions (the CLI talks to kbroker brokers),
-and `for_group()` connects to the coordinator of a group.
+and `for_group()` connects to the coordinator of a group. With a
+`ClientSecurity` (the CLI's ``--command-config``) the connection goes through
+TLS and/or authenticates with SASL first.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any
 
@@ -24,6 +27,8 @@ from kbroker.protocol import (
 )
 from kbroker.protocol.messages.core import ApiVersionsRequest
 from kbroker.protocol.messages.group import FindCoordinatorRequest
+from kbroker.security.client import ClientSecurity, sasl_requests
+from kbroker.security.errors import AuthenticationFailed
 
 _SIZE = struct.Struct(">i")
 MAX_RESPONSE_BYTES = 256 << 20
@@ -53,17 +58,34 @@ def split_host_port(text: str) -> tuple[str, int]:
 
 
 class BrokerClient:
-    def __init__(self, address: str, timeout: float = 30.0, client_id: str = "kbroker-cli") -> None:
+    def __init__(
+        self,
+        address: str,
+        timeout: float = 30.0,
+        client_id: str = "kbroker-cli",
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.address = address
         self.client_id = client_id
         self.timeout = timeout
+        self.security = security or ClientSecurity()
         host, port = split_host_port(address)
         try:
-            self._sock = socket.create_connection((host, port), timeout=timeout)
+            sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
             raise ClientError(f"cannot connect to {address}: {exc}") from None
+        self._sock = sock
         self._correlation = 0
         self._versions: dict[int, tuple[int, int]] | None = None
+        context = self.security.ssl_context
+        try:
+            if context is not None:
+                self._sock = context.wrap_socket(sock, server_hostname=host)
+            if self.security.protocol.sasl:
+                _run_to_end(sasl_requests(self.security, self._send_async))
+        except (OSError, AuthenticationFailed) as exc:
+            sock.close()
+            raise ClientError(f"cannot authenticate to {address}: {exc}") from None
 
     def close(self) -> None:
         self._sock.close()
@@ -102,6 +124,9 @@ class BrokerClient:
                 f"{self.address} answered request {correlation}, not {self._correlation}"
             )
         return response
+
+    async def _send_async(self, api_key: int, version: int, body: Any) -> Any:
+        return self.request(ApiKey(api_key), version, body)
 
     def broker_versions(self) -> dict[int, tuple[int, int]]:
         """api key -> (min, max) version the broker advertises (ApiVersions, asked once)."""
@@ -169,4 +194,14 @@ class BrokerClient:
         address = f"{found.host}:{found.port}"
         if address == self.address:
             return self
-        return BrokerClient(address, self.timeout, self.client_id)
+        return BrokerClient(address, self.timeout, self.client_id, self.security)
+
+
+def _run_to_end(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """Runs a coroutine that never waits (its awaits are blocking calls) to its end."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise RuntimeError("the coroutine waited")

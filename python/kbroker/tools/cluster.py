@@ -15,6 +15,7 @@ from typing import Any
 from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import DescribeClusterRequest
 from kbroker.protocol.messages.core import MetadataRequest
+from kbroker.security.client import ClientSecurity
 from kbroker.tools.client import BrokerClient, ClientError, error_name
 
 
@@ -26,15 +27,18 @@ def broker_error(what: str, code: int, message: str | None = None) -> str:
 class Cluster:
     """The bootstrap broker plus, on demand, connections to the other nodes."""
 
-    def __init__(self, bootstrap: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self, bootstrap: str, timeout: float = 30.0, security: ClientSecurity | None = None
+    ) -> None:
         addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
         if not addresses:
             raise ClientError("no bootstrap address given")
         self.timeout = timeout
+        self.security = security
         failures = []
         for address in addresses:
             try:
-                self.bootstrap = BrokerClient(address, timeout)
+                self.bootstrap = BrokerClient(address, timeout, security=security)
                 break
             except ClientError as exc:
                 failures.append(str(exc))
@@ -86,7 +90,7 @@ class Cluster:
         client = (
             self.bootstrap
             if address == self.bootstrap.address
-            else BrokerClient(address, self.timeout)
+            else BrokerClient(address, self.timeout, security=self.security)
         )
         self._nodes[node_id] = client
         return client

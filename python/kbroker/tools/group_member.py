@@ -84,7 +84,7 @@ class GroupMember:
         self.partitions: list[int] = []
         address = self._find_coordinator()
         timeout = max(cluster.timeout, REBALANCE_TIMEOUT_MS / 1000 + 5)
-        self.client = BrokerClient(address, timeout)
+        self.client = BrokerClient(address, timeout, security=cluster.security)
         self._last_heartbeat = 0.0
 
     def _find_coordinator(self) -> str:

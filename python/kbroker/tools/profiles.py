@@ -6,6 +6,7 @@
     [profiles.prod]
     bootstrap = "b1:9092,b2:9092"
     timeout = 10                # seconds, optional
+    command_config = "~/.config/kbroker/prod.properties"   # TLS/SASL settings, optional
 
     [profiles.local]
     bootstrap = "127.0.0.1:9092"
@@ -22,7 +23,7 @@ from typing import Any
 
 from kbroker.tools.client import ClientError
 
-KEYS = ("bootstrap", "timeout")
+KEYS = ("bootstrap", "timeout", "command_config")
 
 
 class UnknownProfile(ValueError):
@@ -61,6 +62,8 @@ def load_profiles(path: Path) -> tuple[dict[str, dict[str, Any]], str | None]:
                 )
             if key == "bootstrap" and not (isinstance(value, str) and value.strip()):
                 raise ClientError(f"{path}: profiles.{name}.bootstrap must be HOST:PORT,...")
+            if key == "command_config" and not (isinstance(value, str) and value.strip()):
+                raise ClientError(f"{path}: profiles.{name}.command_config must be a file path")
             if key == "timeout" and (
                 isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
             ):

@@ -1,0 +1,210 @@
+"""TLS contexts from Kafka's ``ssl.*`` settings, for listeners and for the broker's own connections.
+
+Keystores and truststores are PEM (``ssl.keystore.type=PEM``): a keystore
+file holds the private key (PKCS#8, encrypted when ``ssl.key.password`` is
+set) and its certificate chain, or the two are given inline
+(``ssl.keystore.key`` and ``ssl.keystore.certificate.chain``); a truststore
+file or ``ssl.truststore.certificates`` holds the trusted authorities (the
+system's when neither is given). Every setting is read for the listener
+first (``listener.name.<listener>.ssl.*``), then for the broker.
+
+A listener's context is made once and kept: `reload_keystore` loads a new
+key and certificate into it, so connections that start afterwards present
+the new certificate and those already open go on (AlterConfigs of
+``listener.name.<l>.ssl.keystore.*``, as Kafka allows).
+
+Cipher suites may be named as OpenSSL or as IANA (Java) names; TLS 1.3
+suites are OpenSSL's defaults whatever is listed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import ssl
+import tempfile
+from collections.abc import Callable, Iterator
+
+from kbroker.config import ConfigError, Value
+
+# Reads a setting for a listener: its own value when given, else the broker's.
+Lookup = Callable[[str], Value]
+
+_PROTOCOLS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+
+
+def _text(lookup: Lookup, name: str) -> str | None:
+    value = lookup(name)
+    return None if value is None or value == "" else str(value)
+
+
+def _check_type(lookup: Lookup, name: str) -> None:
+    kind = _text(lookup, name)
+    if kind is not None and kind != "PEM":
+        raise ConfigError(
+            f"{name}: {kind} is not supported yet: convert it to PEM and set {name}=PEM"
+        )
+
+
+@contextlib.contextmanager
+def _private_files(*contents: str) -> Iterator[list[str]]:
+    """Inline PEM text in files only this process can read, removed at once after use."""
+    with tempfile.TemporaryDirectory(prefix="kbroker-tls-") as folder:
+        os.chmod(folder, 0o700)
+        paths = []
+        for i, text in enumerate(contents):
+            path = os.path.join(folder, f"{i}.pem")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            paths.append(path)
+        yield paths
+
+
+def load_keystore(context: ssl.SSLContext, lookup: Lookup, what: str) -> None:
+    """Loads the key and certificate chain the settings name into ``context``."""
+    _check_type(lookup, "ssl.keystore.type")
+    location = _text(lookup, "ssl.keystore.location")
+    chain = _text(lookup, "ssl.keystore.certificate.chain")
+    key = _text(lookup, "ssl.keystore.key")
+    password = _text(lookup, "ssl.key.password")
+    try:
+        if location is not None:
+            if chain is not None or key is not None:
+                raise ConfigError(
+                    f"{what}: give ssl.keystore.location or ssl.keystore.certificate.chain and "
+                    "ssl.keystore.key, not both"
+                )
+            context.load_cert_chain(location, password=password)
+        elif chain is not None and key is not None:
+            with _private_files(chain, key) as (chain_path, key_path):
+                context.load_cert_chain(chain_path, key_path, password=password)
+        elif chain is not None or key is not None:
+            raise ConfigError(
+                f"{what}: ssl.keystore.certificate.chain and ssl.keystore.key go together"
+            )
+        else:
+            raise ConfigError(
+                f"{what}: no keystore: set ssl.keystore.location (a PEM file with the key and "
+                "its certificate chain) and ssl.keystore.type=PEM"
+            )
+    except ssl.SSLError as exc:
+        raise ConfigError(f"{what}: cannot load the keystore: {_reason(exc)}") from None
+    except OSError as exc:
+        raise ConfigError(
+            f"{what}: cannot read the keystore {location}: {exc.strerror or exc}"
+        ) from None
+
+
+def _load_truststore(context: ssl.SSLContext, lookup: Lookup, what: str) -> None:
+    _check_type(lookup, "ssl.truststore.type")
+    location = _text(lookup, "ssl.truststore.location")
+    inline = _text(lookup, "ssl.truststore.certificates")
+    try:
+        if location is not None and inline is not None:
+            raise ConfigError(
+                f"{what}: give ssl.truststore.location or ssl.truststore.certificates, not both"
+            )
+        if location is not None:
+            context.load_verify_locations(cafile=location)
+        elif inline is not None:
+            context.load_verify_locations(cadata=inline)
+        else:
+            context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+            context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    except ssl.SSLError as exc:
+        raise ConfigError(f"{what}: cannot load the truststore: {_reason(exc)}") from None
+    except OSError as exc:
+        raise ConfigError(
+            f"{what}: cannot read the truststore {location}: {exc.strerror or exc}"
+        ) from None
+
+
+def _reason(exc: ssl.SSLError) -> str:
+    return str(exc.reason or exc.strerror or exc).lower().replace("_", " ")
+
+
+def openssl_cipher_name(name: str) -> str:
+    """An IANA cipher suite name (TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256) as OpenSSL's
+    (ECDHE-RSA-AES128-GCM-SHA256); other names are returned as they are."""
+    if not name.startswith("TLS_") or "_WITH_" not in name:
+        return name
+    kx, _, rest = name[4:].partition("_WITH_")
+    parts = rest.split("_")
+    if parts[:1] == ["AES"] and len(parts) >= 3:
+        cipher = f"AES{parts[1]}"
+        mode, mac = parts[2], parts[3] if len(parts) > 3 else ""
+        body = f"{cipher}-{mode}-{mac}" if mode in ("GCM", "CCM") else f"{cipher}-{mac}"
+        if mode == "CBC" and mac == "SHA":
+            body = cipher + "-SHA"
+    elif parts[:2] == ["CHACHA20", "POLY1305"]:
+        body = "CHACHA20-POLY1305"
+    else:
+        return name
+    prefix = {"ECDHE_RSA": "ECDHE-RSA-", "ECDHE_ECDSA": "ECDHE-ECDSA-", "DHE_RSA": "DHE-RSA-"}
+    if kx == "RSA":
+        return body
+    if kx not in prefix:
+        return name
+    return prefix[kx] + body
+
+
+def _apply_protocols_and_ciphers(context: ssl.SSLContext, lookup: Lookup, what: str) -> None:
+    enabled = lookup("ssl.enabled.protocols")
+    names = [str(p) for p in enabled] if isinstance(enabled, list) else []
+    versions = sorted(_PROTOCOLS[p] for p in names if p in _PROTOCOLS)
+    if not versions:
+        raise ConfigError(f"{what}: ssl.enabled.protocols names no TLS version kbroker offers")
+    context.minimum_version, context.maximum_version = versions[0], versions[-1]
+    suites = lookup("ssl.cipher.suites")
+    wanted = [str(s) for s in suites] if isinstance(suites, list) else []
+    tls12 = [openssl_cipher_name(s) for s in wanted if not _is_tls13_suite(s)]
+    if tls12:
+        try:
+            context.set_ciphers(":".join(tls12))
+        except ssl.SSLError:
+            raise ConfigError(
+                f"{what}: ssl.cipher.suites names no cipher suite OpenSSL knows "
+                f"({', '.join(wanted)})"
+            ) from None
+        known = {c["name"] for c in context.get_ciphers()}
+        unknown = [w for w, o in zip(wanted, tls12, strict=False) if o not in known]
+        if unknown:
+            raise ConfigError(f"{what}: ssl.cipher.suites: unknown suites {', '.join(unknown)}")
+
+
+def _is_tls13_suite(name: str) -> bool:
+    return name in (
+        "TLS_AES_128_GCM_SHA256",
+        "TLS_AES_256_GCM_SHA384",
+        "TLS_CHACHA20_POLY1305_SHA256",
+    )
+
+
+def server_context(lookup: Lookup, what: str) -> ssl.SSLContext:
+    """The context of a TLS listener (``what`` names it in errors)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _apply_protocols_and_ciphers(context, lookup, what)
+    load_keystore(context, lookup, what)
+    auth = _text(lookup, "ssl.client.auth") or "none"
+    if auth != "none":
+        _load_truststore(context, lookup, what)
+        context.verify_mode = ssl.CERT_REQUIRED if auth == "required" else ssl.CERT_OPTIONAL
+    return context
+
+
+def client_context(lookup: Lookup, what: str, with_keystore: bool | None = None) -> ssl.SSLContext:
+    """The context of an outgoing TLS connection: the truststore checks the broker's
+    certificate (and its host name unless ``ssl.endpoint.identification.algorithm`` is
+    empty); the keystore, when one is given, is the client's certificate."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _apply_protocols_and_ciphers(context, lookup, what)
+    _load_truststore(context, lookup, what)
+    context.check_hostname = _text(lookup, "ssl.endpoint.identification.algorithm") == "https"
+    if with_keystore is None:
+        with_keystore = any(
+            _text(lookup, n) for n in ("ssl.keystore.location", "ssl.keystore.certificate.chain")
+        )
+    if with_keystore:
+        load_keystore(context, lookup, what)
+    return context
