@@ -248,15 +248,18 @@ def consume_all(
     return out
 
 
-def read_error(bootstrap: str, topic: str, timeout: float = 15) -> int | None:
+def read_error(
+    bootstrap: str, topic: str, timeout: float = 15, extra: dict[str, Any] | None = None
+) -> int | None:
     """The error code a consumer gets reading partition 0 of ``topic`` from offset 0 (None
-    when it reads a record instead)."""
+    when it reads a record instead); ``extra``: more consumer settings (SASL ...)."""
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": "unused",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            **(extra or {}),
         }
     )
     c.assign([TopicPartition(topic, 0, 0)])
