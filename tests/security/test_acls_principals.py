@@ -9,10 +9,13 @@ and not bob; a consumer group needs Read on the group; only the operator manages
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,7 +32,16 @@ from confluent_kafka.admin import (
 )
 
 from tests.cluster.kafka_zk import prepare_kafka_zk_broker
-from tests.helpers import BrokerProcess, free_port, knows_controller, produce, read_error, wait_for
+from tests.helpers import (
+    KBROKER,
+    BrokerProcess,
+    free_port,
+    knows_controller,
+    produce,
+    read_error,
+    single_error_line,
+    wait_for,
+)
 from tests.zookeeper import ZooKeeperServer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
@@ -203,7 +215,26 @@ def test_a_consumer_group_needs_read_on_the_group(target: Target) -> None:
     assert group_error(target, "bob", topic, group) == KafkaError.GROUP_AUTHORIZATION_FAILED
 
 
-def test_only_the_operator_manages_acls(target: Target) -> None:
+def kbroker_acl_as(
+    target: Target, user: str, tmp_path: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`kbroker acl ...` as ``user`` through the SASL listener (--command-config)."""
+    config = tmp_path / f"{user}.properties"
+    config.write_text(
+        "security.protocol=SASL_PLAINTEXT\n"
+        "sasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="{user}" password="{PASSWORDS[user]}";\n'
+    )
+    return subprocess.run(
+        [*KBROKER, "acl", *args, "-b", f"127.0.0.1:{target.sasl}", "--command-config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_only_the_operator_manages_acls(target: Target, tmp_path: Path) -> None:
     topic = f"managed-{uuid.uuid4().hex[:8]}"
     alice = AdminClient(target.conf("alice"))
     (future,) = alice.create_acls([acl(topic, "User:alice", AclOperation.ALL)]).values()
@@ -225,3 +256,12 @@ def test_only_the_operator_manages_acls(target: Target) -> None:
     assert acl(topic, "User:bob", AclOperation.READ) in operator(target).describe_acls(
         everything
     ).result(15)
+    # kbroker's own tool over SASL: refused for alice in one line, allowed for admin.
+    refused_cli = kbroker_acl_as(target, "alice", tmp_path, "list")
+    assert refused_cli.returncode == 1
+    assert "CLUSTER_AUTHORIZATION_FAILED" in single_error_line(refused_cli.stderr)
+    listed = kbroker_acl_as(target, "admin", tmp_path, "list", "--topic", topic, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [(r["principal"], r["operation"]) for r in json.loads(listed.stdout)] == [
+        ("User:bob", "Read")
+    ]
