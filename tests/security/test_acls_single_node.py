@@ -42,8 +42,9 @@ def acl(*args: str, bootstrap: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def write(w: Wire, topic: str) -> int:
-    resp = w.request(ApiKey.PRODUCE, 9, produce_req(topic, build_batch([(None, b"v", [])])))
+def write(w: Wire, topic: str, transactional: bool = False) -> int:
+    batch = build_batch([(None, b"v", [])], transactional=transactional)
+    resp = w.request(ApiKey.PRODUCE, 9, produce_req(topic, batch))
     return int(resp.responses[0].partition_responses[0].error_code)
 
 
@@ -91,6 +92,9 @@ def test_no_acl_means_no_access_by_default(tmp_path: Path) -> None:
     try:
         w = Wire(broker.bootstrap)
         assert wire_create_topic(w, "t", 1) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        assert write(w, "t") == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        # A transactional batch needs Write on its transactional id first.
+        assert write(w, "t", transactional=True) == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         # Not even whether it exists is told.
         assert [(t.name, t.error_code) for t in metadata(w, ["t"]).topics] == [
             ("t", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
