@@ -383,7 +383,8 @@ class ZkClient:
         # kazoo's own timeouts bound these; the outer bound is a backstop.
         limit = self.settings.connection_timeout_s + self.settings.session_timeout_ms / 1000 + 10
         try:
-            return await asyncio.wait_for(asyncio.to_thread(fn, *args), limit)
+            async with asyncio.timeout(limit):
+                return await asyncio.to_thread(fn, *args)
         except TimeoutError:
             raise ZkTimeoutError(
                 f"ZooKeeper at {self.settings.connect}: no answer in {limit}s"
@@ -420,7 +421,8 @@ class ZkClient:
         if self._kazoo is None:
             raise ZkNotStartedError("ZooKeeper client is not started")
         try:
-            await asyncio.wait_for(self._connected.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._connected.wait()
         except TimeoutError:
             raise ZkTimeoutError(f"not connected to ZooKeeper within {timeout}s") from None
 
@@ -506,7 +508,10 @@ class ZkClient:
         pending.rawlink(lambda result: self._to_loop(settle, result))
         timeout = self.settings.request_timeout_s
         try:
-            return await asyncio.wait_for(future, timeout)
+            # Not wait_for: on Python 3.11 it can lose a cancellation that arrives with the
+            # answer, and the cancelled caller would go on.
+            async with asyncio.timeout(timeout):
+                return await future
         except TimeoutError:
             raise ZkTimeoutError(f"ZooKeeper: {what} got no answer in {timeout}s", path) from None
 
