@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -137,12 +137,13 @@ def wait_for(
         time.sleep(interval)
 
 
-def knows_controller(bootstrap: str) -> bool:
+def knows_controller(bootstrap: str, conf: Mapping[str, Any] | None = None) -> bool:
     """Whether the broker at ``bootstrap`` names a controller in its Metadata. One that
     just started may not know it yet, and librdkafka's admin client, told so, waits for
-    its next metadata refresh (minutes) before it sends CreateTopics anywhere."""
+    its next metadata refresh (minutes) before it sends CreateTopics anywhere. ``conf``:
+    the client's security settings, when the listener has any."""
     try:
-        md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
+        md = AdminClient({"bootstrap.servers": bootstrap, **(conf or {})}).list_topics(timeout=5)
     except Exception:
         return False
     return md.controller_id >= 0
