@@ -291,6 +291,22 @@ SECURITY_SETTINGS: tuple[Setting, ...] = (
         read_only=True,
     ),
     Setting(
+        "ssl.allow.dn.changes",
+        _S.BOOLEAN,
+        False,
+        "Whether a keystore changed while the broker runs may hold a certificate for another "
+        "distinguished name.",
+        read_only=True,
+    ),
+    Setting(
+        "ssl.allow.san.changes",
+        _S.BOOLEAN,
+        False,
+        "Whether a keystore changed while the broker runs may hold a certificate without some "
+        "of the old one's subject alternative names.",
+        read_only=True,
+    ),
+    Setting(
         "ssl.principal.mapping.rules",
         _S.STRING,
         "DEFAULT",

@@ -75,6 +75,16 @@ class SaslSslCluster:
             "sasl.password": CLIENT_PASSWORD,
         }
 
+    def kafka_python_conf(self) -> dict[str, Any]:
+        """kafka-python's settings for the CLIENT listener, as alice."""
+        return {
+            "security_protocol": "SASL_SSL",
+            "ssl_cafile": str(self.ca.cert),
+            "sasl_mechanism": "PLAIN",
+            "sasl_plain_username": CLIENT_USER,
+            "sasl_plain_password": CLIENT_PASSWORD,
+        }
+
     def client_properties(self) -> dict[str, str]:
         """A Java client's settings for the CLIENT listener, as alice."""
         return {

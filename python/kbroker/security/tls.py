@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 
 from kbroker.config import ConfigError, Value
+from kbroker.security.certificates import CertificateNames
 
 # Reads a setting for a listener: its own value when given, else the broker's.
 Lookup = Callable[[str], Value]
@@ -61,8 +62,9 @@ def _private_files(*contents: str) -> Iterator[list[str]]:
         yield paths
 
 
-def load_keystore(context: ssl.SSLContext, lookup: Lookup, what: str) -> None:
-    """Loads the key and certificate chain the settings name into ``context``."""
+def load_keystore(context: ssl.SSLContext, lookup: Lookup, what: str) -> CertificateNames | None:
+    """Loads the key and certificate chain the settings name into ``context``; the names
+    its certificate is for (None when they cannot be read)."""
     _check_type(lookup, "ssl.keystore.type")
     location = _text(lookup, "ssl.keystore.location")
     chain = _text(lookup, "ssl.keystore.certificate.chain")
@@ -76,9 +78,12 @@ def load_keystore(context: ssl.SSLContext, lookup: Lookup, what: str) -> None:
                     "ssl.keystore.key, not both"
                 )
             context.load_cert_chain(location, password=password)
+            with open(location, encoding="ascii", errors="replace") as f:
+                return CertificateNames.from_pem(f.read())
         elif chain is not None and key is not None:
             with _private_files(chain, key) as (chain_path, key_path):
                 context.load_cert_chain(chain_path, key_path, password=password)
+            return CertificateNames.from_pem(chain)
         elif chain is not None or key is not None:
             raise ConfigError(
                 f"{what}: ssl.keystore.certificate.chain and ssl.keystore.key go together"
@@ -181,16 +186,45 @@ def _is_tls13_suite(name: str) -> bool:
     )
 
 
-def server_context(lookup: Lookup, what: str) -> ssl.SSLContext:
-    """The context of a TLS listener (``what`` names it in errors)."""
+def server_context(lookup: Lookup, what: str) -> tuple[ssl.SSLContext, CertificateNames | None]:
+    """The context of a TLS listener (``what`` names it in errors), and the names its
+    certificate is for."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _apply_protocols_and_ciphers(context, lookup, what)
-    load_keystore(context, lookup, what)
+    names = load_keystore(context, lookup, what)
     auth = _text(lookup, "ssl.client.auth") or "none"
     if auth != "none":
         _load_truststore(context, lookup, what)
         context.verify_mode = ssl.CERT_REQUIRED if auth == "required" else ssl.CERT_OPTIONAL
-    return context
+    return context, names
+
+
+def check_same_names(
+    old: CertificateNames | None, new: CertificateNames | None, lookup: Lookup, what: str
+) -> None:
+    """Raises ConfigError when a listener's new certificate (``new``) is not for the names
+    of the one it presents (``old``), as far as ``ssl.allow.dn.changes`` and
+    ``ssl.allow.san.changes`` do not allow it."""
+    allow_dn, allow_san = lookup("ssl.allow.dn.changes"), lookup("ssl.allow.san.changes")
+    if allow_dn and allow_san:
+        return
+    if old is None or new is None:
+        raise ConfigError(
+            f"{what}: cannot read the names of the {'old' if old is None else 'new'} "
+            "certificate to compare them (ssl.allow.dn.changes and ssl.allow.san.changes "
+            "allow any certificate)"
+        )
+    if not allow_dn and not new.same_subject(old):
+        raise ConfigError(
+            f"{what}: the new certificate is for {new.distinguished_name}, not the "
+            f"distinguished name of the one in use ({old.distinguished_name}); "
+            "ssl.allow.dn.changes=true allows it"
+        )
+    if not allow_san and not old.alt_names <= new.alt_names:
+        raise ConfigError(
+            f"{what}: the new certificate lacks subject alternative names of the one in use; "
+            "ssl.allow.san.changes=true allows it"
+        )
 
 
 def client_context(lookup: Lookup, what: str, with_keystore: bool | None = None) -> ssl.SSLContext:
