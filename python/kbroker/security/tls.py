@@ -70,6 +70,9 @@ def load_keystore(context: ssl.SSLContext, lookup: Lookup, what: str) -> Certifi
     chain = _text(lookup, "ssl.keystore.certificate.chain")
     key = _text(lookup, "ssl.keystore.key")
     password = _text(lookup, "ssl.key.password")
+    # Always a password: without one OpenSSL would ask for it on the terminal.
+    given = password if password is not None else _no_password
+    text = ""
     try:
         if location is not None:
             if chain is not None or key is not None:
@@ -77,12 +80,14 @@ def load_keystore(context: ssl.SSLContext, lookup: Lookup, what: str) -> Certifi
                     f"{what}: give ssl.keystore.location or ssl.keystore.certificate.chain and "
                     "ssl.keystore.key, not both"
                 )
-            context.load_cert_chain(location, password=password)
             with open(location, encoding="ascii", errors="replace") as f:
-                return CertificateNames.from_pem(f.read())
+                text = f.read(_MAX_KEYSTORE_CHARS)
+            context.load_cert_chain(location, password=given)
+            return CertificateNames.from_pem(text)
         elif chain is not None and key is not None:
+            text = chain + key
             with _private_files(chain, key) as (chain_path, key_path):
-                context.load_cert_chain(chain_path, key_path, password=password)
+                context.load_cert_chain(chain_path, key_path, password=given)
             return CertificateNames.from_pem(chain)
         elif chain is not None or key is not None:
             raise ConfigError(
@@ -94,11 +99,35 @@ def load_keystore(context: ssl.SSLContext, lookup: Lookup, what: str) -> Certifi
                 "its certificate chain) and ssl.keystore.type=PEM"
             )
     except ssl.SSLError as exc:
-        raise ConfigError(f"{what}: cannot load the keystore: {_reason(exc)}") from None
+        reason = _reason(exc)
+        if "pem lib" in reason:  # all OpenSSL says of a PEM file it cannot use
+            reason = _keystore_problem(text, password is not None)
+        raise ConfigError(f"{what}: cannot load the keystore: {reason}") from None
     except OSError as exc:
         raise ConfigError(
             f"{what}: cannot read the keystore {location}: {exc.strerror or exc}"
         ) from None
+
+
+# More than any keystore holds (a key and a long certificate chain).
+_MAX_KEYSTORE_CHARS = 1 << 20
+
+
+def _no_password() -> bytes:
+    return b""
+
+
+def _keystore_problem(text: str, with_password: bool) -> str:
+    """Why OpenSSL could not use a PEM keystore, said from what it holds."""
+    if "PRIVATE KEY-----" not in text:
+        return "it holds no private key (a PEM keystore holds the key and its certificate chain)"
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        return "it holds no certificate (a PEM keystore holds the key and its certificate chain)"
+    if "-----BEGIN ENCRYPTED PRIVATE KEY-----" in text:
+        if with_password:
+            return "its key cannot be decrypted with ssl.key.password"
+        return "its key is encrypted: set ssl.key.password"
+    return "its key or certificate cannot be read"
 
 
 def _load_truststore(context: ssl.SSLContext, lookup: Lookup, what: str) -> None:
