@@ -222,9 +222,11 @@ def consume_all(
     partitions: int | Iterable[int],
     expected: int,
     timeout: float = 20,
+    conf: Mapping[str, Any] | None = None,
 ) -> list[Any]:
     """Reads partitions (a count: 0..n-1, or which) from offset 0, without a group,
-    until `expected` messages came or `timeout` passed; returns the messages."""
+    until `expected` messages came or `timeout` passed; returns the messages. ``conf``:
+    more consumer settings (security)."""
     numbers = range(partitions) if isinstance(partitions, int) else partitions
     c = Consumer(
         {
@@ -232,6 +234,7 @@ def consume_all(
             "group.id": "unused",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            **(conf or {}),
         }
     )
     c.assign([TopicPartition(topic, p, 0) for p in numbers])
