@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kbroker.cluster import zk_data as zd
+from kbroker.cluster.entity_configs import ZkEntityConfigStore
 from kbroker.cluster_member import ClusterMember, MemberSettings
 from kbroker.config import (
     TOPIC_SETTINGS,
@@ -55,6 +56,9 @@ from kbroker.metadata_types import TopicMetadata
 from kbroker.metrics.core import BrokerMetrics
 from kbroker.network.server import Dispatch, Server, ServerLimits
 from kbroker.producer_ids import ProducerIdAllocator, ProducerIds
+from kbroker.quota.entity import DEFAULT, QuotaEntity, desanitize
+from kbroker.quota.manager import QuotaManagers
+from kbroker.quota.store import EntityConfigStore, LocalEntityConfigStore
 from kbroker.replication.alter_partition import IsrChannel
 from kbroker.replication.fetcher import FetcherSettings, ReplicaFetcherManager
 from kbroker.replication.partition import Partition
@@ -110,6 +114,12 @@ class Broker:
         self.servers: dict[str, Server] = {}
         self.producer_ids: ProducerIds
         self.coordinator = GroupCoordinator(self)
+        # The client quotas, fed (as `credentials`) from users' and clients' configs
+        # (`on_quota_entity_configs`), which `entity_configs` keeps.
+        self.quotas = QuotaManagers(
+            config.get_int("quota.window.num"), config.get_int("quota.window.size.seconds")
+        )
+        self.entity_configs: EntityConfigStore
         # Filled by the Dispatcher: the APIs ApiVersions advertises.
         self.handled_api_keys: frozenset[int] = frozenset()
         self._topic_configs: dict[str, dict[str, Value]] = {}
@@ -136,6 +146,7 @@ class Broker:
                 self.metadata_cache,
                 on_topic_configs=self.on_topic_configs,
                 on_broker_configs=self.on_broker_configs,
+                on_quota_entity_configs=self.on_quota_entity_configs,
                 allow_unclean=lambda topic: bool(
                     self.topic_config(topic)["unclean.leader.election.enable"]
                 ),
@@ -159,6 +170,10 @@ class Broker:
         store.load()
         self.metadata = store
         self.producer_ids = ProducerIdAllocator(store)
+        entity_configs = LocalEntityConfigStore(store, self.on_quota_entity_configs)
+        for entity, configs in entity_configs.load().items():
+            self.on_quota_entity_configs(entity, configs)
+        self.entity_configs = entity_configs
         stored = store.broker_configs()
         for name, text in stored.items():
             try:
@@ -289,6 +304,7 @@ class Broker:
         assert self.cluster is not None
         cluster = self.cluster
         self.producer_ids = cluster.producer_ids
+        self.entity_configs = ZkEntityConfigStore(cluster.zk, self.on_quota_entity_configs)
         self._open_logs()
         # A failed write of partition data (from any thread): leadership moves elsewhere
         # until this broker can write again.
@@ -933,6 +949,13 @@ class Broker:
         self._topic_configs[name] = parse_stored_topic_configs(name, configs)
         if self._storage_open:
             self.logs.update_config(name)
+
+    def on_quota_entity_configs(self, entity: QuotaEntity, configs: Mapping[str, str]) -> None:
+        """A user's or client's whole config set, as stored (at start, and on each change):
+        a user's SCRAM credentials go to the credential cache, every quota to the quotas."""
+        if entity.client_id is None and entity.user is not None and entity.user != DEFAULT:
+            self.credentials.update_user(desanitize(entity.user), configs)
+        self.quotas.update_entity(entity, configs)
 
     def dynamic_broker_configs(self, cluster_default: bool) -> dict[str, str]:
         """The dynamic broker settings of this broker, or (``cluster_default``) those every

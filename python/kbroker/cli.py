@@ -803,6 +803,234 @@ def config_delete(
     click.echo(f"{', '.join(names)} {verb} for {resource.label}.")
 
 
+# -- users and quotas -------------------------------------------------------------------
+
+
+@main.group("user")
+def user_group() -> None:
+    """SCRAM users: create, list and delete their credentials."""
+
+
+def _read_password(password_file: str | None) -> str:
+    """The password from a file ("-": standard input, first line) or a prompt; never an
+    argument, so it stays out of shell histories and process lists."""
+    if password_file is None:
+        return str(click.prompt("Password", hide_input=True, confirmation_prompt=True))
+    try:
+        if password_file == "-":
+            text = sys.stdin.readline()
+        else:
+            with open(password_file, encoding="utf-8") as f:
+                text = f.readline()
+    except OSError as exc:
+        raise click.ClickException(f"cannot read the password: {exc}") from None
+    password = text.rstrip("\r\n")
+    if not password:
+        raise click.ClickException("the password file holds no password")
+    return password
+
+
+_MECHANISM_CHOICE = click.Choice(["SCRAM-SHA-256", "SCRAM-SHA-512"], case_sensitive=False)
+
+
+@user_group.command("create")
+@_admin_options
+@click.argument("name")
+@click.option("--mechanism", type=_MECHANISM_CHOICE, default="SCRAM-SHA-256", show_default=True)
+@click.option(
+    "--iterations",
+    type=click.IntRange(4096, 16384),
+    default=8192,
+    show_default=True,
+    help="PBKDF2 iterations of the salted password.",
+)
+@click.option(
+    "--password-file",
+    metavar="FILE",
+    help="Read the password from the first line of FILE ('-': standard input); "
+    "without it the password is asked for.",
+)
+def user_create(
+    bootstrap: str,
+    timeout: float,
+    name: str,
+    mechanism: str,
+    iterations: int,
+    password_file: str | None,
+) -> None:
+    """Create a user's SCRAM credential (or replace it)."""
+    from kbroker.tools import users as tool
+
+    password = _read_password(password_file)
+    with _cluster(bootstrap, timeout) as cluster:
+        tool.create(cluster, name, password, mechanism.upper(), iterations)
+    click.echo(f"{mechanism.upper()} credential of user {name!r} set ({iterations} iterations).")
+
+
+@user_group.command("list")
+@_admin_options
+@click.argument("names", nargs=-1)
+@_json_option
+def user_list(bootstrap: str, timeout: float, names: tuple[str, ...], as_json: bool) -> None:
+    """List users' SCRAM credentials (mechanism and iterations; never a secret)."""
+    from kbroker.tools import users as tool
+
+    with _cluster(bootstrap, timeout) as cluster:
+        rows = tool.describe(cluster, names)
+    if as_json:
+        _echo_json(rows)
+        return
+    _echo_table(
+        ["USER", "MECHANISM", "ITERATIONS"],
+        [[r["user"], r["mechanism"], r["iterations"]] for r in rows],
+    )
+
+
+@user_group.command("delete")
+@_admin_options
+@click.argument("name")
+@click.option(
+    "--mechanism",
+    "mechanisms",
+    type=_MECHANISM_CHOICE,
+    multiple=True,
+    help="Only this mechanism's credential (repeatable); default: all of the user's.",
+)
+def user_delete(bootstrap: str, timeout: float, name: str, mechanisms: tuple[str, ...]) -> None:
+    """Delete a user's SCRAM credentials."""
+    from kbroker.tools import users as tool
+
+    with _cluster(bootstrap, timeout) as cluster:
+        deleted = tool.delete(cluster, name, mechanisms)
+    click.echo(f"deleted the {', '.join(deleted)} credential(s) of user {name!r}.")
+
+
+@main.group("quota")
+def quota_group() -> None:
+    """Client quotas of users and client ids (Kafka's names and precedence)."""
+
+
+_entity_options = [
+    click.option("--user", help="The user (a principal's name) the quota is set on."),
+    click.option("--user-default", is_flag=True, help="The default each user gets."),
+    click.option("--client-id", help="The client id the quota is set on."),
+    click.option("--client-default", is_flag=True, help="The default each client id gets."),
+]
+
+
+def _with_entity(f: Any) -> Any:
+    for option in reversed(_entity_options):
+        f = option(f)
+    return f
+
+
+def _entity(
+    user: str | None, user_default: bool, client_id: str | None, client_default: bool
+) -> Any:
+    from kbroker.tools.quotas import entity_of
+
+    try:
+        return entity_of(user, user_default, client_id, client_default)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+@quota_group.command("set")
+@_admin_options
+@_with_entity
+@click.argument("pairs", nargs=-1, required=True, metavar="KEY=VALUE...")
+@click.option("--validate-only", is_flag=True, help="Only check the change; apply nothing.")
+def quota_set(
+    bootstrap: str,
+    timeout: float,
+    user: str | None,
+    user_default: bool,
+    client_id: str | None,
+    client_default: bool,
+    pairs: tuple[str, ...],
+    validate_only: bool,
+) -> None:
+    """Set quotas: producer_byte_rate, consumer_byte_rate (bytes/s), request_percentage."""
+    from kbroker.tools import quotas as tool
+
+    parts = _entity(user, user_default, client_id, client_default)
+    values = {}
+    for key, text in _settings(pairs, "KEY=VALUE").items():
+        try:
+            values[key] = float(text)
+        except ValueError:
+            raise click.BadParameter(f"{key}={text!r} is not a number") from None
+    with _cluster(bootstrap, timeout) as cluster:
+        tool.alter(cluster, parts, values, (), validate_only)
+    verb = "would be set" if validate_only else "set"
+    click.echo(f"{', '.join(values)} {verb} for {tool.label(parts)}.")
+
+
+@quota_group.command("delete")
+@_admin_options
+@_with_entity
+@click.argument("keys", nargs=-1, required=True, metavar="KEY...")
+def quota_delete(
+    bootstrap: str,
+    timeout: float,
+    user: str | None,
+    user_default: bool,
+    client_id: str | None,
+    client_default: bool,
+    keys: tuple[str, ...],
+) -> None:
+    """Remove quotas, so that the next level of Kafka's precedence applies."""
+    from kbroker.tools import quotas as tool
+
+    parts = _entity(user, user_default, client_id, client_default)
+    with _cluster(bootstrap, timeout) as cluster:
+        tool.alter(cluster, parts, None, keys)
+    click.echo(f"{', '.join(keys)} removed for {tool.label(parts)}.")
+
+
+@quota_group.command("describe")
+@_admin_options
+@_with_entity
+@_json_option
+def quota_describe(
+    bootstrap: str,
+    timeout: float,
+    user: str | None,
+    user_default: bool,
+    client_id: str | None,
+    client_default: bool,
+    as_json: bool,
+) -> None:
+    """Show quotas: of every entity, or of the one named (with --user/--client-id and the
+    defaults, exactly that entity)."""
+    from kbroker.tools import quotas as tool
+
+    named = user is not None or user_default or client_id is not None or client_default
+    parts = _entity(user, user_default, client_id, client_default) if named else []
+    with _cluster(bootstrap, timeout) as cluster:
+        rows = tool.describe(cluster, parts, strict=named)
+    if as_json:
+        _echo_json(rows)
+        return
+
+    def shown(row: dict[str, Any], key: str) -> str:
+        if key not in row:
+            return ""
+        return "<default>" if row[key] is None else str(row[key])
+
+    _echo_table(
+        ["USER", "CLIENT-ID", "QUOTAS"],
+        [
+            [
+                shown(r, "user"),
+                shown(r, "client_id"),
+                ", ".join(f"{k}={v}" for k, v in r["quotas"].items()),
+            ]
+            for r in rows
+        ],
+    )
+
+
 @main.command("offsets")
 @_admin_options
 @click.argument("specs", nargs=-1, required=True, metavar="TOPIC[:PARTITION,...]...")

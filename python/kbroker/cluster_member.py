@@ -17,6 +17,8 @@ What a broker does in a cluster beyond serving its partitions, in Kafka
   shows the change done.
 - The configs of topics, read from ``/config/topics`` before a partition's
   log is opened, and producer ids in blocks reserved in ZooKeeper.
+- Users' and clients' configs (SCRAM credentials, quotas): all of them at
+  `connect`, then each change announced, to ``on_quota_entity_configs``.
 
 Until followers replicate (the replication issue), a partition has one
 replica: topics with a replication factor above 1 are refused.
@@ -38,6 +40,7 @@ from typing import Any
 from kbroker.cluster import zk_data as zd
 from kbroker.cluster.configs import (
     ConfigChangeWatcher,
+    QuotaEntityCallback,
     read_topic_configs,
     set_broker_configs,
     set_topic_configs,
@@ -127,6 +130,7 @@ class ClusterMember:
         *,
         on_topic_configs: Callable[[str, dict[str, str]], None],
         on_broker_configs: Callable[[int | None, dict[str, str]], None],
+        on_quota_entity_configs: QuotaEntityCallback | None = None,
         allow_unclean: Callable[[str], bool] = lambda _topic: False,
         controller_settings: ControllerSettings | None = None,
     ) -> None:
@@ -137,7 +141,9 @@ class ClusterMember:
         self.zk = ZkClient(settings.zk)
         self.producer_ids = ZkProducerIdAllocator(self.zk, settings.broker_id)
         self.allow_unclean = allow_unclean
-        self.configs = ConfigChangeWatcher(self.zk, on_topic_configs, on_broker_configs)
+        self.configs = ConfigChangeWatcher(
+            self.zk, on_topic_configs, on_broker_configs, on_quota_entity=on_quota_entity_configs
+        )
         # Config changes made here, being written to ZooKeeper.
         self._config_writes: list[asyncio.Future[object]] = []
         self.registrar: BrokerRegistrar | None = None

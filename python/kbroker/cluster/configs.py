@@ -14,8 +14,17 @@ topic exists, as Kafka's changeTopicConfig does. A topic being created
 writes its configs with ``notify=False`` before its assignment, as Kafka's
 createTopic does: brokers read them when they create the topic's logs.
 
-Readers: `read_topic_configs`, `read_broker_configs` (a missing znode reads
-as no configs) and `read_all_topic_configs`, `read_all_broker_configs`.
+Users' and clients' configs (SCRAM credentials and quotas) are the same
+kind of znode at /config/users/<user>, /config/clients/<client-id> and
+/config/users/<user>/clients/<client-id> (names sanitized, ``<default>`` for
+defaults; see kbroker.quota.entity): `set_quota_entity_configs` writes one and
+announces ``users/<user>``, ``clients/<id>`` or ``users/<user>/clients/<id>``,
+creating missing parents with no data as Kafka does.
+
+Readers: `read_topic_configs`, `read_broker_configs`,
+`read_quota_entity_configs` (a missing znode reads as no configs) and
+`read_all_topic_configs`, `read_all_broker_configs`,
+`read_all_quota_entity_configs`.
 
 Values are stored as given. Kafka stores password-type broker configs
 (``ssl.keystore.password`` ...) encrypted with ``password.encoder.secret``:
@@ -26,9 +35,10 @@ value written here is one a Kafka broker cannot decode.
 over ZkNodeChangeNotificationListener): it reports every notification newer
 than those present at its start, in sequence order, with the entity's
 configs as read after the notification, to ``on_topic(topic, configs)`` or
-``on_broker(broker_id | None, configs)`` on the event loop. Notifications
+``on_broker(broker_id | None, configs)`` on the event loop, and, when given,
+users' and clients' to ``on_quota_entity(entity, configs)``. Notifications
 and config znodes it cannot read (not Kafka's JSON, a bad entity name) are
-logged and skipped. Other entity types (clients, users, ips) are ignored.
+logged and skipped. Other entity types (ips) are ignored.
 Like Kafka it deletes notifications older than 15 minutes after each round.
 """
 
@@ -36,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -62,9 +73,11 @@ from kbroker.cluster.zk_data import (
     decode_entity_config,
     encode_config_change,
     encode_entity_config,
+    quota_entity_config_path,
     sequence_number,
     topic_config_path,
 )
+from kbroker.quota.entity import QuotaEntity
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +85,8 @@ log = logging.getLogger(__name__)
 CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 TOPICS_CONFIG_PATH = f"{CONFIG_PATH}/topics"
 BROKERS_CONFIG_PATH = f"{CONFIG_PATH}/brokers"
+USERS_CONFIG_PATH = f"{CONFIG_PATH}/users"
+CLIENTS_CONFIG_PATH = f"{CONFIG_PATH}/clients"
 # How many znodes one read_all_* asks for at once.
 _READ_BATCH = 128
 # Set-or-create rounds when another writer creates or deletes the znode between our calls.
@@ -79,6 +94,7 @@ _WRITE_ATTEMPTS = 3
 
 TopicCallback = Callable[[str, dict[str, str]], None]
 BrokerCallback = Callable[[int | None, dict[str, str]], None]
+QuotaEntityCallback = Callable[[QuotaEntity, dict[str, str]], None]
 T = TypeVar("T")
 
 
@@ -105,6 +121,16 @@ async def set_broker_configs(
     path = broker_config_path(broker_id)
     name = DEFAULT_ENTITY if broker_id is None else str(broker_id)
     return await _set_entity_configs(zk, path, f"brokers/{name}", configs, notify)
+
+
+async def set_quota_entity_configs(
+    zk: ZkClient, entity: QuotaEntity, configs: Mapping[str, str], *, notify: bool = True
+) -> int | None:
+    """Writes a user's, client's or user's client's whole set of configs (credentials and
+    quotas) and announces the change; returns the notification's sequence number."""
+    return await _set_entity_configs(
+        zk, quota_entity_config_path(entity), entity.path, configs, notify
+    )
 
 
 async def notify_config_change(zk: ZkClient, entity_path: str) -> int:
@@ -160,6 +186,42 @@ async def read_all_broker_configs(zk: ZkClient) -> dict[int | None, dict[str, st
     return await _read_all(zk, BROKERS_CONFIG_PATH, broker_entity_id)
 
 
+async def read_quota_entity_configs(zk: ZkClient, entity: QuotaEntity) -> dict[str, str]:
+    """A user's or client's configs ({} when it has none); ZkDataError when unreadable."""
+    return await _read_entity(zk, quota_entity_config_path(entity)) or {}
+
+
+async def read_all_quota_entity_configs(zk: ZkClient) -> dict[QuotaEntity, dict[str, str]]:
+    """Every user's, client's and user's client's configs (some may be empty)."""
+    out: dict[QuotaEntity, dict[str, str]] = {}
+    users = await _read_all(
+        zk, USERS_CONFIG_PATH, lambda name: QuotaEntity.from_path("users", name)
+    )
+    clients = await _read_all(
+        zk, CLIENTS_CONFIG_PATH, lambda name: QuotaEntity.from_path("clients", name)
+    )
+    out.update(users)
+    out.update(clients)
+    try:
+        user_names = await zk.get_children(USERS_CONFIG_PATH)
+    except ZkNoNodeError:
+        user_names = []
+    for user in user_names:
+        try:
+            QuotaEntity.from_path("users", user)
+        except ValueError as exc:
+            log.warning("skipping %s/%s: %s", USERS_CONFIG_PATH, user, exc)
+            continue
+        parent = f"{USERS_CONFIG_PATH}/{user}/clients"
+        pairs = await _read_all(zk, parent, functools.partial(_user_client_entity, user))
+        out.update(pairs)
+    return out
+
+
+def _user_client_entity(user: str, client: str) -> QuotaEntity:
+    return QuotaEntity.from_path("users", f"{user}/clients/{client}")
+
+
 def broker_entity_id(name: str) -> int | None:
     """The broker a /config/brokers child names: None for <default>; ZkDataError otherwise."""
     if name == DEFAULT_ENTITY:
@@ -204,7 +266,7 @@ async def _read_all(
                 continue  # deleted since the listing
             try:
                 out[entity(name)] = result
-            except ZkDataError as exc:
+            except (ZkDataError, ValueError) as exc:
                 log.warning("skipping %s/%s: %s", parent, name, exc)
     return out
 
@@ -232,12 +294,14 @@ class ConfigChangeWatcher:
         on_topic: TopicCallback,
         on_broker: BrokerCallback,
         *,
+        on_quota_entity: QuotaEntityCallback | None = None,
         change_expiration_ms: int = CONFIG_CHANGE_EXPIRATION_MS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._zk = zk
         self._on_topic = on_topic
         self._on_broker = on_broker
+        self._on_quota_entity = on_quota_entity
         self._expiration_ms = change_expiration_ms
         self._clock = clock
         self._last = -1
@@ -358,6 +422,14 @@ class ConfigChangeWatcher:
                 self._call(
                     self._on_broker, broker_id, await read_broker_configs(self._zk, broker_id)
                 )
+            elif change.entity_type in ("users", "clients") and self._on_quota_entity:
+                try:
+                    entity = QuotaEntity.from_path(change.entity_type, change.entity_name)
+                except ValueError as exc:
+                    log.warning("skipping config change %s: %s", path, exc)
+                    return
+                configs = await read_quota_entity_configs(self._zk, entity)
+                self._call(self._on_quota_entity, entity, configs)
             else:
                 log.debug("ignoring config change for %s", change.entity_path)
         except ZkDataError as exc:
@@ -374,6 +446,11 @@ class ConfigChangeWatcher:
             self._call(self._on_topic, topic, configs)
         for broker_id, configs in brokers.items():
             self._call(self._on_broker, broker_id, configs)
+        if self._on_quota_entity is not None:
+            entities = await read_all_quota_entity_configs(self._zk)
+            log.info("reporting the configs of %d users and clients", len(entities))
+            for entity, configs in entities.items():
+                self._call(self._on_quota_entity, entity, configs)
         self._last = max(self._last, top)
 
     async def _purge(self, numbered: Sequence[tuple[int, str]]) -> None:

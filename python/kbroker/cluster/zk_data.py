@@ -37,6 +37,7 @@ from kbroker.cluster.errors import ZkDataError
 from kbroker.log.log import TopicPartition
 from kbroker.log.partition_metadata import decode_topic_id, encode_topic_id
 from kbroker.metadata_types import PartitionState
+from kbroker.quota.entity import QuotaEntity
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -129,6 +130,12 @@ def broker_config_path(broker_id: int | None) -> str:
     if broker_id is None:
         return config_path("brokers", DEFAULT_ENTITY)
     return config_path("brokers", str(_check_int("broker id", broker_id, 0, INT32_MAX)))
+
+
+def quota_entity_config_path(entity: QuotaEntity) -> str:
+    """/config/users/<user>, /config/clients/<client-id> or /config/users/<user>/clients/<id>
+    (names sanitized as Kafka's Sanitizer does, see kbroker.quota.entity)."""
+    return f"{CONFIG_PATH}/{entity.path}"
 
 
 def delete_topic_path(topic: str) -> str:

@@ -7,6 +7,13 @@ this package exports ``HANDLERS = {api_key: handler}``; the registry built
 from them *is* what ApiVersions advertises: an API is advertised exactly when it
 has a handler here (intersected with the declared versions in
 ``kbroker.protocol.APIS``).
+
+Request-time quotas (``request_percentage``, Kafka's request quota) are
+applied here, to every request but the replication ones (follower fetches,
+the controller's and brokers' own APIs) and SASL's: the time the event loop
+spends in the handler (its synchronous part) counts; a client over its
+quota gets the throttle time in its answer (the larger of it and a byte-rate
+throttle the handler set) and its connection pauses for it.
 """
 
 from __future__ import annotations
@@ -50,6 +57,18 @@ Handler = Callable[["Broker", RequestContext, Any], Any]
 # Responses that may carry records are encoded around them, so the record
 # bytes can go out zero-copy.
 _SEGMENTED = frozenset({ApiKey.FETCH})
+# Never throttled by request-time quotas: replication and authentication.
+_QUOTA_EXEMPT = frozenset(
+    {
+        ApiKey.LEADER_AND_ISR,
+        ApiKey.STOP_REPLICA,
+        ApiKey.UPDATE_METADATA,
+        ApiKey.CONTROLLED_SHUTDOWN,
+        ApiKey.ALTER_PARTITION,
+        ApiKey.SASL_HANDSHAKE,
+        ApiKey.SASL_AUTHENTICATE,
+    }
+)
 
 
 def _registry() -> dict[int, Handler]:
@@ -64,16 +83,40 @@ def _registry() -> dict[int, Handler]:
     return handlers
 
 
+def _is_follower_fetch(request: Any) -> bool:
+    replica = getattr(request, "replica_id", -1)
+    state = getattr(request, "replica_state", None)
+    if state is not None and getattr(state, "replica_id", -1) >= 0:
+        replica = state.replica_id
+    return replica is not None and replica >= 0
+
+
 def _request_name(key: int, request: Any) -> str:
     """The request's name as Kafka's RequestMetrics labels it."""
     if key == ApiKey.FETCH:
-        replica = getattr(request, "replica_id", -1)
-        state = getattr(request, "replica_state", None)
-        if state is not None and getattr(state, "replica_id", -1) >= 0:
-            replica = state.replica_id
-        return "FetchFollower" if replica is not None and replica >= 0 else "FetchConsumer"
+        return "FetchFollower" if _is_follower_fetch(request) else "FetchConsumer"
     spec = APIS_BY_KEY.get(key)
     return spec.name if spec is not None else str(key)
+
+
+def _set_throttle(throttle_ms: int, body: Any) -> Any:
+    """The answer with at least ``throttle_ms`` as its throttle time."""
+    if body is not None and throttle_ms > getattr(body, "throttle_time_ms", throttle_ms):
+        body.throttle_time_ms = throttle_ms
+    return body
+
+
+def _with_throttle(body: Any, throttle_ms: int) -> Any:
+    """`_set_throttle` on an answer that may not be ready yet."""
+    if isinstance(body, asyncio.Future):
+        return then(body, functools.partial(_set_throttle, throttle_ms))
+    if inspect.isawaitable(body):
+
+        async def later(pending: Awaitable[Any] = body) -> Any:
+            return _set_throttle(throttle_ms, await pending)
+
+        return later()
+    return _set_throttle(throttle_ms, body)
 
 
 class Dispatcher:
@@ -118,6 +161,7 @@ class Dispatcher:
             security.listener.name,
             security.principal,
             received_ns=connection.received_ns or started,
+            request_bytes=len(frame),
         )
         timing = new_timing(
             self.metrics,
@@ -146,7 +190,17 @@ class Dispatcher:
         request: Any,
         timing: RequestTiming | None = None,
     ) -> Response | Awaitable[Response]:
-        body = handler(self.broker, ctx, request)
+        if self.broker.quotas.request.enabled and self._request_quota_applies(header, request):
+            handler_started = time.monotonic_ns()
+            body = handler(self.broker, ctx, request)
+            throttle_ms = self.broker.quotas.request_throttle_ms(
+                ctx.principal, ctx.client_id, time.monotonic_ns() - handler_started
+            )
+            if throttle_ms > 0:
+                ctx.connection.mute_for(throttle_ms / 1000)
+                body = _with_throttle(body, throttle_ms)
+        else:
+            body = handler(self.broker, ctx, request)
         if isinstance(body, asyncio.Future):
             # Waiting in a purgatory: encoded when done, with no task per request.
             if timing is None:
@@ -155,6 +209,15 @@ class Dispatcher:
         if inspect.isawaitable(body):
             return self._finish(header, body, timing)
         return self._encode(header, body)
+
+    @staticmethod
+    def _request_quota_applies(header: RequestHeader, request: Any) -> bool:
+        if header.api_key in _QUOTA_EXEMPT:
+            return False
+        if header.api_key == ApiKey.FETCH:
+            return not _is_follower_fetch(request)
+        # Kafka leaves acks=0 produce requests out of the request quota.
+        return not (header.api_key == ApiKey.PRODUCE and getattr(request, "acks", 1) == 0)
 
     async def _finish(
         self, header: RequestHeader, pending: Awaitable[Any], timing: RequestTiming | None

@@ -15,6 +15,13 @@ its progress; from v12 a fetch names the epoch of its last batch and gets
 
 Fetch sessions (KIP-227) are answered session-less: session id 0, so
 clients keep sending full fetch requests.
+
+A consumer with a ``consumer_byte_rate`` quota (followers never have one)
+fetches at most what its quota allows in one go; a response that puts it
+over its quota is answered without data, with the throttle time, and the
+connection is paused for that time (Kafka's way: the records are fetched
+again, from the same offset, once the throttle is over, so none is lost or
+delivered twice).
 """
 
 from __future__ import annotations
@@ -55,10 +62,16 @@ def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         replica_id = -1 if state is None else state.replica_id
     else:
         replica_id = request.replica_id
+    max_bytes = request.max_bytes if version >= 3 else 0x7FFFFFFF
+    min_bytes = request.min_bytes
+    quota = broker.quotas.fetch.enabled and replica_id < 0
+    if quota:
+        max_bytes = broker.quotas.fetch_max_bytes(ctx.principal, ctx.client_id, max_bytes)
+        min_bytes = min(min_bytes, max_bytes)
     params = FetchParams(
         max_wait_ms=min(max(request.max_wait_ms, 0), MAX_WAIT_MS),
-        min_bytes=request.min_bytes,
-        max_bytes=request.max_bytes if version >= 3 else 0x7FFFFFFF,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
         read_committed=committed,
         replica_id=max(replica_id, -1),
     )
@@ -89,9 +102,55 @@ def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             )
         plan.append((topic, entries))
     done = broker.replica_manager.fetch_records(params, fetches)
+    if quota:
+        return then(
+            done, lambda results: _throttled(broker, ctx, version, committed, plan, results)
+        )
     if done.done():
         return _response(version, committed, plan, done.result())
     return then(done, lambda results: _response(version, committed, plan, results))
+
+
+def _throttled(
+    broker: Broker,
+    ctx: RequestContext,
+    version: int,
+    committed: bool,
+    plan: list[tuple[Any, list[tuple[Any, int | None]]]],
+    results: list[ReadResult],
+) -> Any:
+    """The answer to a consumer with a byte-rate quota: the data, or, once over the quota,
+    none and the throttle time."""
+    size = response_size(plan, results)
+    throttle_ms = broker.quotas.fetch_throttle_ms(ctx.principal, ctx.client_id, size)
+    if throttle_ms <= 0:
+        return _response(version, committed, plan, results)
+    ctx.connection.mute_for(throttle_ms / 1000)
+    return FetchResponse(
+        throttle_time_ms=throttle_ms, error_code=ErrorCode.NONE, session_id=0, responses=[]
+    )
+
+
+# What a fetch response holds besides the records, for the size a byte-rate quota counts:
+# its header and top-level fields, each topic's name (or id) and fields, each partition's.
+_RESPONSE_BYTES = 20
+_TOPIC_BYTES = 24
+_PARTITION_BYTES = 50
+
+
+def response_size(
+    plan: list[tuple[Any, list[tuple[Any, int | None]]]], results: list[ReadResult]
+) -> int:
+    """About the size of the response (exact for the records, which dominate)."""
+    size = _RESPONSE_BYTES
+    for topic, entries in plan:
+        size += (
+            _TOPIC_BYTES + len(getattr(topic, "topic", "") or "") + _PARTITION_BYTES * len(entries)
+        )
+    for r in results:
+        if r.records is not None:
+            size += len(r.records)
+    return size
 
 
 def _response(

@@ -6,6 +6,11 @@ its partition with CORRUPT_MESSAGE, INVALID_RECORD or MESSAGE_TOO_LARGE and
 nothing of that partition's data is appended. acks=all waits (at most the
 request's ``timeout_ms``) for the in-sync replicas. acks=0 gets no response
 at all.
+
+A client over its ``producer_byte_rate`` quota (the request's size counts)
+still has its records appended; its answer carries the throttle time and
+the connection reads nothing more from it until that time is up (KIP-219;
+with acks=0 there is no answer, only the pause).
 """
 
 from __future__ import annotations
@@ -62,11 +67,18 @@ def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             parts.append((p.index, refused))
         plan.append((topic.name, parts))
     done = broker.replica_manager.append_records(entries, acks, request.timeout_ms)
+    throttle_ms = 0
+    if broker.quotas.produce.enabled:
+        throttle_ms = broker.quotas.produce_throttle_ms(
+            ctx.principal, ctx.client_id, ctx.request_bytes
+        )
+        if throttle_ms > 0:
+            ctx.connection.mute_for(throttle_ms / 1000)
     if acks == 0:
         return None
     if done.done():
-        return _response(plan, done.result())
-    return then(done, lambda results: _response(plan, results))
+        return _response(plan, done.result(), throttle_ms)
+    return then(done, lambda results: _response(plan, results, throttle_ms))
 
 
 def _check(version: int, acks: int, records: Any) -> Any:
@@ -83,7 +95,9 @@ def _check(version: int, acks: int, records: Any) -> Any:
 
 
 def _response(
-    plan: list[tuple[str, list[tuple[int, Any]]]], results: dict[TopicPartition, AppendResult]
+    plan: list[tuple[str, list[tuple[int, Any]]]],
+    results: dict[TopicPartition, AppendResult],
+    throttle_ms: int = 0,
 ) -> Any:
     responses = []
     for name, parts in plan:
@@ -106,7 +120,7 @@ def _response(
                 )
             )
         responses.append(TopicResponse(name=name, partition_responses=out))
-    return ProduceResponse(responses=responses, throttle_time_ms=0)
+    return ProduceResponse(responses=responses, throttle_time_ms=throttle_ms)
 
 
 HANDLERS = {ApiKey.PRODUCE: handle_produce}

@@ -25,6 +25,9 @@ class RequestContext:
     # Who sent it: with no authentication configured, everyone is anonymous.
     principal: str = ANONYMOUS
     received_ns: int = field(default_factory=time.monotonic_ns)
+    # The request's size on the wire (header and body, without the size prefix): what a
+    # producer's byte-rate quota counts.
+    request_bytes: int = 0
 
     @property
     def api_key(self) -> int:

@@ -13,7 +13,7 @@ from enum import IntEnum
 from typing import Any
 
 from .codec import Codec
-from .messages import admin, core, group, inter_broker, sasl
+from .messages import admin, core, group, inter_broker, quotas, sasl
 
 
 class ApiKey(IntEnum):
@@ -52,6 +52,10 @@ class ApiKey(IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
 
@@ -194,6 +198,34 @@ APIS: tuple[ApiSpec, ...] = (
         admin.ListPartitionReassignmentsResponse,
     ),
     _api(K.OFFSET_DELETE, "0", None, group.OffsetDeleteRequest, group.OffsetDeleteResponse),
+    _api(
+        K.DESCRIBE_CLIENT_QUOTAS,
+        "0-1",
+        1,
+        quotas.DescribeClientQuotasRequest,
+        quotas.DescribeClientQuotasResponse,
+    ),
+    _api(
+        K.ALTER_CLIENT_QUOTAS,
+        "0-1",
+        1,
+        quotas.AlterClientQuotasRequest,
+        quotas.AlterClientQuotasResponse,
+    ),
+    _api(
+        K.DESCRIBE_USER_SCRAM_CREDENTIALS,
+        "0",
+        0,
+        quotas.DescribeUserScramCredentialsRequest,
+        quotas.DescribeUserScramCredentialsResponse,
+    ),
+    _api(
+        K.ALTER_USER_SCRAM_CREDENTIALS,
+        "0",
+        0,
+        quotas.AlterUserScramCredentialsRequest,
+        quotas.AlterUserScramCredentialsResponse,
+    ),
     _api(K.ALTER_PARTITION, "0-3", 0, IB.AlterPartitionRequest, IB.AlterPartitionResponse),
     _api(K.DESCRIBE_CLUSTER, "0-1", 0, admin.DescribeClusterRequest, admin.DescribeClusterResponse),
 )

@@ -310,6 +310,8 @@ class ScramClient:
             raise AuthenticationFailed("the server's SCRAM nonce does not extend ours")
         if not iterations.isdigit() or int(iterations) < self.mechanism.min_iterations:
             raise AuthenticationFailed("the server asked for too few SCRAM iterations")
+        if int(iterations) > self.mechanism.max_iterations:
+            raise AuthenticationFailed("the server asked for too many SCRAM iterations")
         mech = self.mechanism
         salted = mech.salted_password(self._password, _unb64(salt), int(iterations))
         without_proof = f"c={_b64(b'n,,')},r={nonce}"

@@ -1,0 +1,2 @@
+"""Client quotas (Kafka's ClientQuotaManager): the entities quotas are set on, the rates
+measured per client, and the throttle times a client over its quota is given."""
