@@ -6,8 +6,11 @@
 #   deploy/local-cluster.sh start --secure
 #                                    the same, secured: clients on 127.0.0.1:9092-9094 and
 #                                    the brokers between themselves (127.0.0.1:9192-9194)
-#                                    over SASL_SSL with PLAIN, certificates made with openssl
-#                                    in ./local-cluster/tls; prints the client settings
+#                                    over SASL_SSL, certificates made with openssl in
+#                                    ./local-cluster/tls; the brokers and user admin with
+#                                    PLAIN, user app with SCRAM-SHA-512 (made through the
+#                                    admin API once the brokers run); prints the client
+#                                    settings
 #   deploy/local-cluster.sh stop     stops the brokers (SIGTERM: a clean shutdown), then ZooKeeper
 #   deploy/local-cluster.sh status   which processes run, and the cluster as broker 1 sees it
 # Extra arguments after "start" (and --secure) go to every `kbroker serve`
@@ -50,13 +53,14 @@ stop_pid() {  # pidfile what
 # -- the secured cluster's files ------------------------------------------------------------
 # tls/ca.pem (the truststore), tls/broker-keystore.pem (every broker's key, encrypted with
 # PKCS#12's 3DES scheme so that Java clients and Kafka read it too, and its certificate for
-# 127.0.0.1 and localhost), tls/secrets (the key's and users' passwords), tls/client.properties
-# (Kafka's client settings: Java clients, Kafka's tools and kbroker's --command-config) and
-# tls/librdkafka.properties (confluent-kafka, kcat -F). Made once; mode 0600, folder 0700.
+# 127.0.0.1 and localhost), tls/secrets (the key's and users' passwords), and each user's
+# client settings: tls/<user>.properties (Kafka's: Java clients, Kafka's tools and kbroker's
+# --command-config) and tls/<user>-librdkafka.properties (confluent-kafka, kcat -F) for admin
+# (PLAIN, a super user's name) and app (SCRAM-SHA-512). Made once; mode 0600, folder 0700.
 PLAIN_MODULE=org.apache.kafka.common.security.plain.PlainLoginModule
 
 make_tls() {
-    [ -f "$tls/secrets" ] && return 0
+    grep -q '^app_password=' "$tls/secrets" 2>/dev/null && return 0
     command -v openssl >/dev/null 2>&1 || { echo "local-cluster: --secure needs openssl" >&2; exit 1; }
     say "making a CA and the brokers' certificate in $tls"
     rm -rf "$tls"
@@ -65,10 +69,11 @@ make_tls() {
     (
         cd "$tls"
         umask 077
-        local key_password broker_password admin_password
+        local key_password broker_password admin_password app_password
         key_password="$(openssl rand -hex 16)"
         broker_password="$(openssl rand -hex 16)"
         admin_password="$(openssl rand -hex 16)"
+        app_password="$(openssl rand -hex 16)"
         openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=kbroker local-cluster CA" \
             -keyout ca.key -out ca.pem 2>/dev/null
         openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost/O=kbroker local-cluster" \
@@ -84,27 +89,49 @@ make_tls() {
             echo "key_password=$key_password"
             echo "broker_password=$broker_password"
             echo "admin_password=$admin_password"
+            echo "app_password=$app_password"
         } > secrets
-        cat > client.properties <<EOF
-# Kafka client settings for the local secured cluster, as user admin:
-# kbroker ... --command-config $tls/client.properties, kafka-*.sh --command-config,
+        client_files admin PLAIN "$PLAIN_MODULE" "$admin_password"
+        client_files app SCRAM-SHA-512 org.apache.kafka.common.security.scram.ScramLoginModule \
+            "$app_password"
+    )
+}
+
+client_files() {  # user mechanism login-module password (in $tls, umask 077)
+    cat > "$1.properties" <<EOF
+# Kafka client settings for the local secured cluster, as user $1 ($2):
+# kbroker ... --command-config $tls/$1.properties, kafka-*.sh --command-config,
 # Java clients (--producer.config / --consumer.config).
 security.protocol=SASL_SSL
 ssl.truststore.type=PEM
 ssl.truststore.location=$tls/ca.pem
-sasl.mechanism=PLAIN
-sasl.jaas.config=$PLAIN_MODULE required username="admin" password="$admin_password";
+sasl.mechanism=$2
+sasl.jaas.config=$3 required username="$1" password="$4";
 EOF
-        cat > librdkafka.properties <<EOF
-# librdkafka settings (confluent-kafka, kcat -F $tls/librdkafka.properties).
+    cat > "$1-librdkafka.properties" <<EOF
+# librdkafka settings as user $1 ($2): confluent-kafka, kcat -F $tls/$1-librdkafka.properties.
 bootstrap.servers=127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094
 security.protocol=SASL_SSL
 ssl.ca.location=$tls/ca.pem
-sasl.mechanism=PLAIN
-sasl.username=admin
-sasl.password=$admin_password
+sasl.mechanism=$2
+sasl.username=$1
+sasl.password=$4
 EOF
-    )
+}
+
+# User app's SCRAM credential, made through the admin API (as admin) once the brokers run:
+# the brokers keep only its salted form, in ZooKeeper.
+make_scram_user() {
+    for _ in $(seq 1 30); do
+        if sed -n 's/^app_password=//p' "$tls/secrets" | .venv/bin/kbroker user create app \
+            --mechanism scram-sha-512 --password-file - -b 127.0.0.1:9092 \
+            --command-config "$tls/admin.properties" >/dev/null 2>"$dir/user-create.err"; then
+            return 0
+        fi
+        sleep 1
+    done
+    echo "local-cluster: could not create user app: $(cat "$dir/user-create.err")" >&2
+    return 1
 }
 
 # One broker's settings file (0600: it holds passwords), from tls/secrets.
@@ -128,13 +155,14 @@ ssl.keystore.location=$tls/broker-keystore.pem
 ssl.key.password=$key_password
 ssl.truststore.type=PEM
 ssl.truststore.location=$tls/ca.pem
-# PLAIN for now. SCRAM goes here once users' credentials can be created
-# (AlterUserScramCredentials, kafka-configs.sh --alter --add-config 'SCRAM-SHA-512=[...]'
-# --entity-type users): sasl.enabled.mechanisms=SCRAM-SHA-512 and, between brokers,
-# sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512 with
+# The brokers and admin authenticate with PLAIN (their passwords are here); other users with
+# SCRAM-SHA-512 (only salted credentials, in ZooKeeper: kbroker user create NAME
+# --mechanism scram-sha-512 --command-config tls/admin.properties). Brokers could use SCRAM
+# too once their own user exists (sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512 and
 # listener.name.internal.scram-sha-512.sasl.jaas.config=...ScramLoginModule required
-# username="broker" password="...";
-sasl.enabled.mechanisms=PLAIN
+# username="broker" password="...";), but their first start needs PLAIN to make it.
+listener.name.client.sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN
+listener.name.internal.sasl.enabled.mechanisms=PLAIN
 sasl.mechanism.inter.broker.protocol=PLAIN
 listener.name.internal.plain.sasl.jaas.config=$PLAIN_MODULE required username="broker" password="$broker_password" user_broker="$broker_password";
 listener.name.client.plain.sasl.jaas.config=$PLAIN_MODULE required user_admin="$admin_password";
@@ -195,11 +223,13 @@ EOF
             echo "local-cluster: broker $id did not start; see $dir/broker-$id.log" >&2; exit 1; }
     done
     if [ "$secure" -eq 1 ]; then
-        say "running, secured: bootstrap servers 127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094 (SASL_SSL, PLAIN, user admin)"
-        say "Kafka client settings (Java clients, Kafka's tools, kbroker --command-config): $tls/client.properties"
-        say "librdkafka settings (confluent-kafka, kcat -F): $tls/librdkafka.properties"
-        say "  security.protocol=SASL_SSL ssl.ca.location=$tls/ca.pem sasl.mechanism=PLAIN sasl.username=admin (its password is in those files)"
-        say "try: .venv/bin/kbroker cluster brokers -b 127.0.0.1:9092 --command-config $tls/client.properties"
+        make_scram_user
+        say "running, secured: bootstrap servers 127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094 (SASL_SSL)"
+        say "client settings, as user app (SCRAM-SHA-512) or admin (PLAIN):"
+        say "  Kafka's (Java clients, Kafka's tools, kbroker --command-config): $tls/app.properties, $tls/admin.properties"
+        say "  librdkafka's (confluent-kafka, kcat -F): $tls/app-librdkafka.properties, $tls/admin-librdkafka.properties"
+        say "  that is: security.protocol=SASL_SSL ssl.ca.location=$tls/ca.pem sasl.mechanism=SCRAM-SHA-512 sasl.username=app (its password is in those files)"
+        say "try: .venv/bin/kbroker cluster brokers -b 127.0.0.1:9092 --command-config $tls/app.properties"
     else
         say "running: bootstrap servers 127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
     fi
@@ -217,8 +247,8 @@ status)
     done
     client=()
     if [ "$(cat "$dir/mode" 2>/dev/null || echo plain)" = secure ]; then
-        say "secured (SASL_SSL): $tls/client.properties"
-        client=(--command-config "$tls/client.properties")
+        say "secured (SASL_SSL): $tls/app.properties"
+        client=(--command-config "$tls/app.properties")
     fi
     .venv/bin/kbroker cluster brokers -b 127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094 \
         "${client[@]}" || true
