@@ -601,7 +601,7 @@ def _handshake_v0(sock: socket.socket) -> None:
         encode_request(ApiKey.SASL_HANDSHAKE, 0, 7, "v0", SaslHandshakeRequest(mechanism="PLAIN"))
     )
     _, answer = decode_response(ApiKey.SASL_HANDSHAKE, 0, _frame(sock))
-    assert answer.error_code == 0 and answer.mechanisms == ["PLAIN"]
+    assert answer.error_code == 0 and answer.mechanisms == ["PLAIN", "SCRAM-SHA-512"]
 
 
 def test_sasl_handshake_v0_takes_bare_tokens(secured: Secured) -> None:
