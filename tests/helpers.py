@@ -252,6 +252,32 @@ def consume_all(
     return out
 
 
+def read_error(
+    bootstrap: str, topic: str, timeout: float = 15, extra: dict[str, Any] | None = None
+) -> int | None:
+    """The error code a consumer gets reading partition 0 of ``topic`` from offset 0 (None
+    when it reads a record instead); ``extra``: more consumer settings (SASL ...)."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **(extra or {}),
+        }
+    )
+    c.assign([TopicPartition(topic, 0, 0)])
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is not None:
+                return None if msg.error() is None else int(msg.error().code())
+        raise AssertionError(f"no record and no error from {topic} within {timeout} s")
+    finally:
+        c.close()
+
+
 def committed(
     bootstrap: str, group: str, topic: str, partitions: int | Iterable[int], timeout: float = 10
 ) -> dict[int, int]:
@@ -274,10 +300,21 @@ def frame(payload: bytes) -> bytes:
 
 
 class Wire(BrokerClient):
-    """kbroker's own client, plus raw bytes: to send what real clients never would."""
+    """kbroker's own client, plus raw bytes: to send what real clients never would.
 
-    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+    ``source_host`` connects from another loopback address (127.0.0.2, ...), which is
+    the client address a broker's ACL host filters see."""
+
+    def __init__(
+        self, bootstrap: str, timeout: float = 10.0, source_host: str | None = None
+    ) -> None:
         super().__init__(bootstrap, timeout, client_id="wire-test")
+        if source_host is not None:
+            self._sock.close()
+            host, _, port = bootstrap.rpartition(":")
+            self._sock = socket.create_connection(
+                (host, int(port)), timeout, source_address=(source_host, 0)
+            )
 
     @property
     def sock(self) -> socket.socket:

@@ -36,6 +36,7 @@ from kbroker.config import (
 from kbroker.controller.controller import ControllerSettings
 from kbroker.coordinator import GroupCoordinator
 from kbroker.errors import ErrorCode, TopicError
+from kbroker.local_acls import LocalAclStorage
 from kbroker.log import LogConfig, LogManager, TopicPartition, log_config_from_topic
 from kbroker.log.cleaner import CleanerSettings, LogCleaner
 from kbroker.log.log import TOPIC_NAME, Log
@@ -66,6 +67,7 @@ from kbroker.replication.producer_state import expire_producers_periodically
 from kbroker.replication.replica_manager import ReplicaManager
 from kbroker.security import tls
 from kbroker.security.authenticator import ListenerSecurity
+from kbroker.security.authorizer import AclAuthorizer
 from kbroker.security.client import ClientSecurity, InterBrokerLink
 from kbroker.security.credentials import CredentialCache
 from kbroker.security.listeners import Listener, ListenerSet
@@ -114,6 +116,8 @@ class Broker:
         self.servers: dict[str, Server] = {}
         self.producer_ids: ProducerIds
         self.coordinator = GroupCoordinator(self)
+        # The ACL authorizer (authorizer.class.name), or None: nothing is checked.
+        self.authorizer = AclAuthorizer.from_config(config)
         # The client quotas, fed (as `credentials`) from users' and clients' configs
         # (`on_quota_entity_configs`), which `entity_configs` keeps.
         self.quotas = QuotaManagers(
@@ -146,6 +150,7 @@ class Broker:
                 self.metadata_cache,
                 on_topic_configs=self.on_topic_configs,
                 on_broker_configs=self.on_broker_configs,
+                authorizer=self.authorizer,
                 on_quota_entity_configs=self.on_quota_entity_configs,
                 allow_unclean=lambda topic: bool(
                     self.topic_config(topic)["unclean.leader.election.enable"]
@@ -169,6 +174,10 @@ class Broker:
         store = LocalMetadataStore(self.data_dir, self.broker_id, self.metadata_cache)
         store.load()
         self.metadata = store
+        if self.authorizer is not None:
+            acls = LocalAclStorage(store)
+            self.authorizer.replace_all(acls.read_all())
+            self.authorizer.storage = acls
         self.producer_ids = ProducerIdAllocator(store)
         entity_configs = LocalEntityConfigStore(store, self.on_quota_entity_configs)
         for entity, configs in entity_configs.load().items():

@@ -17,6 +17,9 @@ What a broker does in a cluster beyond serving its partitions, in Kafka
   shows the change done.
 - The configs of topics, read from ``/config/topics`` before a partition's
   log is opened, and producer ids in blocks reserved in ZooKeeper.
+- With an authorizer, the ACLs: loaded at `connect` (before the listener
+  serves), kept up to date from Kafka's change notifications, and written
+  through ZooKeeper by whichever broker takes CreateAcls or DeleteAcls.
 - Users' and clients' configs (SCRAM credentials, quotas): all of them at
   `connect`, then each change announced, to ``on_quota_entity_configs``.
 
@@ -38,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.cluster import zk_data as zd
+from kbroker.cluster.acls import AclChangeWatcher
 from kbroker.cluster.configs import (
     ConfigChangeWatcher,
     QuotaEntityCallback,
@@ -77,6 +81,7 @@ from kbroker.metadata_types import TopicMetadata
 from kbroker.network.client import BrokerConnection, BrokerUnreachable
 from kbroker.protocol import ApiKey
 from kbroker.protocol.messages.inter_broker import ControlledShutdownRequest
+from kbroker.security.authorizer import AclAuthorizer
 from kbroker.topics import NewTopic
 
 log = logging.getLogger(__name__)
@@ -130,6 +135,7 @@ class ClusterMember:
         *,
         on_topic_configs: Callable[[str, dict[str, str]], None],
         on_broker_configs: Callable[[int | None, dict[str, str]], None],
+        authorizer: AclAuthorizer | None = None,
         on_quota_entity_configs: QuotaEntityCallback | None = None,
         allow_unclean: Callable[[str], bool] = lambda _topic: False,
         controller_settings: ControllerSettings | None = None,
@@ -144,6 +150,8 @@ class ClusterMember:
         self.configs = ConfigChangeWatcher(
             self.zk, on_topic_configs, on_broker_configs, on_quota_entity=on_quota_entity_configs
         )
+        # The ACLs, loaded and kept up to date from ZooKeeper, when there is an authorizer.
+        self.acls = None if authorizer is None else AclChangeWatcher(self.zk, authorizer)
         # Config changes made here, being written to ZooKeeper.
         self._config_writes: list[asyncio.Future[object]] = []
         self.registrar: BrokerRegistrar | None = None
@@ -173,7 +181,12 @@ class ClusterMember:
             load_meta_properties(self.settings.data_dir, self.broker_id, cluster_id)
             # Every topic's and broker's configs now, before a log opens; changes later.
             await self.configs.start(report_existing=True)
+            # Every ACL before the listener serves a request.
+            if self.acls is not None:
+                await self.acls.start()
         except BaseException:
+            if self.acls is not None:
+                await self.acls.stop()
             await self.configs.stop()
             await self.zk.stop()
             raise
@@ -360,6 +373,8 @@ class ClusterMember:
                 waiter.future.cancel()
         self._waiters.clear()
         await self.configs.stop()
+        if self.acls is not None:
+            await self.acls.stop()
         if self.elector is not None:
             with contextlib.suppress(ClusterError):
                 await self.elector.stop()

@@ -111,7 +111,8 @@ def run_broker(config: BrokerConfig, log_level: str = "INFO", log_format: str = 
         try:
             broker = Broker(config, metrics)
         except (ClusterError, ConfigError) as exc:
-            # A zookeeper.connect that names no ensemble; a keystore that cannot be read.
+            # A zookeeper.connect that names no ensemble; a keystore that cannot be read;
+            # a bad super.users.
             log.error("cannot start: %s", exc)
             return 1
         stop = asyncio.Event()

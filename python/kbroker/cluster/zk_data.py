@@ -21,7 +21,13 @@ Formats worth knowing (as a live Kafka 3.9.1 writes them):
 - /controller_epoch: the epoch as bare decimal text, not JSON.
 - /latest_producer_id_block: block bounds as strings; the znode exists with
   no data until the first block is handed out.
-- Sequential znodes (config_change_, isr_change_) end in 10 digits.
+- Sequential znodes (config_change_, isr_change_, acl_changes_) end in 10 digits.
+- /kafka-acl/<Type>/<name> (LITERAL) and /kafka-acl-extended/prefixed/<Type>/<name>:
+  ``{"acls":[{"principal":"User:a","permissionType":"Allow","host":"*",
+  "operation":"Read"}],"version":1}``, names in PascalCase. Their change
+  notifications: /kafka-acl-changes/acl_changes_<seq> holds ``TOPIC:t1`` (the
+  enum name, upper case), /kafka-acl-extended-changes/acl_changes_<seq> holds
+  ``{"version":1,"resourceType":"TOPIC","name":"t","patternType":"PREFIXED"}``.
 """
 
 from __future__ import annotations
@@ -38,6 +44,15 @@ from kbroker.log.log import TopicPartition
 from kbroker.log.partition_metadata import decode_topic_id, encode_topic_id
 from kbroker.metadata_types import PartitionState
 from kbroker.quota.entity import QuotaEntity
+from kbroker.security.acl import (
+    CONCRETE_RESOURCE_TYPES,
+    AccessControlEntry,
+    AclOperation,
+    PatternType,
+    PermissionType,
+    ResourcePattern,
+    ResourceType,
+)
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -663,6 +678,143 @@ def decode_config_change(data: bytes | None) -> ConfigChange:
     if not entity_type or not entity_name:
         raise f.fail(f"entity path {path!r} is not <type>/<name>")
     return ConfigChange(path)
+
+
+# -- /kafka-acl, /kafka-acl-extended and their change notifications -------------------
+
+ACL_PATH = "/kafka-acl"
+EXTENDED_ACL_PATH = "/kafka-acl-extended"
+ACL_CHANGES_PATH = "/kafka-acl-changes"
+EXTENDED_ACL_CHANGES_PATH = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
+# The ACL stores: LITERAL patterns under /kafka-acl, PREFIXED ones under
+# /kafka-acl-extended/prefixed (Kafka names the folder after the lower-cased type).
+ACL_STORES = {
+    PatternType.LITERAL: ACL_PATH,
+    PatternType.PREFIXED: f"{EXTENDED_ACL_PATH}/{PatternType.PREFIXED.name.lower()}",
+}
+# Each store's change notifications.
+ACL_CHANGE_PATHS = {
+    PatternType.LITERAL: ACL_CHANGES_PATH,
+    PatternType.PREFIXED: EXTENDED_ACL_CHANGES_PATH,
+}
+
+
+def acl_type_path(pattern_type: PatternType, resource_type: ResourceType) -> str:
+    """/kafka-acl/Topic, /kafka-acl-extended/prefixed/Group, ..."""
+    store = ACL_STORES.get(pattern_type)
+    if store is None:
+        raise ZkDataError(f"ACLs of pattern type {pattern_type.name} are not stored")
+    return f"{store}/{resource_type.kafka_name}"
+
+
+def acl_path(pattern: ResourcePattern) -> str:
+    """The znode of a resource pattern's ACLs (/kafka-acl/Topic/t1)."""
+    name = pattern.name
+    if not name or "/" in name or "\x00" in name or name in (".", ".."):
+        raise ZkDataError(f"{name!r} cannot be the name of an ACL resource znode")
+    return f"{acl_type_path(pattern.pattern_type, pattern.resource_type)}/{name}"
+
+
+def acl_pattern_of_path(path: str) -> ResourcePattern:
+    """The resource pattern whose ACLs live at ``path`` (the inverse of `acl_path`)."""
+    for pattern_type, store in ACL_STORES.items():
+        if path.startswith(store + "/"):
+            kind, slash, name = path[len(store) + 1 :].partition("/")
+            resource_type = ResourceType.parse(kind)
+            if slash and name and resource_type in CONCRETE_RESOURCE_TYPES:
+                return ResourcePattern(resource_type, name, pattern_type)
+    raise ZkDataError(f"{path!r} is not the path of a resource's ACLs")
+
+
+def acls_to_json(entries: Iterable[AccessControlEntry]) -> dict[str, Any]:
+    """A resource's ACLs as Kafka's JSON object (what its znode holds)."""
+    return {
+        "acls": [
+            {
+                "principal": e.principal,
+                "permissionType": e.permission.kafka_name,
+                "host": e.host,
+                "operation": e.operation.kafka_name,
+            }
+            for e in sorted(entries)
+        ],
+        "version": 1,
+    }
+
+
+def acls_from_json(obj: Mapping[str, Any]) -> frozenset[AccessControlEntry]:
+    """A resource's ACLs from Kafka's JSON object. An entry naming an operation or
+    permission type Kafka does not know, or a principal without a type, could never
+    match a request, so it is left out (Kafka keeps it, to the same effect)."""
+    f = _Fields("ACLs", obj)
+    f.num("version", 1, 1)
+    out = set()
+    for item in f.array("acls"):
+        if not isinstance(item, dict):
+            raise f.fail(f"each ACL must be a JSON object, got {item!r}")
+        a = _Fields("ACL", item)
+        principal, host = a.text("principal"), a.text("host")
+        operation = AclOperation.parse(a.text("operation"))
+        permission = PermissionType.parse(a.text("permissionType"))
+        if (
+            operation in (None, AclOperation.UNKNOWN, AclOperation.ANY)
+            or permission not in (PermissionType.ALLOW, PermissionType.DENY)
+            or ":" not in principal
+        ):
+            continue
+        assert operation is not None and permission is not None
+        out.add(AccessControlEntry(principal, host, operation, permission))
+    return frozenset(out)
+
+
+def encode_acls(entries: Iterable[AccessControlEntry]) -> bytes:
+    return _encode(acls_to_json(entries))
+
+
+def decode_acls(data: bytes | None) -> frozenset[AccessControlEntry]:
+    """No data reads as no ACLs, as in Kafka."""
+    if not data:
+        return frozenset()
+    return acls_from_json(_parse("ACLs", data))
+
+
+def encode_acl_change(pattern: ResourcePattern) -> bytes:
+    """A change notification: "TOPIC:t1" for a LITERAL pattern (the resource type's enum
+    name, as Kafka writes it), Kafka's version 1 JSON for a PREFIXED one."""
+    if pattern.pattern_type is PatternType.LITERAL:
+        return f"{pattern.resource_type.name}:{pattern.name}".encode()
+    return _encode(
+        {
+            "version": 1,
+            "resourceType": pattern.resource_type.name,
+            "name": pattern.name,
+            "patternType": pattern.pattern_type.name,
+        }
+    )
+
+
+def decode_acl_change(changes_path: str, data: bytes | None) -> ResourcePattern:
+    """The resource pattern a notification under ``changes_path`` announces."""
+    if changes_path == ACL_CHANGES_PATH:
+        try:
+            text = (data or b"").decode("utf-8")
+        except UnicodeDecodeError:
+            raise ZkDataError(f"ACL change: not UTF-8: {_preview(data or b'')}") from None
+        kind, colon, name = text.partition(":")
+        resource_type = ResourceType.parse(kind)
+        if not colon or not name or resource_type not in CONCRETE_RESOURCE_TYPES:
+            raise ZkDataError(f"ACL change: {text[:120]!r} is not ResourceType:name")
+        return ResourcePattern(resource_type, name, PatternType.LITERAL)
+    f = _Fields("extended ACL change", _parse("extended ACL change", data))
+    f.num("version", 0, 1)
+    resource_type = ResourceType.parse(f.text("resourceType"))
+    pattern_type = PatternType.parse(f.text("patternType"))
+    name = f.text("name")
+    if resource_type not in CONCRETE_RESOURCE_TYPES or pattern_type not in ACL_STORES or not name:
+        raise f.fail(f"{f.obj!r} does not name a stored resource pattern")
+    assert resource_type is not None and pattern_type is not None
+    return ResourcePattern(resource_type, name, pattern_type)
 
 
 # -- /admin ---------------------------------------------------------------------------

@@ -18,6 +18,10 @@ resource types:
 
 Names, types, defaults and documentation all come from ``kbroker.config``; no
 list of names lives here. `topic_config_entries` is shared with CreateTopics.
+
+With an authorizer, as Kafka: describing needs DescribeConfigs, altering
+AlterConfigs, on the topic (TOPIC_AUTHORIZATION_FAILED) or, for a broker
+or its loggers, on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ from kbroker.config import (
     topic_setting,
 )
 from kbroker.errors import ResourceError, TopicError
+from kbroker.handlers.authorization import TOPIC as ACL_TOPIC
+from kbroker.handlers.authorization import Op, authorize, authorize_cluster
 from kbroker.log.log import TOPIC_NAME
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
@@ -295,11 +301,36 @@ def _config_result(entry: ConfigEntry, synonyms: bool, documentation: bool) -> A
     )
 
 
+def _refusal(
+    broker: Broker, ctx: RequestContext, op: Op, resource_type: int, name: str
+) -> ErrorCode | None:
+    """The authorization error for ``op`` on a configs resource, or None when allowed."""
+    if resource_type == ResourceType.TOPIC:
+        allowed = authorize(broker, ctx, op, ACL_TOPIC, name)
+        return None if allowed else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if resource_type in (ResourceType.BROKER, ResourceType.BROKER_LOGGER):
+        allowed = authorize_cluster(broker, ctx, op)
+        return None if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return None
+
+
+# Kafka's texts for the two refusals of DescribeConfigs.
+_REFUSAL_MESSAGES = {
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "Cluster authorization failed.",
+}
+
+
 def handle_describe_configs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     Result = DescribeConfigsResponse.Result
     results = []
     for res in request.resources:
         try:
+            refused = _refusal(
+                broker, ctx, Op.DESCRIBE_CONFIGS, res.resource_type, res.resource_name
+            )
+            if refused is not None:
+                raise ResourceError(refused, _REFUSAL_MESSAGES[refused])
             entries = _describe_resource(broker, res.resource_type, res.resource_name)
             error, message = ErrorCode.NONE, None
         except ResourceError as exc:
@@ -546,6 +577,7 @@ def _incremental_alter_resource(broker: Broker, res: Any, validate_only: bool) -
 
 def _alter_all(
     broker: Broker,
+    ctx: RequestContext,
     request: Any,
     alter_one: Callable[[Broker, Any, bool], None],
     response_cls: Any,
@@ -558,6 +590,9 @@ def _alter_all(
         try:
             if keys.count((res.resource_type, res.resource_name)) > 1:
                 raise ResourceError(ErrorCode.INVALID_REQUEST, "Duplicate resource.")
+            refused = _refusal(broker, ctx, Op.ALTER_CONFIGS, res.resource_type, res.resource_name)
+            if refused is not None:
+                raise ResourceError(refused)
             alter_one(broker, res, request.validate_only)
         except ResourceError as exc:
             error, message = exc.code, exc.message
@@ -593,11 +628,13 @@ async def _when_durable(broker: Broker, response: Any) -> Any:
 
 
 def handle_alter_configs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
-    return _alter_all(broker, request, _alter_resource, AlterConfigsResponse)
+    return _alter_all(broker, ctx, request, _alter_resource, AlterConfigsResponse)
 
 
 def handle_incremental_alter_configs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
-    return _alter_all(broker, request, _incremental_alter_resource, IncrementalAlterConfigsResponse)
+    return _alter_all(
+        broker, ctx, request, _incremental_alter_resource, IncrementalAlterConfigsResponse
+    )
 
 
 HANDLERS = {

@@ -5,6 +5,12 @@ manual replica assignments (on a single node every replica must be this
 broker, in a cluster a registered one), validate-only requests, and one
 result per topic (or partition) with an error message.
 The topic changes themselves are `Broker` methods.
+
+With an authorizer, as Kafka (TOPIC_AUTHORIZATION_FAILED otherwise):
+CreateTopics needs Create on the cluster or the topic, and shows a new
+topic's configs only to who may DescribeConfigs it; DeleteTopics needs
+Delete (and, by id, Describe, or the name is not told); CreatePartitions
+needs Alter; DeleteRecords needs Delete.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from kbroker.errors import TopicError
 from kbroker.futures import then
 from kbroker.handlers.admin_configs import topic_config_entries
+from kbroker.handlers.authorization import TOPIC, Op, authorize_cluster, refused
 from kbroker.log import TopicPartition
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode
@@ -141,9 +148,20 @@ def _check_one(broker: Broker, t: Any) -> NewTopic:
     )
 
 
-def _result(broker: Broker, new: NewTopic, topic_id: uuid.UUID, version: int) -> Any:
+def _result(
+    broker: Broker, new: NewTopic, topic_id: uuid.UUID, version: int, show_configs: bool = True
+) -> Any:
     Result = CreateTopicsResponse.Topic
     Config = Result.Config
+    if not show_configs:
+        return Result(
+            name=new.name,
+            topic_id=topic_id,
+            error_code=ErrorCode.NONE,
+            error_message=None,
+            topic_config_error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            configs=[],
+        )
     return Result(
         name=new.name,
         topic_id=topic_id,
@@ -174,6 +192,13 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any
     """Validates every entry, then creates the valid ones together (see `Broker.create_topics`)."""
     Result = CreateTopicsResponse.Topic
     dupes = set(_duplicates([t.name for t in request.topics]))
+    names = [t.name for t in request.topics]
+    denied = (
+        frozenset()
+        if authorize_cluster(broker, ctx, Op.CREATE)
+        else refused(broker, ctx, Op.CREATE, TOPIC, names)
+    )
+    hidden_configs = refused(broker, ctx, Op.DESCRIBE_CONFIGS, TOPIC, names)
     outcome: dict[str, Any] = {}
     valid: list[NewTopic] = []
     seen: set[str] = set()
@@ -181,6 +206,11 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any
         if i % YIELD_EVERY == YIELD_EVERY - 1:
             await asyncio.sleep(0)  # a huge request leaves others their turn
         if t.name in dupes:
+            continue
+        if t.name in denied:
+            outcome[t.name] = _refused(
+                t.name, TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+            )
             continue
         try:
             new = _check_one(broker, t)
@@ -196,7 +226,9 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any
             continue
         valid.append(new)
         if request.validate_only:
-            outcome[t.name] = _result(broker, new, ZERO_UUID, ctx.api_version)
+            outcome[t.name] = _result(
+                broker, new, ZERO_UUID, ctx.api_version, new.name not in hidden_configs
+            )
     if valid and not request.validate_only:
         created = await broker.create_topics(valid, request.timeout_ms)
         for i, new in enumerate(valid):
@@ -206,7 +238,9 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any
             outcome[new.name] = (
                 _refused(new.name, done)
                 if isinstance(done, TopicError)
-                else _result(broker, new, done.topic_id, ctx.api_version)
+                else _result(
+                    broker, new, done.topic_id, ctx.api_version, new.name not in hidden_configs
+                )
             )
     results = [outcome[t.name] for t in request.topics if t.name in outcome]
     results += [
@@ -261,19 +295,29 @@ def handle_delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> A
 
     topics = broker.metadata_cache.topics()
     by_id = {t.topic_id: t.name for t in topics.values()}
+    named = [by_id[i] for i in ids if i in by_id] + names
+    no_describe = refused(broker, ctx, Op.DESCRIBE, TOPIC, named)
+    no_delete = refused(broker, ctx, Op.DELETE, TOPIC, named)
     targets: dict[uuid.UUID, str] = {}
     for i in ids:
         if i in dup_ids:
             continue
         if i not in by_id:
             fail(None, i, ErrorCode.UNKNOWN_TOPIC_ID, "This server does not host this topic ID.")
+        elif by_id[i] in no_describe:
+            # The id is not secret; the name is.
+            fail(None, i, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+        elif by_id[i] in no_delete:
+            fail(by_id[i], i, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
         else:
             targets[i] = by_id[i]
     for n in names:
         if n in dup_names:
             continue
         topic = topics.get(n)
-        if topic is None:
+        if n in no_delete:
+            fail(n, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+        elif topic is None:
             fail(n, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {n!r} does not exist")
         elif topic.topic_id in targets:
             fail(
@@ -332,9 +376,19 @@ async def _add_partitions(broker: Broker, t: Any, validate_only: bool, timeout_m
 async def handle_create_partitions(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     Result = CreatePartitionsResponse.Result
     dupes = _duplicates([t.name for t in request.topics])
+    denied = refused(broker, ctx, Op.ALTER, TOPIC, (t.name for t in request.topics))
     results = []
     for t in request.topics:
         if t.name in dupes:
+            continue
+        if t.name in denied:
+            results.append(
+                Result(
+                    name=t.name,
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    error_message="The topic authorization is failed.",
+                )
+            )
             continue
         try:
             await _add_partitions(broker, t, request.validate_only, request.timeout_ms)
@@ -363,10 +417,13 @@ def handle_delete_records(broker: Broker, ctx: RequestContext, request: Any) -> 
     PartitionResult = TopicResult.Partition
     early: dict[TopicPartition, tuple[int, ErrorCode]] = {}
     asked: dict[TopicPartition, int] = {}
+    denied = refused(broker, ctx, Op.DELETE, TOPIC, (t.name for t in request.topics))
     for t in request.topics:
         for p in t.partitions:
             tp = TopicPartition(t.name, p.partition_index)
-            if tp in broker.replica_manager:
+            if t.name in denied:
+                early[tp] = (-1, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            elif tp in broker.replica_manager:
                 asked[tp] = p.offset
                 continue
             known = broker.metadata_cache.topics().get(t.name)

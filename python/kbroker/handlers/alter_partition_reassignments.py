@@ -11,6 +11,8 @@ replicas a partition has is done at once and answered NONE; one naming a broker 
 is not registered, none, or a broker twice is INVALID_REPLICA_ASSIGNMENT; a
 cancellation finds NO_REASSIGNMENT_IN_PROGRESS; an unknown partition is
 UNKNOWN_TOPIC_OR_PARTITION. Messages are Kafka's.
+With an authorizer it needs Alter on the cluster (CLUSTER_AUTHORIZATION_FAILED on the
+request and each partition), checked first, as in Kafka.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kbroker.errors import KafkaError
+from kbroker.handlers.authorization import Op, authorize_cluster
 from kbroker.log import TopicPartition
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
@@ -100,7 +103,31 @@ async def _reassign_in_cluster(broker: Broker, request: Any) -> Any:
     )
 
 
+def _unauthorized(request: Any) -> Any:
+    """Kafka's answer without Alter on the cluster: the error, on every partition too."""
+    code, message = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
+    return AlterPartitionReassignmentsResponse(
+        throttle_time_ms=0,
+        error_code=code,
+        error_message=message,
+        responses=[
+            TopicResult(
+                name=t.name,
+                partitions=[
+                    PartitionResult(
+                        partition_index=p.partition_index, error_code=code, error_message=message
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ],
+    )
+
+
 def handle_alter_partition_reassignments(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if not authorize_cluster(broker, ctx, Op.ALTER):
+        return _unauthorized(request)
     if broker.cluster is not None:
         return _reassign_in_cluster(broker, request)
     topics = broker.metadata_cache.topics()

@@ -2,15 +2,18 @@
 
 A group the coordinator does not know is described as Dead with no error
 (the behaviour of v0-5). Member metadata and assignments are shown only
-while the group is Stable, as Kafka does.
+while the group is Stable, as Kafka does. With an authorizer each group
+needs Describe (GROUP_AUTHORIZATION_FAILED); the authorized operations, when
+asked for, are what the principal may do to the group.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kbroker.handlers.authorization import GROUP, Op, authorize, authorized_operations
 from kbroker.network.request import RequestContext
-from kbroker.protocol import ApiKey
+from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import INT32_MIN, DescribeGroupsResponse
 
 if TYPE_CHECKING:
@@ -19,15 +22,24 @@ if TYPE_CHECKING:
 Group = DescribeGroupsResponse.Group
 Member = DescribeGroupsResponse.Group.Member
 
-# READ, DELETE and DESCRIBE as an ACL operation bit field: everything a group
-# allows, until authorization exists.
-GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
-
 
 def handle_describe_groups(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     include_ops = ctx.api_version >= 3 and request.include_authorized_operations
     groups = []
     for group_id in request.groups:
+        if not authorize(broker, ctx, Op.DESCRIBE, GROUP, group_id):
+            groups.append(
+                Group(
+                    error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                    group_id=group_id,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=[],
+                    authorized_operations=INT32_MIN,
+                )
+            )
+            continue
         d = broker.coordinator.describe_group(group_id)
         groups.append(
             Group(
@@ -47,7 +59,9 @@ def handle_describe_groups(broker: Broker, ctx: RequestContext, request: Any) ->
                     )
                     for m in d.members or []
                 ],
-                authorized_operations=GROUP_OPERATIONS if include_ops else INT32_MIN,
+                authorized_operations=authorized_operations(broker, ctx, GROUP, group_id)
+                if include_ops and d.error == ErrorCode.NONE
+                else INT32_MIN,
             )
         )
     return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)

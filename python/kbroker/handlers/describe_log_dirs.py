@@ -4,7 +4,8 @@ the file system's total and usable bytes.
 kbroker has one log directory (``log.dirs``) and no future replicas, so the answer
 is one result with offset lag 0 and ``is_future_key`` false for every partition.
 ``topics`` null asks for every partition; partitions this broker does not host
-are left out, as Kafka does.
+are left out, as Kafka does. With an authorizer it needs Describe on the cluster
+(CLUSTER_AUTHORIZATION_FAILED, no result), as in Kafka.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from kbroker.handlers.authorization import Op, authorize_cluster
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import DescribeLogDirsResponse
@@ -31,6 +33,10 @@ def _wanted(broker: Broker, request: Any) -> list[tuple[str, int]]:
 
 
 def handle_describe_log_dirs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if not authorize_cluster(broker, ctx, Op.DESCRIBE):
+        return DescribeLogDirsResponse(
+            throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[]
+        )
     log_dir = str(broker.data_dir.resolve())
     try:
         fs = os.statvfs(log_dir)

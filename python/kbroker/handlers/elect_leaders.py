@@ -6,7 +6,9 @@ As Kafka answers: ELECTION_NOT_NEEDED for each partition named (preferred or unc
 election alike: the leader is live), UNKNOWN_TOPIC_OR_PARTITION for one that does not
 exist; ``topic_partitions`` null asks for every partition, and then partitions that need
 no election are left out (each topic is listed with no partition, as Kafka 4.1 does).
-Messages are Kafka's on a single node, the controller's in a cluster.
+Messages are Kafka's on a single node, the controller's in a cluster. With an
+authorizer it needs Alter on the cluster (CLUSTER_AUTHORIZATION_FAILED, on each
+partition named too), as in Kafka.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from kbroker.controller.election import ElectionType
 from kbroker.errors import KafkaError
+from kbroker.handlers.authorization import Op, authorize_cluster
 from kbroker.log import TopicPartition
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
@@ -82,7 +85,25 @@ async def _elect_in_cluster(broker: Broker, ctx: RequestContext, request: Any) -
     )
 
 
+def _refused(request: Any) -> Any:
+    """Kafka's answer without Alter on the cluster: the error, on every partition asked."""
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    by_topic: dict[str, list[Any]] = {}
+    for tp in request.topic_partitions or []:
+        parts = by_topic.setdefault(tp.topic, [])
+        parts += [_result(p, code, None) for p in dict.fromkeys(tp.partitions)]
+    return ElectLeadersResponse(
+        throttle_time_ms=0,
+        error_code=code,
+        replica_election_results=[
+            Result(topic=name, partition_result=parts) for name, parts in by_topic.items()
+        ],
+    )
+
+
 def handle_elect_leaders(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if not authorize_cluster(broker, ctx, Op.ALTER):
+        return _refused(request)
     if broker.cluster is not None:
         return _elect_in_cluster(broker, ctx, request)
     results: list[Any] = []

@@ -22,6 +22,11 @@ over its quota is answered without data, with the throttle time, and the
 connection is paused for that time (Kafka's way: the records are fetched
 again, from the same offset, once the throttle is over, so none is lost or
 delivered twice).
+
+With an authorizer, as Kafka: a consumer needs Read on each topic, a
+follower (replica id >= 0) ClusterAction on the cluster, or every partition
+is answered TOPIC_AUTHORIZATION_FAILED: only brokers may fetch as replicas
+(CVE-2018-1288), and a refused one reads nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kbroker.futures import then
+from kbroker.handlers.authorization import TOPIC, Op, authorize_cluster, refused
 from kbroker.log import TopicPartition
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode, RecordsPlaceholder
@@ -42,6 +48,9 @@ TopicResponse = FetchResponse.Topic
 PartitionResponse = FetchResponse.Topic.Partition
 
 READ_COMMITTED = 1
+# Per topic in request order: (topic entry, [(partition entry, its index in the replica
+# manager's fetches, or the error it is answered with)]).
+Plan = list[tuple[Any, list[tuple[Any, int | ErrorCode]]]]
 # Longest wait a client may ask for; longer asks are shortened.
 MAX_WAIT_MS = 30_000
 
@@ -75,19 +84,24 @@ def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         read_committed=committed,
         replica_id=max(replica_id, -1),
     )
-    # Per topic in request order: (topic entry, [(partition entry, index in fetches or None)])
-    plan: list[tuple[Any, list[tuple[Any, int | None]]]] = []
+    plan: Plan = []
     fetches: list[FetchPartition] = []
-    for topic in request.topics:
-        if version >= 13:
-            known = broker.metadata_cache.topic_by_id(topic.topic_id)
-            name = None if known is None else known.name
+    names = [_name(broker, version, topic) for topic in request.topics]
+    denied: frozenset[str] = frozenset()
+    if broker.authorizer is not None:
+        if replica_id >= 0:
+            if not authorize_cluster(broker, ctx, Op.CLUSTER_ACTION):
+                denied = frozenset(n for n in names if n is not None)
         else:
-            name = topic.topic
-        entries: list[tuple[Any, int | None]] = []
+            denied = refused(broker, ctx, Op.READ, TOPIC, (n for n in names if n is not None))
+    for topic, name in zip(request.topics, names, strict=True):
+        entries: list[tuple[Any, int | ErrorCode]] = []
         for p in topic.partitions:
             if name is None:
-                entries.append((p, None))
+                entries.append((p, ErrorCode.UNKNOWN_TOPIC_ID))
+                continue
+            if name in denied:
+                entries.append((p, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             entries.append((p, len(fetches)))
             fetches.append(
@@ -111,12 +125,20 @@ def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     return then(done, lambda results: _response(version, committed, plan, results))
 
 
+def _name(broker: Broker, version: int, topic: Any) -> str | None:
+    """The topic a fetch entry names (by id from v13: None when the id is unknown)."""
+    if version < 13:
+        return str(topic.topic)
+    known = broker.metadata_cache.topic_by_id(topic.topic_id)
+    return None if known is None else known.name
+
+
 def _throttled(
     broker: Broker,
     ctx: RequestContext,
     version: int,
     committed: bool,
-    plan: list[tuple[Any, list[tuple[Any, int | None]]]],
+    plan: Plan,
     results: list[ReadResult],
 ) -> Any:
     """The answer to a consumer with a byte-rate quota: the data, or, once over the quota,
@@ -138,9 +160,7 @@ _TOPIC_BYTES = 24
 _PARTITION_BYTES = 50
 
 
-def response_size(
-    plan: list[tuple[Any, list[tuple[Any, int | None]]]], results: list[ReadResult]
-) -> int:
+def response_size(plan: Plan, results: list[ReadResult]) -> int:
     """About the size of the response (exact for the records, which dominate)."""
     size = _RESPONSE_BYTES
     for topic, entries in plan:
@@ -156,15 +176,15 @@ def response_size(
 def _response(
     version: int,
     committed: bool,
-    plan: list[tuple[Any, list[tuple[Any, int | None]]]],
+    plan: Plan,
     results: list[ReadResult],
 ) -> Any:
     responses = []
     for topic, entries in plan:
         parts = []
         for req, i in entries:
-            if i is None:
-                parts.append(_error(req.partition, ErrorCode.UNKNOWN_TOPIC_ID))
+            if isinstance(i, ErrorCode):
+                parts.append(_error(req.partition, i))
                 continue
             r = results[i]
             records = r.records

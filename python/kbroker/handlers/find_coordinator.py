@@ -4,7 +4,8 @@ v0-3 ask about one key, v4+ about several (``coordinator_keys``). A group is
 coordinated by the leader of its partition of ``__consumer_offsets`` (on a
 single node, this broker); asking creates the topic on first use.
 Transactional ids get TRANSACTIONAL_ID_AUTHORIZATION_FAILED until
-transactions exist (as InitProducerId answers them).
+transactions exist (as InitProducerId answers them). With an authorizer a
+group needs Describe on it (GROUP_AUTHORIZATION_FAILED), as in Kafka.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kbroker.coordinator.records import OFFSETS_TOPIC, partition_for
+from kbroker.handlers.authorization import GROUP, TRANSACTIONAL_ID, Op, authorize
 from kbroker.metadata_cache import BrokerInfo
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
@@ -36,11 +38,20 @@ def _partition_leader(broker: Broker, group_id: str) -> BrokerInfo | None:
     return None if state is None or state.leader < 0 else cache.broker(state.leader)
 
 
-def _find(broker: Broker, key: str, key_type: int, listener: str) -> Any:
-    """The coordinator of ``key``, as reached through ``listener`` (the request's)."""
-    ep = broker.listeners.advertised[listener]
+def _find(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> Any:
+    """The coordinator of ``key``, as reached through the request's listener."""
+    ep = broker.listeners.advertised[ctx.listener]
     code, message = ErrorCode.NONE, None
-    if key_type == KEY_TYPE_TRANSACTION:
+    if key_type == KEY_TYPE_GROUP and not authorize(broker, ctx, Op.DESCRIBE, GROUP, key):
+        code, message = ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."
+    elif key_type == KEY_TYPE_TRANSACTION and not authorize(
+        broker, ctx, Op.DESCRIBE, TRANSACTIONAL_ID, key
+    ):
+        code, message = (
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "Transactional Id authorization failed.",
+        )
+    elif key_type == KEY_TYPE_TRANSACTION:
         code, message = (
             ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
             "transactions are not supported yet",
@@ -52,7 +63,7 @@ def _find(broker: Broker, key: str, key_type: int, listener: str) -> Any:
         if check == ErrorCode.NOT_COORDINATOR and broker.cluster is not None:
             # Another broker leads the group's partition of __consumer_offsets.
             leader = _partition_leader(broker, key)
-            address = None if leader is None else leader.address(listener)
+            address = None if leader is None else leader.address(ctx.listener)
             if leader is not None and address is not None:
                 return Coordinator(
                     key=key,
@@ -84,9 +95,9 @@ def handle_find_coordinator(broker: Broker, ctx: RequestContext, request: Any) -
     version = ctx.api_version
     key_type = request.key_type if version >= 1 else KEY_TYPE_GROUP
     if version >= 4:
-        found = [_find(broker, key, key_type, ctx.listener) for key in request.coordinator_keys]
+        found = [_find(broker, ctx, key, key_type) for key in request.coordinator_keys]
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=found)
-    one = _find(broker, request.key, key_type, ctx.listener)
+    one = _find(broker, ctx, request.key, key_type)
     return FindCoordinatorResponse(
         throttle_time_ms=0,
         error_code=one.error_code,

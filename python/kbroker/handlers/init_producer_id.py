@@ -3,6 +3,11 @@
 Ids come from the broker's ProducerIdAllocator. A producer that presents its
 current id and epoch (v3+, KIP-360) gets the epoch bumped; transactional ids
 are refused until transactions exist.
+
+With an authorizer, as Kafka: a transactional id needs Write on it
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer needs
+IdempotentWrite on the cluster or Write on some topic
+(CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -10,6 +15,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from kbroker.handlers.authorization import (
+    TOPIC,
+    TRANSACTIONAL_ID,
+    Op,
+    authorize,
+    authorize_any,
+    authorize_cluster,
+)
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.core import InitProducerIdResponse
@@ -29,7 +42,15 @@ def _response(code: ErrorCode, producer_id: int = -1, epoch: int = -1) -> Any:
 
 
 def handle_init_producer_id(broker: Broker, ctx: RequestContext, request: Any) -> Any:
-    if request.transactional_id is not None:
+    txn = request.transactional_id
+    if txn is not None and not authorize(broker, ctx, Op.WRITE, TRANSACTIONAL_ID, txn):
+        return _response(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if txn is None and not (
+        authorize_cluster(broker, ctx, Op.IDEMPOTENT_WRITE)
+        or authorize_any(broker, ctx, Op.WRITE, TOPIC)
+    ):
+        return _response(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    if txn is not None:
         # No transaction coordinator yet: a clear, non-retriable refusal.
         return _response(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     # An idempotent producer recovering from an error (v3+) bumps its epoch.

@@ -16,6 +16,11 @@ and it is not the controller (NOT_CONTROLLER, as Kafka's non-controller brokers
 answer). Each refusal is the one Kafka 3.9.1 gives
 (tests/cluster/test_inter_broker_wire.py compares them field for field): a
 LeaderAndIsr refusal lists every partition asked about, a StopReplica refusal none.
+
+With an authorizer, every one of them needs ClusterAction on the cluster, checked
+before anything else, as Kafka does: a sender without it (a client posing as a
+controller or a broker) is answered CLUSTER_AUTHORIZATION_FAILED, with every
+partition of a LeaderAndIsr or StopReplica request, and nothing changes.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from kbroker.controller.isr_changes import IsrAnswer, IsrChange
 from kbroker.errors import KafkaError
+from kbroker.handlers.authorization import Op, authorize_cluster
 from kbroker.log import TopicPartition
 from kbroker.metadata_cache import BrokerInfo, ControllerPartitionState
 from kbroker.metadata_types import PartitionState
@@ -237,8 +243,18 @@ def _refusal(broker: Broker, request: Any, version: int, epoch_since: int) -> Er
     return None
 
 
+UNAUTHORIZED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+def _from_broker(broker: Broker, ctx: RequestContext) -> bool:
+    """Whether the sender may send what only controllers and brokers send."""
+    return authorize_cluster(broker, ctx, Op.CLUSTER_ACTION)
+
+
 async def handle_leader_and_isr(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
+    if not _from_broker(broker, ctx):
+        return leader_and_isr_response(request, version, UNAUTHORIZED)
     refused = _refusal(broker, request, version, 2)
     if refused is not None:
         return leader_and_isr_response(request, version, refused)
@@ -255,6 +271,8 @@ async def handle_leader_and_isr(broker: Broker, ctx: RequestContext, request: An
 
 def handle_stop_replica(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
+    if not _from_broker(broker, ctx):
+        return stop_replica_response(request, version, UNAUTHORIZED)
     refused = _refusal(broker, request, version, 1)
     if refused is not None:
         # Kafka lists no partition when it refuses a whole StopReplica.
@@ -275,6 +293,8 @@ def handle_stop_replica(broker: Broker, ctx: RequestContext, request: Any) -> An
 
 def handle_update_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
+    if not _from_broker(broker, ctx):
+        return UpdateMetadataResponse(error_code=UNAUTHORIZED)
     refused = _refusal(broker, request, version, 5)
     if refused is not None:
         return UpdateMetadataResponse(error_code=refused)
@@ -286,6 +306,8 @@ def handle_update_metadata(broker: Broker, ctx: RequestContext, request: Any) ->
 
 
 async def handle_controlled_shutdown(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if not _from_broker(broker, ctx):
+        return ControlledShutdownResponse(error_code=UNAUTHORIZED, remaining_partitions=[])
     controller = None if broker.cluster is None else broker.cluster.controller
     if controller is None:
         # Kafka's non-controller answers with its "controller moved" error, code 11.
@@ -366,6 +388,8 @@ def alter_partition_response(answers: list[IsrAnswer], version: int) -> Any:
 
 async def handle_alter_partition(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     """A leader's ISR change, for the controller; other brokers answer NOT_CONTROLLER."""
+    if not _from_broker(broker, ctx):
+        return AlterPartitionResponse(throttle_time_ms=0, error_code=UNAUTHORIZED, topics=[])
     controller = None if broker.cluster is None else broker.cluster.controller
     if controller is None:
         return AlterPartitionResponse(

@@ -4,6 +4,7 @@ v4+ new members first get MEMBER_ID_REQUIRED with their id and must join
 again with it (KIP-394); v5+ carry group.instance.id (static membership).
 The answer may wait for the whole rebalance; the leader's answer lists the
 members and their metadata so that it can compute the assignment.
+With an authorizer the group needs Read (GROUP_AUTHORIZATION_FAILED), as in Kafka.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from kbroker.coordinator import JoinRequest, JoinResult
+from kbroker.handlers.authorization import GROUP, Op, authorize
 from kbroker.network.request import RequestContext
-from kbroker.protocol import ApiKey
+from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import JoinGroupResponse
 
 if TYPE_CHECKING:
@@ -57,6 +59,8 @@ async def _wait(pending: asyncio.Future[JoinResult], version: int) -> Any:
 
 def handle_join_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
+    if not authorize(broker, ctx, Op.READ, GROUP, request.group_id):
+        return _response(JoinResult(ErrorCode.GROUP_AUTHORIZATION_FAILED, member_id=""), version)
     req = JoinRequest(
         group_id=request.group_id,
         member_id=request.member_id or "",

@@ -2,12 +2,14 @@
 
 v0-2 name one member and carry its error at the top level; v3+ answer per
 member (KIP-345 batch leave, used by admin tools to remove static members).
+With an authorizer the group needs Read (GROUP_AUTHORIZATION_FAILED), as in Kafka.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kbroker.handlers.authorization import GROUP, Op, authorize
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import LeaveGroupResponse
@@ -18,6 +20,10 @@ if TYPE_CHECKING:
 
 def handle_leave_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
+    if not authorize(broker, ctx, Op.READ, GROUP, request.group_id):
+        return LeaveGroupResponse(
+            throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[]
+        )
     if version < 3:
         leaving: list[tuple[str, str | None]] = [(request.member_id, None)]
     else:

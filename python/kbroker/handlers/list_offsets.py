@@ -3,6 +3,7 @@
 Offsets by time come from the time index and, within a batch, from the
 record timestamps (Rust). Answers never point past what a consumer may
 read: the high watermark, or the last stable offset for read_committed.
+With an authorizer each topic needs Describe (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kbroker.errors import PartitionError
+from kbroker.handlers.authorization import TOPIC, Op, refused
 from kbroker.log import TopicPartition
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
@@ -58,6 +60,7 @@ def _lookup(
 def handle_list_offsets(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
     committed = version >= 2 and request.isolation_level == READ_COMMITTED
+    denied = refused(broker, ctx, Op.DESCRIBE, TOPIC, (t.name for t in request.topics))
     topics = []
     for topic in request.topics:
         results = []
@@ -67,6 +70,8 @@ def handle_list_offsets(broker: Broker, ctx: RequestContext, request: Any) -> An
             ts = offset = -1
             epoch = -1
             try:
+                if topic.name in denied:
+                    raise PartitionError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 partition = broker.replica_manager.leader_partition(
                     tp, p.current_leader_epoch if version >= 4 else -1
                 )

@@ -4,7 +4,8 @@ In a cluster the controller answers (`Controller.list_partition_reassignments`):
 partition being reassigned, or those of the ones named that are, with its replicas and
 those being added and removed; other brokers answer NOT_CONTROLLER, as Kafka's do. A
 single node completes a reassignment as it is made (see alter_partition_reassignments),
-so it lists none, as Kafka does when nothing moves.
+so it lists none, as Kafka does when nothing moves. With an authorizer it needs
+Describe on the cluster (CLUSTER_AUTHORIZATION_FAILED), checked first, as in Kafka.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kbroker.errors import KafkaError
+from kbroker.handlers.authorization import Op, authorize_cluster
 from kbroker.log import TopicPartition
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
@@ -62,6 +64,8 @@ async def _list_in_cluster(broker: Broker, request: Any) -> Any:
 
 
 def handle_list_partition_reassignments(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if not authorize_cluster(broker, ctx, Op.DESCRIBE):
+        return _answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.", [])
     if broker.cluster is not None:
         return _list_in_cluster(broker, request)
     return _answer(ErrorCode.NONE, None, [])

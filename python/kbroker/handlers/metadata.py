@@ -2,6 +2,13 @@
 
 Metadata may create topics it is asked about when both the request and
 ``auto.create.topics.enable`` allow it.
+
+With an authorizer, as Kafka: a topic the principal may not Describe is left
+out of an all-topics answer and answered TOPIC_AUTHORIZATION_FAILED when
+named (by id: with the id, without the name); creating a missing topic also
+needs Create on the cluster or on the topic. The authorized-operations
+fields, when asked for, carry what the principal may do (Describe on the
+cluster is needed to see the cluster's); otherwise Kafka's INT32_MIN.
 """
 
 from __future__ import annotations
@@ -12,11 +19,21 @@ from typing import TYPE_CHECKING, Any
 
 from kbroker.coordinator.records import OFFSETS_TOPIC
 from kbroker.errors import TopicError
+from kbroker.handlers.authorization import (
+    CLUSTER,
+    TOPIC,
+    Op,
+    authorize,
+    authorize_cluster,
+    authorized_operations,
+    refused,
+)
 from kbroker.metadata_types import TopicMetadata
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode
-from kbroker.protocol.messages.admin import DescribeClusterResponse
+from kbroker.protocol.messages.admin import INT32_MIN, DescribeClusterResponse
 from kbroker.protocol.messages.core import MetadataResponse
+from kbroker.security.acl import CLUSTER_NAME
 from kbroker.topics import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
@@ -50,17 +67,30 @@ def _topic_entry(topic: TopicMetadata) -> Any:
     )
 
 
-def _error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID = ZERO_UUID) -> Any:
-    return Topic(error_code=code, name=name, topic_id=topic_id, is_internal=False, partitions=[])
+def _error_entry(
+    name: str | None, code: ErrorCode, topic_id: uuid.UUID = ZERO_UUID, internal: bool = False
+) -> Any:
+    return Topic(error_code=code, name=name, topic_id=topic_id, is_internal=internal, partitions=[])
+
+
+def _may_create(broker: Broker, ctx: RequestContext, name: str) -> bool:
+    return authorize_cluster(broker, ctx, Op.CREATE) or authorize(
+        broker, ctx, Op.CREATE, TOPIC, name
+    )
 
 
 def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
     known = broker.metadata_cache.topics()
     topics: list[Any] = []
+    # Entries whose authorized operations are filled in when asked for (not the refused).
+    described: list[Any] = []
     requested = request.topics
     if requested is None or (version == 0 and not requested):
-        topics = [_topic_entry(t) for _, t in sorted(known.items())]
+        names = sorted(known)
+        hidden = refused(broker, ctx, Op.DESCRIBE, TOPIC, names)
+        topics = [_topic_entry(known[n]) for n in names if n not in hidden]
+        described = topics
     else:
         auto_create = request.allow_auto_topic_creation and broker.config.get_bool(
             "auto.create.topics.enable"
@@ -69,13 +99,29 @@ def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             name = wanted.name
             if name is None:
                 found = broker.metadata_cache.topic_by_id(wanted.topic_id)
-                topics.append(
-                    _topic_entry(found)
-                    if found
-                    else _error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id)
-                )
+                if found is None:
+                    topics.append(_error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id))
+                elif not authorize(broker, ctx, Op.DESCRIBE, TOPIC, found.name):
+                    # Topic ids are not secret; the name is.
+                    topics.append(
+                        _error_entry(None, ErrorCode.TOPIC_AUTHORIZATION_FAILED, found.topic_id)
+                    )
+                else:
+                    topics.append(_topic_entry(found))
+                    described.append(topics[-1])
+                continue
+            if not authorize(broker, ctx, Op.DESCRIBE, TOPIC, name):
+                # Whether it exists is not told.
+                topics.append(_error_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             topic = known.get(name)
+            if topic is None and auto_create and not _may_create(broker, ctx, name):
+                topics.append(
+                    _error_entry(
+                        name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, internal=name in INTERNAL_TOPICS
+                    )
+                )
+                continue
             if topic is None and name == OFFSETS_TOPIC:
                 # Internal topics are made by their owner, with their own settings.
                 if broker.coordinator.ensure_offsets_topic():
@@ -93,6 +139,16 @@ def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 topics.append(_error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             else:
                 topics.append(_topic_entry(topic))
+            described.append(topics[-1])
+    cluster_operations = INT32_MIN
+    if version >= 8:
+        if 8 <= version <= 10 and request.include_cluster_authorized_operations:
+            cluster_operations = _cluster_operations(broker, ctx)
+        if request.include_topic_authorized_operations:
+            for entry in described:
+                entry.topic_authorized_operations = authorized_operations(
+                    broker, ctx, TOPIC, entry.name
+                )
     cache = broker.metadata_cache
     return MetadataResponse(
         throttle_time_ms=0,
@@ -104,7 +160,15 @@ def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         cluster_id=cache.cluster_id,
         controller_id=cache.controller_id,
         topics=topics,
+        cluster_authorized_operations=cluster_operations,
     )
+
+
+def _cluster_operations(broker: Broker, ctx: RequestContext) -> int:
+    """What the principal may do to the cluster; 0 unless it may Describe it, as Kafka."""
+    if not authorize_cluster(broker, ctx, Op.DESCRIBE):
+        return 0
+    return authorized_operations(broker, ctx, CLUSTER, CLUSTER_NAME)
 
 
 def handle_describe_cluster(broker: Broker, ctx: RequestContext, request: Any) -> Any:
@@ -124,6 +188,9 @@ def handle_describe_cluster(broker: Broker, ctx: RequestContext, request: Any) -
         throttle_time_ms=0,
         error_code=ErrorCode.NONE,
         error_message=None,
+        cluster_authorized_operations=_cluster_operations(broker, ctx)
+        if request.include_cluster_authorized_operations
+        else INT32_MIN,
         endpoint_type=1,
         cluster_id=broker.metadata_cache.cluster_id,
         controller_id=cache.controller_id,

@@ -4,6 +4,10 @@ v1 has only per-partition errors; v2-7 add a top-level error and let a null
 topic list mean "every committed offset"; v8+ ask for several groups at once.
 A partition without a committed offset gets offset -1 and no error.
 require_stable (v7+) has nothing to wait for until transactional commits exist.
+
+With an authorizer, as Kafka: the group needs Describe (GROUP_AUTHORIZATION_FAILED);
+a named partition of a topic the principal may not Describe is answered
+TOPIC_AUTHORIZATION_FAILED, and "every committed offset" leaves such topics out.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kbroker.coordinator import FetchedOffset
+from kbroker.handlers.authorization import GROUP, TOPIC, Op, authorize, refused
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import OffsetFetchResponse
@@ -44,14 +49,42 @@ def _topics(fetched: list[FetchedOffset], error: ErrorCode = ErrorCode.NONE) -> 
     return [Topic(name=name, partitions=parts) for name, parts in by_topic.items()]
 
 
+def _fetch(
+    broker: Broker,
+    ctx: RequestContext,
+    group_id: str,
+    wanted: list[tuple[str, int]] | None,
+    require_stable: bool,
+) -> tuple[ErrorCode, list[FetchedOffset]]:
+    """The group's committed offsets the principal may see (each partition it may not,
+    when named, with TOPIC_AUTHORIZATION_FAILED)."""
+    if not authorize(broker, ctx, Op.DESCRIBE, GROUP, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
+    if broker.authorizer is None:
+        return broker.coordinator.offsets.fetch_offsets(group_id, wanted, require_stable)
+    if wanted is None:
+        error, fetched = broker.coordinator.offsets.fetch_offsets(group_id, None, require_stable)
+        hidden = refused(broker, ctx, Op.DESCRIBE, TOPIC, (f.topic for f in fetched))
+        return error, [f for f in fetched if f.topic not in hidden]
+    denied = refused(broker, ctx, Op.DESCRIBE, TOPIC, (t for t, _ in wanted))
+    allowed = [(t, p) for t, p in wanted if t not in denied]
+    error, fetched = broker.coordinator.offsets.fetch_offsets(group_id, allowed, require_stable)
+    if error != ErrorCode.NONE:
+        return error, fetched
+    found = {(f.topic, f.partition): f for f in fetched}
+    return error, [
+        found.get((t, p)) or FetchedOffset(t, p, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        for t, p in wanted
+    ]
+
+
 def handle_offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
-    offsets = broker.coordinator.offsets
     require_stable = version >= 7 and request.require_stable
     if version >= 8:
         groups = []
         for g in request.groups:
-            error, fetched = offsets.fetch_offsets(g.group_id, _wanted(g.topics), require_stable)
+            error, fetched = _fetch(broker, ctx, g.group_id, _wanted(g.topics), require_stable)
             groups.append(
                 OffsetFetchResponse.Group(
                     group_id=g.group_id, topics=_topics(fetched), error_code=error
@@ -59,7 +92,7 @@ def handle_offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> An
             )
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
     wanted = _wanted(request.topics)
-    error, fetched = offsets.fetch_offsets(request.group_id, wanted, require_stable)
+    error, fetched = _fetch(broker, ctx, request.group_id, wanted, require_stable)
     if version < 2:
         # No top-level error before v2: every partition carries it.
         if error != ErrorCode.NONE:

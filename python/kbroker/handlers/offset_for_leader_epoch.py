@@ -7,6 +7,10 @@ offset where the next epoch starts; for the current epoch that is the log end
 offset; an epoch above the current one, or -1, gets (-1, -1). Earlier
 epochs come from the log's leader-epoch cache (``leader-epoch-checkpoint``),
 which every append and every new leader keep.
+
+With an authorizer, as Kafka: ClusterAction on the cluster (a follower) allows
+every topic; otherwise each topic needs Describe (a consumer checking for
+truncation, KIP-320), or is answered TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kbroker.errors import PartitionError
+from kbroker.handlers.authorization import TOPIC, Op, authorize_cluster, refused
 from kbroker.log import TopicPartition
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
@@ -59,9 +64,27 @@ def _answer(broker: Broker, topic: str, p: Any) -> Any:
     return result(ErrorCode.NONE, epoch, end)
 
 
+def _refused(p: Any) -> Any:
+    return PartitionResult(
+        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        partition=p.partition,
+        leader_epoch=UNDEFINED,
+        end_offset=UNDEFINED,
+    )
+
+
 def handle_offset_for_leader_epoch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    denied: frozenset[str] = frozenset()
+    if broker.authorizer is not None and not authorize_cluster(broker, ctx, Op.CLUSTER_ACTION):
+        denied = refused(broker, ctx, Op.DESCRIBE, TOPIC, (t.topic for t in request.topics))
     topics = [
-        TopicResult(topic=t.topic, partitions=[_answer(broker, t.topic, p) for p in t.partitions])
+        TopicResult(
+            topic=t.topic,
+            partitions=[
+                _refused(p) if t.topic in denied else _answer(broker, t.topic, p)
+                for p in t.partitions
+            ],
+        )
         for t in request.topics
     ]
     return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)

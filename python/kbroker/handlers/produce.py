@@ -11,6 +11,12 @@ A client over its ``producer_byte_rate`` quota (the request's size counts)
 still has its records appended; its answer carries the throttle time and
 the connection reads nothing more from it until that time is up (KIP-219;
 with acks=0 there is no answer, only the pause).
+
+With an authorizer, as Kafka: each topic needs Write (TOPIC_AUTHORIZATION_FAILED),
+and transactional batches need Write on the request's transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition). A refused acks=0
+request closes the connection, Kafka's way of telling a producer that waits
+for no answer.
 """
 
 from __future__ import annotations
@@ -18,8 +24,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kbroker.futures import then
+from kbroker.handlers import authorization as authz
+from kbroker.handlers.authorization import TOPIC, TRANSACTIONAL_ID, Op
 from kbroker.log import TopicPartition
 from kbroker.network.request import RequestContext
+from kbroker.network.server import CloseConnection
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.core import ProduceResponse
 from kbroker.replication.replica_manager import AppendResult
@@ -48,15 +57,47 @@ def _error(index: int, code: ErrorCode, message: str | None = None) -> Any:
     )
 
 
+# A record batch's attributes (big-endian int16) follow its base offset, length,
+# leader epoch, magic and CRC; bit 4 (in the low byte) marks a transactional batch.
+_ATTRIBUTES_AT = 21
+_TRANSACTIONAL = 0x10
+
+
+def _transactional(records: Any) -> bool:
+    return bool(
+        records is not None
+        and len(records) > _ATTRIBUTES_AT + 1
+        and records[_ATTRIBUTES_AT + 1] & _TRANSACTIONAL
+    )
+
+
+def _unauthorized(broker: Broker, ctx: RequestContext, request: Any) -> tuple[Any, frozenset[str]]:
+    """(the error for every partition, or None; the topics the principal may not write)."""
+    if any(_transactional(p.records) for t in request.topic_data for p in t.partition_data):
+        txn = request.transactional_id
+        if txn is None or not authz.authorize(broker, ctx, Op.WRITE, TRANSACTIONAL_ID, txn):
+            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, frozenset()
+    return None, authz.refused(broker, ctx, Op.WRITE, TOPIC, (t.name for t in request.topic_data))
+
+
 def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
     acks = request.acks
+    denied_all, denied = (
+        (None, frozenset()) if broker.authorizer is None else _unauthorized(broker, ctx, request)
+    )
     # (topic, [(partition index, error response or None)]) in request order
     plan: list[tuple[str, list[tuple[int, Any]]]] = []
     entries: dict[TopicPartition, memoryview] = {}
     for topic in request.topic_data:
         parts: list[tuple[int, Any]] = []
         for p in topic.partition_data:
+            if denied_all is not None:
+                parts.append((p.index, _error(p.index, denied_all)))
+                continue
+            if topic.name in denied:
+                parts.append((p.index, _error(p.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
+                continue
             refused = _check(version, acks, p.records)
             if refused is None:
                 tp = TopicPartition(topic.name, p.index)
@@ -75,6 +116,8 @@ def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         if throttle_ms > 0:
             ctx.connection.mute_for(throttle_ms / 1000)
     if acks == 0:
+        if denied_all is not None or denied:
+            raise CloseConnection(f"{ctx.principal} may not write (a produce request, acks=0)")
         return None
     if done.done():
         return _response(plan, done.result(), throttle_ms)

@@ -2,6 +2,7 @@
 
 Followers wait until the leader's SyncGroup arrives. An empty assignment is
 still a well-formed (empty) byte string, never null.
+With an authorizer the group needs Read (GROUP_AUTHORIZATION_FAILED), as in Kafka.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from kbroker.coordinator import SyncResult
+from kbroker.handlers.authorization import GROUP, Op, authorize
 from kbroker.network.request import RequestContext
-from kbroker.protocol import ApiKey
+from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import SyncGroupResponse
 
 if TYPE_CHECKING:
@@ -34,6 +36,8 @@ async def _wait(pending: asyncio.Future[SyncResult]) -> Any:
 
 def handle_sync_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
+    if not authorize(broker, ctx, Op.READ, GROUP, request.group_id):
+        return _response(SyncResult(ErrorCode.GROUP_AUTHORIZATION_FAILED))
     result = broker.coordinator.sync_group(
         request.group_id,
         request.generation_id,

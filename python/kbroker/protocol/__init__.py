@@ -6,7 +6,7 @@ The server uses:
   encode_response_segments(...) -> [bytes, records, bytes, ...] (zero-copy)
   encode_api_versions_unsupported(header) -> bytes (error 35, v0 layout)
   APIS / api(key) / advertised_versions(handled) / api_versions_response(handled)
-Message classes live in kbroker.protocol.messages.{core,group,admin,sasl}.
+Message classes live in kbroker.protocol.messages.{core,group,admin,acls,sasl}.
 """
 
 from .apis import (

@@ -13,7 +13,7 @@ from enum import IntEnum
 from typing import Any
 
 from .codec import Codec
-from .messages import admin, core, group, inter_broker, quotas, sasl
+from .messages import acls, admin, core, group, inter_broker, quotas, sasl
 
 
 class ApiKey(IntEnum):
@@ -41,6 +41,9 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
@@ -163,6 +166,9 @@ APIS: tuple[ApiSpec, ...] = (
         core.OffsetForLeaderEpochRequest,
         core.OffsetForLeaderEpochResponse,
     ),
+    _api(K.DESCRIBE_ACLS, "1-3", 2, acls.DescribeAclsRequest, acls.DescribeAclsResponse),
+    _api(K.CREATE_ACLS, "1-3", 2, acls.CreateAclsRequest, acls.CreateAclsResponse),
+    _api(K.DELETE_ACLS, "1-3", 2, acls.DeleteAclsRequest, acls.DeleteAclsResponse),
     _api(K.DESCRIBE_CONFIGS, "1-4", 4, admin.DescribeConfigsRequest, admin.DescribeConfigsResponse),
     _api(K.ALTER_CONFIGS, "0-2", 2, admin.AlterConfigsRequest, admin.AlterConfigsResponse),
     _api(
