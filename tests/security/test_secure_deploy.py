@@ -6,8 +6,8 @@ credentials, the SASL users. Then `kbroker serve --config` runs a copy of it in
 cluster mode, on this test's ZooKeeper, with only what names this machine
 appended (loopback ports and host, the test's certificates, the ZooKeeper
 address): the broker registers SASL_SSL endpoints only, the administrator the
-file names produces and reads back over SASL_SSL, and a plaintext client is
-refused.
+file names (a super user) produces and reads back over SASL_SSL, a user without
+ACLs may not create a topic, and a plaintext client is refused.
 """
 
 from __future__ import annotations
@@ -90,9 +90,10 @@ def test_kbroker_serves_the_sample(tmp_path: Path, zookeeper: ZooKeeperServer) -
             zk.close()
         assert set(registration["listener_security_protocol_map"].values()) == {"SASL_SSL"}
 
-        admin_password = parse_jaas(
+        users = parse_jaas(
             "client", load_properties(SAMPLE)["listener.name.client.plain.sasl.jaas.config"]
-        ).users["admin"]
+        ).users
+        admin_password = users["admin"]
         conf = {
             "bootstrap.servers": f"127.0.0.1:{client_port}",
             "security.protocol": "SASL_SSL",
@@ -113,6 +114,12 @@ def test_kbroker_serves_the_sample(tmp_path: Path, zookeeper: ZooKeeperServer) -
         assert all(err is None for err, _ in reports)
         read = consume_all(f"127.0.0.1:{client_port}", topic, 1, 20, conf=conf)
         assert [m.value() for m in read] == [f"v{i}".encode() for i in range(20)]
+        # The ACL authorizer is on: alice, with no ACL, may not create a topic.
+        alice = {**conf, "sasl.username": "alice", "sasl.password": users["alice"]}
+        alice_admin = AdminClient(alice)
+        refused = alice_admin.create_topics([NewTopic(f"{topic}-alice", 1, 1)])
+        with pytest.raises(KafkaException, match="AUTHORIZATION_FAILED"):
+            refused[f"{topic}-alice"].result(30)
         with pytest.raises(KafkaException):
             AdminClient({"bootstrap.servers": f"127.0.0.1:{client_port}"}).list_topics(timeout=3)
     finally:
