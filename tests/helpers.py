@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -137,12 +137,13 @@ def wait_for(
         time.sleep(interval)
 
 
-def knows_controller(bootstrap: str) -> bool:
+def knows_controller(bootstrap: str, conf: Mapping[str, Any] | None = None) -> bool:
     """Whether the broker at ``bootstrap`` names a controller in its Metadata. One that
     just started may not know it yet, and librdkafka's admin client, told so, waits for
-    its next metadata refresh (minutes) before it sends CreateTopics anywhere."""
+    its next metadata refresh (minutes) before it sends CreateTopics anywhere. ``conf``:
+    the client's security settings, when the listener has any."""
     try:
-        md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
+        md = AdminClient({"bootstrap.servers": bootstrap, **(conf or {})}).list_topics(timeout=5)
     except Exception:
         return False
     return md.controller_id >= 0
@@ -221,9 +222,11 @@ def consume_all(
     partitions: int | Iterable[int],
     expected: int,
     timeout: float = 20,
+    conf: Mapping[str, Any] | None = None,
 ) -> list[Any]:
     """Reads partitions (a count: 0..n-1, or which) from offset 0, without a group,
-    until `expected` messages came or `timeout` passed; returns the messages."""
+    until `expected` messages came or `timeout` passed; returns the messages. ``conf``:
+    more consumer settings (security)."""
     numbers = range(partitions) if isinstance(partitions, int) else partitions
     c = Consumer(
         {
@@ -231,6 +234,7 @@ def consume_all(
             "group.id": "unused",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            **(conf or {}),
         }
     )
     c.assign([TopicPartition(topic, p, 0) for p in numbers])

@@ -335,3 +335,40 @@ def test_load_properties(tmp_path: Path) -> None:
         load_properties(path)
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_properties(tmp_path / "missing.properties")
+
+
+def test_load_properties_reads_as_java_does(tmp_path: Path) -> None:
+    """Continued lines (multi-line JAAS settings), escapes, the separators: what Java's
+    Properties.load (which Kafka reads server.properties with) gives for the same file,
+    values stripped as Kafka strips them."""
+    path = tmp_path / "server.properties"
+    path.write_text(
+        "# a comment ending in a backslash does not continue \\\n"
+        "a=1\n"
+        "  b : 2  \n"
+        "c = multi \\\n"
+        "    line \\\\\n"
+        "d=x\\\\\\\n"
+        "  y\n"
+        "e=\n"
+        "f\\=g=h\n"
+        "i  j\n"
+        "k=\\u0041\\tB\r\n"
+        "listener.name.x.plain.sasl.jaas.config=org.Plain required \\\n"
+        '    username="broker" \\\n'
+        '    password="p";\n'
+        "last=continued at the end \\"
+    )
+    assert load_properties(path) == {
+        "a": "1",
+        "b": "2",
+        "c": "multi line \\",
+        "d": "x\\y",
+        "e": "",
+        "f=g": "h",
+        "i": "j",
+        "k": "A\tB",
+        "listener.name.x.plain.sasl.jaas.config": 'org.Plain required username="broker" '
+        'password="p";',
+        "last": "continued at the end",
+    }

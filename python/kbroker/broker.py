@@ -1021,7 +1021,9 @@ class Broker:
 
     def check_tls_change(self, configs: Mapping[str, str], cluster_default: bool) -> None:
         """Raises ConfigError when the dynamic settings ``configs`` (the whole new set)
-        would give a TLS listener a keystore that cannot be loaded."""
+        would give a TLS listener a keystore that cannot be loaded, or one whose
+        certificate is not for the names of the certificate it presents (as Kafka checks,
+        see tls.check_same_names)."""
         current = self.config.dynamic_default if cluster_default else self.config.dynamic
         changed = {n for n in current.keys() | configs.keys() if is_tls_setting(n)}
         if not changed:
@@ -1033,7 +1035,10 @@ class Broker:
                 return trial.listener_value(listener, name)
 
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            tls.load_keystore(context, lookup, f"listener {lst.name}")
+            what = f"listener {lst.name}"
+            names = tls.load_keystore(context, lookup, what)
+            old = self.listener_security[lst.name].certificate
+            tls.check_same_names(old, names, lookup, what)
 
     def _reload_keystores(self) -> None:
         """Loads each TLS listener's keystore anew: connections made from now on present
@@ -1047,10 +1052,11 @@ class Broker:
                 return self.config.listener_value(listener, name)
 
             try:
-                tls.load_keystore(context, lookup, f"listener {lst.name}")
+                names = tls.load_keystore(context, lookup, f"listener {lst.name}")
             except ConfigError as exc:
                 log.error("keeping listener %s's certificate: %s", lst.name, exc)
                 continue
+            self.listener_security[lst.name].certificate = names
             log.info("listener %s loaded its keystore again", lst.name)
 
     async def config_changes_recorded(self) -> None:

@@ -291,6 +291,22 @@ SECURITY_SETTINGS: tuple[Setting, ...] = (
         read_only=True,
     ),
     Setting(
+        "ssl.allow.dn.changes",
+        _S.BOOLEAN,
+        False,
+        "Whether a keystore changed while the broker runs may hold a certificate for another "
+        "distinguished name.",
+        read_only=True,
+    ),
+    Setting(
+        "ssl.allow.san.changes",
+        _S.BOOLEAN,
+        False,
+        "Whether a keystore changed while the broker runs may hold a certificate without some "
+        "of the old one's subject alternative names.",
+        read_only=True,
+    ),
+    Setting(
         "ssl.principal.mapping.rules",
         _S.STRING,
         "DEFAULT",
@@ -1213,21 +1229,93 @@ def parse_stored_topic_configs(topic: str, raw: Mapping[str, str | None]) -> dic
 
 
 def load_properties(path: Path) -> dict[str, str]:
-    """Reads a Kafka-style ``key=value`` properties file (``#``/``!`` comments)."""
+    """Reads a Kafka properties file as Java's ``Properties.load`` reads it: ``#``/``!``
+    comment lines; a line ending in an odd number of backslashes continues on the next
+    (whose leading spaces go), as multi-line JAAS settings are written; the key ends at the
+    first unescaped ``=``, ``:`` or space; backslash escapes (``\\t``, ``\\uXXXX``, ``\\=``
+    ...) are undone. Values are stripped; a key alone on its line is refused (one line)."""
     out: dict[str, str] = {}
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
-    for lineno, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if not stripped or stripped[0] in "#!":
-            continue
-        match = re.match(r"([^=:\s]+)\s*[=:]\s*(.*)$", stripped)
-        if not match:
-            raise ConfigError(f"{path}:{lineno}: expected key=value, got {stripped!r}")
-        out[match.group(1)] = match.group(2).strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"cannot read config file {path}: it is not UTF-8 text") from None
+    for lineno, line in _logical_lines(text):
+        key, value = _split_property(line)
+        if key is None or value is None:
+            raise ConfigError(f"{path}:{lineno}: expected key=value, got {line.strip()!r}")
+        out[_unescape(key)] = _unescape(value).strip()
     return out
+
+
+def _continues(line: str) -> bool:
+    """Whether a natural line goes on in the next one (an odd number of backslashes ends it)."""
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(first line number, logical line) of each line holding a property."""
+    lines = re.split(r"\r\n|\r|\n", text)
+    i = 0
+    while i < len(lines):
+        lineno, line = i + 1, lines[i].lstrip(" \t\f")
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while _continues(line):
+            line = line[:-1]
+            if i == len(lines):
+                break
+            line += lines[i].lstrip(" \t\f")
+            i += 1
+        yield lineno, line
+
+
+def _split_property(line: str) -> tuple[str | None, str | None]:
+    """(raw key, raw value) of a logical line: the key ends at the first unescaped ``=``,
+    ``:`` or space; spaces and one ``=`` or ``:`` separate it from the value (None: the
+    key is alone on its line)."""
+    pos = 0
+    while pos < len(line):
+        ch = line[pos]
+        if ch == "\\":
+            pos += 2
+            continue
+        if ch in "=: \t\f":
+            break
+        pos += 1
+    key, rest = line[:pos], line[pos:]
+    rest = rest.lstrip(" \t\f")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:]
+    elif not rest:
+        return (key or None), None
+    return (key or None), rest.lstrip(" \t\f")
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out = []
+    pos = 0
+    while pos < len(text):
+        ch = text[pos]
+        if ch != "\\" or pos + 1 == len(text):
+            out.append(ch)
+            pos += 1
+            continue
+        nxt = text[pos + 1]
+        if nxt == "u" and re.fullmatch(r"[0-9A-Fa-f]{4}", text[pos + 2 : pos + 6]):
+            out.append(chr(int(text[pos + 2 : pos + 6], 16)))
+            pos += 6
+            continue
+        out.append(_ESCAPES.get(nxt, nxt))
+        pos += 2
+    return "".join(out)
 
 
 @dataclass

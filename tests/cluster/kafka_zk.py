@@ -101,17 +101,22 @@ def prepare_kafka_zk_broker(
     root: Path,
     broker_id: int = 1,
     settings: Mapping[str, str] | None = None,
+    port: int | None = None,
+    loggers: Mapping[str, str] | None = None,
 ) -> KafkaZkBroker:
     """A ZooKeeper-mode broker's files and command, not started yet (``launch`` it);
-    ``settings`` are added to (or replace) the server.properties below."""
+    ``settings`` are added to (or replace) the server.properties below. ``port``: where
+    clients connect (one of the ``listeners`` in ``settings``, when they name them).
+    ``loggers``: log4j levels of loggers (kafka.request.logger=DEBUG logs each request)."""
     java, lib = require_kafka()
     root.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = free_port() if port is None else port
     (root / "log4j.properties").write_text(
         "log4j.rootLogger=INFO, out\n"
         "log4j.appender.out=org.apache.log4j.ConsoleAppender\n"
         "log4j.appender.out.layout=org.apache.log4j.PatternLayout\n"
         "log4j.appender.out.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
+        + "".join(f"log4j.logger.{name}={level}\n" for name, level in (loggers or {}).items())
     )
     properties = {
         "broker.id": str(broker_id),

@@ -4,6 +4,10 @@ Cluster tests run one scenario against both systems: ``kafka`` (Kafka 3.9.1 in
 ZooKeeper mode, proving the test itself) and ``kbroker`` (``kbroker serve
 --zookeeper``). A `Node` is one broker process of either, with the same
 handles: kill -9, SIGTERM, SIGSTOP/SIGCONT, restart on its data and port.
+
+By default each broker has one PLAINTEXT listener; `Listeners` gives a cluster
+named listeners with their security protocols and the settings that secure
+them (the same names for both systems), and the client settings to reach it.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kazoo.client import KazooClient
 
@@ -29,12 +34,42 @@ SYSTEMS = ("kafka", "kbroker")
 SESSION_TIMEOUT_MS = 6000
 
 
+@dataclass(frozen=True)
+class Listeners:
+    """How a cluster's brokers listen: each listener's name and security protocol (every
+    one on a loopback port of its own), the listener clients come through, the settings
+    that secure them (TLS, SASL, the inter-broker listener: Kafka's names, taken alike by
+    both systems), and what a client (librdkafka) needs besides bootstrap.servers."""
+
+    protocols: Mapping[str, str]
+    client_listener: str
+    settings: Mapping[str, str] = field(default_factory=dict)
+    client: Mapping[str, Any] = field(default_factory=dict)
+
+    def free_ports(self) -> dict[str, int]:
+        return {name: free_port() for name in self.protocols}
+
+    def broker_settings(self, ports: Mapping[str, int]) -> dict[str, str]:
+        """One broker's settings: its listeners on ``ports`` and the security settings."""
+        return {
+            "listeners": ",".join(f"{n}://127.0.0.1:{ports[n]}" for n in self.protocols),
+            "listener.security.protocol.map": ",".join(
+                f"{n}:{p}" for n, p in self.protocols.items()
+            ),
+            **self.settings,
+        }
+
+
 class Node:
     """One broker process of a cluster."""
 
-    def __init__(self, broker_id: int, zk_connect: str) -> None:
+    def __init__(
+        self, broker_id: int, zk_connect: str, client_conf: Mapping[str, Any] | None = None
+    ) -> None:
         self.broker_id = broker_id
         self.zk_connect = zk_connect  # with the chroot
+        # What a client needs besides bootstrap.servers to reach `bootstrap` (security).
+        self.client_conf = dict(client_conf or {})
 
     @property
     def bootstrap(self) -> str:
@@ -83,7 +118,7 @@ class Node:
     def wait_knows_controller(self, timeout: float = 30.0) -> None:
         """Until the broker's Metadata names a controller (see ``knows_controller``)."""
         deadline = time.monotonic() + timeout
-        while not knows_controller(self.bootstrap):
+        while not knows_controller(self.bootstrap, self.client_conf):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"broker {self.broker_id} names no controller:\n{self.tail()}")
             time.sleep(0.1)
@@ -128,9 +163,33 @@ class Node:
 
 
 class KafkaNode(Node):
-    def __init__(self, broker: KafkaZkBroker) -> None:
-        super().__init__(broker.broker_id, broker.zk_connect + broker.chroot)
+    def __init__(self, broker: KafkaZkBroker, client_conf: Mapping[str, Any] | None = None) -> None:
+        super().__init__(broker.broker_id, broker.zk_connect + broker.chroot, client_conf)
         self.broker = broker
+
+    @classmethod
+    def prepare(
+        cls,
+        zk_connect: str,
+        chroot: str,
+        root: Path,
+        broker_id: int,
+        settings: Mapping[str, str],
+        listeners: Listeners | None = None,
+    ) -> KafkaNode:
+        """A Kafka broker (not launched) with ``settings``, and ``listeners`` when given."""
+        if listeners is None:
+            return cls(prepare_kafka_zk_broker(zk_connect, chroot, root, broker_id, settings))
+        ports = listeners.free_ports()
+        broker = prepare_kafka_zk_broker(
+            zk_connect,
+            chroot,
+            root,
+            broker_id,
+            {**settings, **listeners.broker_settings(ports)},
+            port=ports[listeners.client_listener],
+        )
+        return cls(broker, listeners.client)
 
     @property
     def bootstrap(self) -> str:
@@ -160,14 +219,28 @@ class KafkaNode(Node):
 
 
 class KbrokerNode(Node):
-    def __init__(self, broker_id: int, zk_connect: str, root: Path, settings: list[str]) -> None:
-        super().__init__(broker_id, zk_connect)
+    def __init__(
+        self,
+        broker_id: int,
+        zk_connect: str,
+        root: Path,
+        settings: list[str],
+        listeners: Listeners | None = None,
+    ) -> None:
+        """``listeners``: named listeners on ports of their own (default: one PLAINTEXT)."""
+        super().__init__(broker_id, zk_connect, None if listeners is None else listeners.client)
         (root / "data").mkdir(parents=True, exist_ok=True)
         self.broker = BrokerProcess(
             root / "data",
             extra=settings,
             args=["--broker-id", str(broker_id), "--zookeeper", zk_connect],
         )
+        if listeners is not None:
+            ports = listeners.free_ports()
+            secured = listeners.broker_settings(ports)
+            self.broker.port = ports[listeners.client_listener]
+            self.broker.listeners = secured.pop("listeners")
+            self.broker.extra = [*settings, *(f"{k}={v}" for k, v in secured.items())]
 
     @property
     def bootstrap(self) -> str:
@@ -193,10 +266,21 @@ class Cluster:
     system: str
     zk_connect: str  # with the chroot
     nodes: dict[int, Node]
+    # What a client needs besides bootstrap.servers (the client listener's security).
+    client_conf: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def bootstrap(self) -> str:
         return ",".join(n.bootstrap for n in self.nodes.values())
+
+    def client(self, bootstrap: str | None = None, **extra: Any) -> dict[str, Any]:
+        """librdkafka settings to reach the cluster (through ``bootstrap``: every broker
+        unless told), ``extra`` added."""
+        return {
+            "bootstrap.servers": self.bootstrap if bootstrap is None else bootstrap,
+            **self.client_conf,
+            **extra,
+        }
 
     def live_bootstrap(self) -> str:
         return ",".join(n.bootstrap for n in self.nodes.values() if n.alive)
@@ -266,9 +350,11 @@ def cluster(
     size: int = 3,
     kafka_settings: dict[str, str] | None = None,
     kbroker_settings: list[str] | None = None,
+    listeners: Listeners | None = None,
 ) -> Iterator[Cluster]:
     """``size`` brokers (ids 1..size) of ``system`` on ``zk_connect`` + ``chroot``, started
-    together; every process is killed on exit."""
+    together, with ``listeners`` (default: one PLAINTEXT listener each); every process is
+    killed on exit."""
     nodes: dict[int, Node] = {}
     with ExitStack() as stack:
         for i in range(1, size + 1):
@@ -279,12 +365,14 @@ def cluster(
                     "num.partitions": "1",
                     **(kafka_settings or {}),
                 }
-                node = KafkaNode(
-                    prepare_kafka_zk_broker(zk_connect, chroot, root / f"b{i}", i, settings)
-                )
+                node = KafkaNode.prepare(zk_connect, chroot, root / f"b{i}", i, settings, listeners)
             else:
                 node = KbrokerNode(
-                    i, zk_connect + chroot, root / f"b{i}", _kbroker_settings(kbroker_settings)
+                    i,
+                    zk_connect + chroot,
+                    root / f"b{i}",
+                    _kbroker_settings(kbroker_settings),
+                    listeners,
                 )
             nodes[i] = node
             stack.callback(node.kill)
@@ -294,15 +382,22 @@ def cluster(
             node.wait_started()
         for node in nodes.values():
             node.wait_knows_controller()
-        yield Cluster(system, zk_connect + chroot, nodes)
+        yield Cluster(
+            system, zk_connect + chroot, nodes, {} if listeners is None else listeners.client
+        )
 
 
 @contextmanager
 def fresh_cluster(
-    system: str, zk_connect: str, name: str, root: Path, settings: dict[str, str]
+    system: str,
+    zk_connect: str,
+    name: str,
+    root: Path,
+    settings: dict[str, str],
+    listeners: Listeners | None = None,
 ) -> Iterator[Cluster]:
-    """``cluster`` on a new chroot named after ``name``, with the same ``settings`` for
-    Kafka's brokers and kbroker's."""
+    """``cluster`` on a new chroot named after ``name``, with the same ``settings`` (and
+    ``listeners``) for Kafka's brokers and kbroker's."""
     with cluster(
         system,
         zk_connect,
@@ -310,5 +405,6 @@ def fresh_cluster(
         root,
         kafka_settings=settings,
         kbroker_settings=[f"{k}={v}" for k, v in settings.items()],
+        listeners=listeners,
     ) as c:
         yield c

@@ -51,7 +51,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +66,14 @@ from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import FindCoordinatorRequest
 from kbroker.tools.client import BrokerClient, ClientError
 from tests.cluster import replica_logs
-from tests.cluster.nodes import SESSION_TIMEOUT_MS, SYSTEMS, Cluster, cluster, fresh_cluster
+from tests.cluster.nodes import (
+    SESSION_TIMEOUT_MS,
+    SYSTEMS,
+    Cluster,
+    Listeners,
+    cluster,
+    fresh_cluster,
+)
 from tests.helpers import wait_for
 from tests.zookeeper import ZooKeeperServer
 
@@ -102,17 +109,22 @@ def system(request: pytest.FixtureRequest) -> str:
 
 @contextmanager
 def replicated_cluster(
-    system: str, zookeeper: ZooKeeperServer, root: Path, **extra: str
+    system: str,
+    zookeeper: ZooKeeperServer,
+    root: Path,
+    listeners: Listeners | None = None,
+    **extra: str,
 ) -> Iterator[Cluster]:
-    """Three brokers with the settings above (and ``extra``) on a fresh chroot."""
+    """Three brokers with the settings above (and ``extra``) on a fresh chroot, with
+    ``listeners`` (default: one PLAINTEXT listener each)."""
     settings = {**KAFKA_SETTINGS, **extra}
-    with fresh_cluster(system, zookeeper.connect, "repl", root, settings) as c:
+    with fresh_cluster(system, zookeeper.connect, "repl", root, settings, listeners) as c:
         yield c
 
 
 def create_replicated_topic(c: Cluster, name: str, partitions: int) -> None:
     """A topic of three replicas and min.insync.replicas 2, every ISR whole."""
-    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    admin = AdminClient(c.client())
     futures = admin.create_topics(
         [NewTopic(name, partitions, REPLICAS, config={"min.insync.replicas": str(MIN_ISR)})],
         operation_timeout=30,
@@ -129,10 +141,13 @@ class PartitionState:
     isr: tuple[int, ...]
 
 
-def partition_states(bootstrap: str, topic: str) -> dict[int, PartitionState]:
+def partition_states(
+    bootstrap: str, topic: str, conf: Mapping[str, Any] | None = None
+) -> dict[int, PartitionState]:
     """Partition -> leader, replicas and ISR, as a broker of ``bootstrap`` answers Metadata
-    (empty when the topic is unknown to it or no broker answered)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    (empty when the topic is unknown to it or no broker answered); ``conf``: the client's
+    security settings."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(conf or {})})
     try:
         md = admin.list_topics(topic, timeout=5)
     except KafkaException:
@@ -149,7 +164,7 @@ def partition_states(bootstrap: str, topic: str) -> dict[int, PartitionState]:
 def leader_of(c: Cluster, topic: str, partition: int) -> int:
     return wait_for(
         lambda: (
-            (s := partition_states(c.live_bootstrap(), topic).get(partition))
+            (s := partition_states(c.live_bootstrap(), topic, c.client_conf).get(partition))
             and s.leader > 0
             and s.leader
         ),
@@ -161,7 +176,7 @@ def wait_whole(c: Cluster, topic: str, timeout: float = 60) -> dict[int, Partiti
     """Until every partition of ``topic`` has a leader and all its replicas in the ISR."""
 
     def whole() -> dict[int, PartitionState] | None:
-        states = partition_states(c.live_bootstrap(), topic)
+        states = partition_states(c.live_bootstrap(), topic, c.client_conf)
         ok = states and all(s.leader > 0 and len(s.isr) == REPLICAS for s in states.values())
         return states if ok else None
 
@@ -198,7 +213,7 @@ def bounce(c: Cluster, broker: int, topic: str, hard: bool) -> str:
     )
     wait_for(
         lambda: (
-            (states := partition_states(c.live_bootstrap(), topic))
+            (states := partition_states(c.live_bootstrap(), topic, c.client_conf))
             and all(s.leader > 0 and s.leader != broker for s in states.values())
         ),
         f"the partitions of {topic} to be led by brokers other than {broker}",
@@ -215,9 +230,11 @@ def bounce(c: Cluster, broker: int, topic: str, hard: bool) -> str:
     )
 
 
-def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+def high_watermarks(
+    bootstrap: str, topic: str, partitions: int, conf: Mapping[str, Any] | None = None
+) -> dict[int, int]:
     """Partition -> high watermark (ListOffsets latest, answered by its leader)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", **(conf or {})})
     try:
         return {
             p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
@@ -227,7 +244,13 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, in
         c.close()
 
 
-def read_all(bootstrap: str, topic: str, count: int, timeout: float = 60) -> list[Any]:
+def read_all(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    timeout: float = 60,
+    conf: Mapping[str, Any] | None = None,
+) -> list[Any]:
     """``count`` messages of ``topic`` read from the start by a consumer in a new group."""
     consumer = Consumer(
         {
@@ -235,6 +258,7 @@ def read_all(bootstrap: str, topic: str, count: int, timeout: float = 60) -> lis
             "group.id": f"reader-{uuid.uuid4().hex[:8]}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            **(conf or {}),
         }
     )
     consumer.subscribe([topic])
@@ -262,7 +286,7 @@ def assert_replicas_identical(c: Cluster, topic: str, partitions: int) -> dict[i
     """Every replica of every partition holds the same batches, byte for byte, below the
     high watermark (producing stopped, the ISR whole); the watermarks."""
     wait_whole(c, topic)
-    hws = high_watermarks(c.bootstrap, topic, partitions)
+    hws = high_watermarks(c.bootstrap, topic, partitions, c.client_conf)
     dirs = {i: n.data_dir for i, n in c.nodes.items()}
     for p in range(partitions):
         problems = replica_logs.differences(dirs, topic, p, hws[p])
@@ -357,6 +381,8 @@ class GroupReader:
     topic: str
     group: str
     every: int = 200
+    # More consumer settings (security).
+    conf: Mapping[str, Any] = field(default_factory=dict)
     seen: list[tuple[int, int, bytes]] = field(default_factory=list)
     commits: int = 0
     failed_commits: list[str] = field(default_factory=list)
@@ -403,6 +429,7 @@ class GroupReader:
                 "group.id": self.group,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
+                **self.conf,
             }
         )
         consumer.subscribe([self.topic])
@@ -440,66 +467,86 @@ class GroupReader:
 def test_leader_and_controller_bounces_lose_and_duplicate_nothing(
     system: str, zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:
+    with replicated_cluster(system, zookeeper, tmp_path) as c:
+        # CI size: the controller killed once; full size: as often as the leader.
+        controller = (True,) if BOUNCES <= 2 else (False, True) * BOUNCES
+        bounces_lose_and_duplicate_nothing(c, (False, True) * BOUNCES, controller)
+
+
+def bounces_lose_and_duplicate_nothing(
+    c: Cluster, leader_bounces: Sequence[bool], controller_bounces: Sequence[bool]
+) -> None:
+    """While an idempotent acks=all producer writes to three partitions and a group reads,
+    the leader of partition 0 is bounced (``leader_bounces``: True a kill -9, False a
+    SIGTERM), then the controller (``controller_bounces``); no write fails, a fresh group
+    reads every acknowledged record once where it was acknowledged and nothing else, the
+    group that read throughout saw everything and committed the ends, and the replicas
+    are identical. Prints what happened (``-s``)."""
+    system = c.system
     partitions = 3
     topic = f"bounce-{uuid.uuid4().hex[:6]}"
-    with replicated_cluster(system, zookeeper, tmp_path) as c:
-        create_replicated_topic(c, topic, partitions)
-        writer = Writer(
-            c.bootstrap,
-            topic,
-            partitions,
-            "idem",
-            {"enable.idempotence": True, "acks": "all", "message.timeout.ms": 120000},
-        ).start()
-        group = GroupReader(c.bootstrap, topic, f"throughout-{topic}").start()
-        try:
-            writer.wait_acked(300)
-            wait_for(lambda: len(group.seen) >= 100, "the group to read", timeout=30)
-            log: list[str] = []
-            for hard in (False, True) * BOUNCES:
-                leader = leader_of(c, topic, 0)
-                log.append(f"leader: {bounce(c, leader, topic, hard)}")
-            # CI size: the controller killed once; full size: as often as the leader.
-            for hard in (True,) if BOUNCES <= 2 else (False, True) * BOUNCES:
-                controller = wait_for(c.controller_id, "a controller")
-                log.append(f"controller: {bounce(c, controller, topic, hard)}")
-            # A few more writes once every broker is back.
-            writer.wait_acked(len(writer.acked) + 200)
-        finally:
-            writer.stop()
-        print(f"\n[{system}] " + f"\n[{system}] ".join(log))
-        print(
-            f"[{system}] {len(writer.acked)} acknowledged, {len(writer.failed)} failed, "
-            f"longest gap between acknowledgements {writer.longest_gap:.1f}s"
-        )
-        assert not writer.failed, writer.failed[:5]
-        assert len(writer.acked) >= 500
+    create_replicated_topic(c, topic, partitions)
+    writer = Writer(
+        c.bootstrap,
+        topic,
+        partitions,
+        "idem",
+        {
+            "enable.idempotence": True,
+            "acks": "all",
+            "message.timeout.ms": 120000,
+            **c.client_conf,
+        },
+    ).start()
+    group = GroupReader(c.bootstrap, topic, f"throughout-{topic}", conf=c.client_conf).start()
+    try:
+        writer.wait_acked(300)
+        wait_for(lambda: len(group.seen) >= 100, "the group to read", timeout=30)
+        log: list[str] = []
+        for hard in leader_bounces:
+            leader = leader_of(c, topic, 0)
+            log.append(f"leader: {bounce(c, leader, topic, hard)}")
+        for hard in controller_bounces:
+            controller = wait_for(c.controller_id, "a controller")
+            log.append(f"controller: {bounce(c, controller, topic, hard)}")
+        # A few more writes once every broker is back.
+        writer.wait_acked(len(writer.acked) + 200)
+    finally:
+        writer.stop()
+    print(f"\n[{system}] " + f"\n[{system}] ".join(log))
+    print(
+        f"[{system}] {len(writer.acked)} acknowledged, {len(writer.failed)} failed, "
+        f"longest gap between acknowledgements {writer.longest_gap:.1f}s"
+    )
+    assert not writer.failed, writer.failed[:5]
+    assert len(writer.acked) >= 500
 
-        hws = assert_replicas_identical(c, topic, partitions)
-        assert sum(hws.values()) == len(writer.acked)
+    hws = assert_replicas_identical(c, topic, partitions)
+    # A fresh group reads every acknowledged record once, where it was acknowledged.
+    msgs = read_all(c.bootstrap, topic, sum(hws.values()), conf=c.client_conf)
+    read = {(m.partition(), m.offset()): m.value() for m in msgs}
+    values = [m.value() for m in msgs]
+    missing = [a for a in writer.acked if read.get((a.partition, a.offset)) != a.value]
+    print(
+        f"[{system}] high watermarks {hws}: read {len(msgs)}, {len(missing)} acknowledged "
+        f"records lost, {len(values) - len(set(values))} duplicated"
+    )
+    assert sum(hws.values()) == len(writer.acked)
+    assert len(values) == len(set(values)), "a value was read twice"
+    assert len(read) == len(msgs), "an offset was read twice"
+    assert not missing, f"{len(missing)} acknowledged records not read where acked: {missing[:5]}"
+    assert len(msgs) == len(writer.acked)
 
-        # A fresh group reads every acknowledged record once, where it was acknowledged.
-        msgs = read_all(c.bootstrap, topic, sum(hws.values()))
-        read = {(m.partition(), m.offset()): m.value() for m in msgs}
-        values = [m.value() for m in msgs]
-        assert len(values) == len(set(values)), "a value was read twice"
-        assert len(read) == len(msgs), "an offset was read twice"
-        missing = [a for a in writer.acked if read.get((a.partition, a.offset)) != a.value]
-        assert not missing, (
-            f"{len(missing)} acknowledged records not read where acked: {missing[:5]}"
-        )
-        assert len(msgs) == len(writer.acked)
-
-        # The group that read throughout saw everything and committed the end.
-        group.finish(hws)
-        print(
-            f"[{system}] group read {len(group.seen)} records ({group.commits} commits, "
-            f"{len(group.failed_commits)} failed: {group.failed_commits[:3]})"
-        )
-        by_offset = {(a.partition, a.offset): a.value for a in writer.acked}
-        assert all(by_offset.get((p, o)) == v for p, o, v in group.seen)
-        assert {v for _, _, v in group.seen} == {a.value for a in writer.acked}
-        assert group.committed == hws
+    # The group that read throughout saw everything and committed the end.
+    group.finish(hws)
+    print(
+        f"[{system}] group read {len(group.seen)} records ({group.commits} commits, "
+        f"{len(group.failed_commits)} failed: {group.failed_commits[:3]})"
+    )
+    by_offset = {(a.partition, a.offset): a.value for a in writer.acked}
+    assert all(by_offset.get((p, o)) == v for p, o, v in group.seen)
+    assert {v for _, _, v in group.seen} == {a.value for a in writer.acked}
+    assert group.committed == hws
 
 
 class ClientLog(logging.Handler):

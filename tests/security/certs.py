@@ -67,7 +67,9 @@ class CertAuthority:
         if key_password is None:
             _openssl(*pkcs8, "-nocrypt", cwd=f)
         else:
-            _openssl(*pkcs8, "-v2", "aes-256-cbc", "-passout", f"pass:{key_password}", cwd=f)
+            # PKCS#12's 3DES scheme: Java 17, and so Kafka's PEM keystore, cannot read a
+            # PBES2 (AES) encrypted key; OpenSSL reads both.
+            _openssl(*pkcs8, "-v1", "PBE-SHA1-3DES", "-passout", f"pass:{key_password}", cwd=f)
         keystore = f / f"{name}-keystore.pem"
         keystore.write_text((f / f"{name}.key").read_text() + (f / f"{name}.pem").read_text())
         return Identity(f / f"{name}.key", f / f"{name}.pem", keystore)

@@ -86,6 +86,45 @@ def test_scram_refuses_a_replayed_final_message() -> None:
         again.evaluate(final)
 
 
+def _librdkafka_2_0_final(server_first: bytes, client_nonce: str, password: str) -> bytes:
+    """The client-final message librdkafka 2.0 (Debian 12's kcat) sends: its own nonce
+    again before the combined one, the proof computed over the message as sent."""
+    mech = SCRAM_SHA_256
+    attrs = dict(part.split("=", 1) for part in server_first.decode().split(","))
+    salted = mech.salted_password(password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+    without_proof = f"c=biws,r={client_nonce}{attrs['r']}"
+    auth = f"n=alice,r={client_nonce},{server_first.decode()},{without_proof}".encode()
+    client_key = mech.hmac(salted, b"Client Key")
+    signature = mech.hmac(mech.hash(client_key), auth)
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+def test_scram_takes_a_final_nonce_ending_with_the_exchanges_as_kafka_does() -> None:
+    """Kafka 3.9.1 takes a client-final nonce that ends with the exchange's whole nonce:
+    librdkafka 2.0 repeats its own nonce in front. Anything else still fails."""
+    cred = ScramCredential.from_password(SCRAM_SHA_256, "secret", 4096)
+    for nonce, password, outcome in (
+        ("xyz=;<}~", "secret", None),
+        ("xyz=;<}~", "wrong", "invalid credentials"),
+    ):
+        server = ScramServer(SCRAM_SHA_256, {"alice": cred}.get)
+        server_first = server.evaluate(f"n,,n=alice,r={nonce}".encode())
+        final = _librdkafka_2_0_final(server_first, nonce, password)
+        if outcome is None:
+            assert server.evaluate(final).startswith(b"v=") and server.complete
+        else:
+            with pytest.raises(AuthenticationFailed, match=outcome):
+                server.evaluate(final)
+    # The combined nonce cut short, or followed by more, is not this exchange's.
+    for change in (lambda r: r[:-1], lambda r: r + "x", lambda r: r[1:]):
+        server = ScramServer(SCRAM_SHA_256, {"alice": cred}.get)
+        server_first = server.evaluate(b"n,,n=alice,r=abc")
+        combined = dict(p.split("=", 1) for p in server_first.decode().split(","))["r"]
+        with pytest.raises(AuthenticationFailed, match="nonce"):
+            server.evaluate(f"c=biws,r={change(combined)},p=AAAA".encode())
+
+
 def test_scram_refuses_a_forged_proof() -> None:
     server, final = _exchange_until_final("secret")
     head, _, proof = final.rpartition(b",p=")

@@ -431,7 +431,8 @@ def _set_broker(
     try:
         broker.check_tls_change(normalized, cluster_default)
     except ConfigError as exc:
-        raise ResourceError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        # As Kafka answers a dynamic keystore it cannot take.
+        raise ResourceError(ErrorCode.INVALID_REQUEST, str(exc)) from None
     if validate_only:
         return
     broker.set_dynamic_broker_configs(normalized, cluster_default)

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from kbroker.config import JAAS_MECHANISMS, BrokerConfig, ConfigError
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.security import tls
+from kbroker.security.certificates import CertificateNames
 from kbroker.security.credentials import CredentialCache
 from kbroker.security.errors import AuthenticationFailed
 from kbroker.security.jaas import parse_jaas
@@ -71,6 +72,8 @@ class SaslServer(Protocol):
 class ListenerSecurity:
     listener: Listener
     ssl_context: ssl.SSLContext | None = None
+    # The names the certificate the listener presents is for (a new one must keep them).
+    certificate: CertificateNames | None = None
     mechanisms: tuple[str, ...] = ()
     # PLAIN's users and passwords (the listener's plain.sasl.jaas.config).
     plain_users: Mapping[str, str] = field(default_factory=dict)
@@ -120,9 +123,9 @@ class ListenerSecurity:
                         return "none"
                     return lookup(setting)
 
-                out.ssl_context = tls.server_context(sasl_lookup, what)
+                out.ssl_context, out.certificate = tls.server_context(sasl_lookup, what)
             else:
-                out.ssl_context = tls.server_context(lookup, what)
+                out.ssl_context, out.certificate = tls.server_context(lookup, what)
                 out.principal_mapper = PrincipalMapper(str(lookup("ssl.principal.mapping.rules")))
         if protocol.sasl:
             enabled = tuple(str(m).upper() for m in lookup("sasl.enabled.mechanisms"))

@@ -66,6 +66,15 @@ class ClientSecurity:
             return cls(protocol, context)
         mechanism = config.get_str("sasl.mechanism.inter.broker.protocol").upper()
         user, password = jaas_credentials(config, listener, mechanism)
+        listed = config.listener_value(listener, "sasl.enabled.mechanisms")
+        enabled = [str(m).upper() for m in listed] if isinstance(listed, list) else []
+        if mechanism not in enabled:
+            # The other brokers' listener would refuse it: say so now, as Kafka does.
+            raise ConfigError(
+                f"sasl.mechanism.inter.broker.protocol: {mechanism} is not one of the "
+                f"sasl.enabled.mechanisms of the inter-broker listener {listener} "
+                f"({', '.join(enabled)})"
+            )
         return cls(protocol, context, mechanism, user, password)
 
     @classmethod

@@ -11,7 +11,8 @@ kept in ZooKeeper's ``/config/users/<user>`` under the mechanism's name, is
 `ScramServer` checks a client in three messages: the client's first message
 (user name and nonce), the server's first (the nonce extended with the
 server's own random part, the salt, the iterations), the client's final
-(the whole nonce back, and its proof); the server's final carries its own
+(the whole nonce back, at the end of its nonce as Kafka 3.9 takes it, and its
+proof); the server's final carries its own
 signature, which the client checks. A wrong proof, an unknown user, a nonce
 that is not this exchange's or a malformed message fails with
 `AuthenticationFailed`, whose text never says which of them it was.
@@ -259,8 +260,13 @@ class ScramServer:
             raise AuthenticationFailed("malformed SCRAM client-final message")
         if _unb64(attrs[0][1]) != self._gs2_header.encode():
             raise AuthenticationFailed("SCRAM channel binding does not match")
-        # The whole nonce of this exchange, or an old message replayed: refused.
-        if not hmac.compare_digest(attrs[1][1].encode(), self._nonce.encode()):
+        # This exchange's whole nonce must end the client's (an old message replayed has
+        # another): as Kafka 3.9 checks it, since librdkafka 2.0 sends its own nonce before
+        # the combined one. What comes before is covered by the proof like the rest.
+        nonce, expected = attrs[1][1].encode(), self._nonce.encode()
+        if len(nonce) < len(expected) or not hmac.compare_digest(
+            nonce[len(nonce) - len(expected) :], expected
+        ):
             raise AuthenticationFailed("SCRAM nonce does not match")
         proof = _unb64(proof_attr[2:])
         credential = self._credential

@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 
 from kbroker.config import ConfigError, Value
+from kbroker.security.certificates import CertificateNames
 
 # Reads a setting for a listener: its own value when given, else the broker's.
 Lookup = Callable[[str], Value]
@@ -61,13 +62,17 @@ def _private_files(*contents: str) -> Iterator[list[str]]:
         yield paths
 
 
-def load_keystore(context: ssl.SSLContext, lookup: Lookup, what: str) -> None:
-    """Loads the key and certificate chain the settings name into ``context``."""
+def load_keystore(context: ssl.SSLContext, lookup: Lookup, what: str) -> CertificateNames | None:
+    """Loads the key and certificate chain the settings name into ``context``; the names
+    its certificate is for (None when they cannot be read)."""
     _check_type(lookup, "ssl.keystore.type")
     location = _text(lookup, "ssl.keystore.location")
     chain = _text(lookup, "ssl.keystore.certificate.chain")
     key = _text(lookup, "ssl.keystore.key")
     password = _text(lookup, "ssl.key.password")
+    # Always a password: without one OpenSSL would ask for it on the terminal.
+    given = password if password is not None else _no_password
+    text = ""
     try:
         if location is not None:
             if chain is not None or key is not None:
@@ -75,10 +80,15 @@ def load_keystore(context: ssl.SSLContext, lookup: Lookup, what: str) -> None:
                     f"{what}: give ssl.keystore.location or ssl.keystore.certificate.chain and "
                     "ssl.keystore.key, not both"
                 )
-            context.load_cert_chain(location, password=password)
+            with open(location, encoding="ascii", errors="replace") as f:
+                text = f.read(_MAX_KEYSTORE_CHARS)
+            context.load_cert_chain(location, password=given)
+            return CertificateNames.from_pem(text)
         elif chain is not None and key is not None:
+            text = chain + key
             with _private_files(chain, key) as (chain_path, key_path):
-                context.load_cert_chain(chain_path, key_path, password=password)
+                context.load_cert_chain(chain_path, key_path, password=given)
+            return CertificateNames.from_pem(chain)
         elif chain is not None or key is not None:
             raise ConfigError(
                 f"{what}: ssl.keystore.certificate.chain and ssl.keystore.key go together"
@@ -89,11 +99,35 @@ def load_keystore(context: ssl.SSLContext, lookup: Lookup, what: str) -> None:
                 "its certificate chain) and ssl.keystore.type=PEM"
             )
     except ssl.SSLError as exc:
-        raise ConfigError(f"{what}: cannot load the keystore: {_reason(exc)}") from None
+        reason = _reason(exc)
+        if "pem lib" in reason:  # all OpenSSL says of a PEM file it cannot use
+            reason = _keystore_problem(text, password is not None)
+        raise ConfigError(f"{what}: cannot load the keystore: {reason}") from None
     except OSError as exc:
         raise ConfigError(
             f"{what}: cannot read the keystore {location}: {exc.strerror or exc}"
         ) from None
+
+
+# More than any keystore holds (a key and a long certificate chain).
+_MAX_KEYSTORE_CHARS = 1 << 20
+
+
+def _no_password() -> bytes:
+    return b""
+
+
+def _keystore_problem(text: str, with_password: bool) -> str:
+    """Why OpenSSL could not use a PEM keystore, said from what it holds."""
+    if "PRIVATE KEY-----" not in text:
+        return "it holds no private key (a PEM keystore holds the key and its certificate chain)"
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        return "it holds no certificate (a PEM keystore holds the key and its certificate chain)"
+    if "-----BEGIN ENCRYPTED PRIVATE KEY-----" in text:
+        if with_password:
+            return "its key cannot be decrypted with ssl.key.password"
+        return "its key is encrypted: set ssl.key.password"
+    return "its key or certificate cannot be read"
 
 
 def _load_truststore(context: ssl.SSLContext, lookup: Lookup, what: str) -> None:
@@ -181,16 +215,45 @@ def _is_tls13_suite(name: str) -> bool:
     )
 
 
-def server_context(lookup: Lookup, what: str) -> ssl.SSLContext:
-    """The context of a TLS listener (``what`` names it in errors)."""
+def server_context(lookup: Lookup, what: str) -> tuple[ssl.SSLContext, CertificateNames | None]:
+    """The context of a TLS listener (``what`` names it in errors), and the names its
+    certificate is for."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _apply_protocols_and_ciphers(context, lookup, what)
-    load_keystore(context, lookup, what)
+    names = load_keystore(context, lookup, what)
     auth = _text(lookup, "ssl.client.auth") or "none"
     if auth != "none":
         _load_truststore(context, lookup, what)
         context.verify_mode = ssl.CERT_REQUIRED if auth == "required" else ssl.CERT_OPTIONAL
-    return context
+    return context, names
+
+
+def check_same_names(
+    old: CertificateNames | None, new: CertificateNames | None, lookup: Lookup, what: str
+) -> None:
+    """Raises ConfigError when a listener's new certificate (``new``) is not for the names
+    of the one it presents (``old``), as far as ``ssl.allow.dn.changes`` and
+    ``ssl.allow.san.changes`` do not allow it."""
+    allow_dn, allow_san = lookup("ssl.allow.dn.changes"), lookup("ssl.allow.san.changes")
+    if allow_dn and allow_san:
+        return
+    if old is None or new is None:
+        raise ConfigError(
+            f"{what}: cannot read the names of the {'old' if old is None else 'new'} "
+            "certificate to compare them (ssl.allow.dn.changes and ssl.allow.san.changes "
+            "allow any certificate)"
+        )
+    if not allow_dn and not new.same_subject(old):
+        raise ConfigError(
+            f"{what}: the new certificate is for {new.distinguished_name}, not the "
+            f"distinguished name of the one in use ({old.distinguished_name}); "
+            "ssl.allow.dn.changes=true allows it"
+        )
+    if not allow_san and not old.alt_names <= new.alt_names:
+        raise ConfigError(
+            f"{what}: the new certificate lacks subject alternative names of the one in use; "
+            "ssl.allow.san.changes=true allows it"
+        )
 
 
 def client_context(lookup: Lookup, what: str, with_keystore: bool | None = None) -> ssl.SSLContext:
