@@ -1058,6 +1058,14 @@ class Broker:
                 continue
             self.listener_security[lst.name].certificate = names
             log.info("listener %s loaded its keystore again", lst.name)
+            # The broker's own connections to the others present the listener's
+            # certificate too (mutual TLS between brokers): new ones take the new one.
+            outgoing = self.inter_broker.security.ssl_context
+            if lst.name == self.inter_broker.listener and outgoing is not None:
+                try:
+                    tls.load_keystore(outgoing, lookup, f"inter-broker listener {lst.name}")
+                except ConfigError as exc:
+                    log.error("keeping the inter-broker client certificate: %s", exc)
 
     async def config_changes_recorded(self) -> None:
         """Once every config change made so far is recorded (on disk, or in ZooKeeper);
