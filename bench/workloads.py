@@ -13,6 +13,9 @@
   sendfile path.
 * ``flush.*``  the same produce workloads with log.flush.interval.messages=M
   on both brokers (the other runs keep data in the page cache only).
+* ``sec.*``    the cost of security (``python -m bench --security ...``): the
+  same 1 KiB produce at full speed, then a catch-up read of what it wrote,
+  over a PLAINTEXT, an SSL and a SASL_SSL (PLAIN) listener of one broker.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class Workload:
     seconds: float = 0  # e2e and rate: how long
     source: str = ""  # consume: the workload whose topic is read
     probe: bool = False  # run the latency probe alongside
+    security: str = "PLAINTEXT"  # the listener's security protocol the clients use
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class Sizes:
     catchup_records: int  # 1 KiB each
     reps: int
     warmup_records: int  # untimed, at the start of every broker session
+    security_records: int  # 1 KiB each, per protocol, in the security session
 
 
 # FULL: ~11 minutes for two systems on 2 vCPUs; QUICK: about a minute.
@@ -57,6 +62,7 @@ FULL = Sizes(
     catchup_records=3 << 20,
     reps=3,
     warmup_records=400_000,
+    security_records=2_000_000,
 )
 QUICK = Sizes(
     kreps_records=100_000,
@@ -67,6 +73,7 @@ QUICK = Sizes(
     catchup_records=48_000,
     reps=1,
     warmup_records=20_000,
+    security_records=40_000,
 )
 
 
@@ -156,3 +163,35 @@ def rate_session(s: Sizes) -> list[Workload]:
             probe=True,
         )
     ]
+
+
+def security_session(s: Sizes, protocols: list[str], rep: int = 1) -> list[Workload]:
+    """For each security protocol, 1 KiB records from two producers at full speed (OMB's
+    shape, acks=1), then one consumer reading all of them from offset 0. The protocols' order
+    turns with the repetition, so none is always first on a fresh broker."""
+    turn = (rep - 1) % len(protocols) if protocols else 0
+    out: list[Workload] = []
+    for protocol in protocols[turn:] + protocols[:turn]:
+        name = protocol.lower()
+        out += [
+            Workload(
+                f"sec.{name}.produce",
+                "produce",
+                1024,
+                16,
+                producers=2,
+                acks="1",
+                records=s.security_records,
+                security=protocol,
+            ),
+            Workload(
+                f"sec.{name}.consume",
+                "consume",
+                1024,
+                16,
+                consumers=1,
+                source=f"sec.{name}.produce",
+                security=protocol,
+            ),
+        ]
+    return out
