@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--profile",
         action="store_true",
-        help="perf-record every kbroker session into OUT/profile-*.perf.data",
+        help="perf-record kbroker during every run into OUT/profile-*.perf.data",
     )
     ap.add_argument(
         "--security",

@@ -22,7 +22,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +57,7 @@ class Options:
     disk_bytes: int = 1 << 30
     plots: bool = True
     rate: float = 0  # omb.rate50's records/s; 0: 50% of the lower median omb.max
-    profile: bool = False  # perf on every kbroker session (bench/profile.py)
+    profile: bool = False  # perf on every kbroker run (bench/profile.py)
     # Security protocols whose sec.* rows to run (instead of the other workloads); None: none.
     security: list[str] | None = None
     kafka_version: str = systems.KAFKA_VERSION
@@ -121,7 +121,7 @@ class Runner:
         return self.opts.only is None or any(w.name.startswith(p) for p in self.opts.only)
 
     @contextmanager
-    def broker(self, system: str, settings: dict[str, str], label: str) -> Iterator[systems.Broker]:
+    def broker(self, system: str, settings: dict[str, str]) -> Iterator[systems.Broker]:
         log = self.opts.out / "logs" / f"{system}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         extra: dict[str, Any] = {"security": self.security}
@@ -130,11 +130,13 @@ class Runner:
         with systems.launcher(system)(
             self.opts.data_root, settings, self.broker_cpus, log, **extra
         ) as b:
-            if self.opts.profile and system == "kbroker":
-                with perf_record(b.proc.pid, self.opts.out / f"profile-{label}.perf.data"):
-                    yield b
-            else:
-                yield b
+            yield b
+
+    def profiled(self, b: systems.Broker, label: str) -> AbstractContextManager[None]:
+        """perf on kbroker while one workload runs, with --profile."""
+        if self.opts.profile and b.system == "kbroker":
+            return perf_record(b.proc.pid, self.opts.out / f"profile-{label}.perf.data")
+        return nullcontext()
 
     def session(
         self,
@@ -149,11 +151,12 @@ class Runner:
         if not todo:
             return
         topics: dict[str, str] = {}
-        with self.broker(system, settings, f"{system}-rep{rep}-{todo[0].name}") as b:
+        with self.broker(system, settings) as b:
             self.warm_up(b)
             tls = self.negotiated(b)
             for w in todo:
-                row = self.run_one(b, w, topics, rate)
+                with self.profiled(b, f"{system}-rep{rep}-{w.name}"):
+                    row = self.run_one(b, w, topics, rate)
                 row.update(rep=rep, flush_policy=policy)
                 if w.security != "PLAINTEXT":
                     row["tls"] = tls
@@ -218,7 +221,7 @@ class Runner:
             if w.probe
             else None
         )
-        with probe or _null():
+        with probe or nullcontext():
             b.reset_peak_rss()
             before = b.usage()
             if w.kind == "produce":
@@ -308,11 +311,6 @@ class Runner:
     def median_of(self, system: str, workload: str, key: str = "records_s") -> float:
         vals = [r[key] for r in self.rows if r["system"] == system and r["workload"] == workload]
         return statistics.median(vals) if vals else 0.0
-
-
-@contextmanager
-def _null() -> Iterator[None]:
-    yield
 
 
 def run(opts: Options) -> list[dict[str, Any]]:

@@ -26,7 +26,12 @@ Bounds (issue 10): memory and work are bounded per connection and globally.
 Record bytes of fetch responses go out with ``sendfile(2)`` from the segment
 file straight to the socket once the transport's own buffer is empty (uvloop
 has no ``loop.sendfile``); on would-block the connection waits for
-writability on a duplicate of the socket's descriptor.
+writability on a duplicate of the socket's descriptor. On TLS listeners they
+must pass through the TLS transport: they are read from the segment file a
+chunk at a time (``TLS_CHUNK_BYTES``) and written as they are read, pausing
+while the transport is above its high-water mark, so a fetch of many
+megabytes is never one buffer (each such buffer cost fresh pages from the
+kernel and several copies of the whole response).
 """
 
 from __future__ import annotations
@@ -57,12 +62,20 @@ _SIZE = struct.Struct(">i")
 # Below this size, record bytes are copied into the response instead of sent
 # with sendfile: one write syscall beats write + sendfile for small payloads.
 SENDFILE_MIN_BYTES = 64 * 1024
+# On TLS listeners, file parts of at least SENDFILE_MIN_BYTES are read and written in chunks of
+# this size: large enough that each write fills 16 TLS records, small enough that the chunk's
+# memory is reused from one read to the next.
+TLS_CHUNK_BYTES = 256 * 1024
 
 
 class FileSource(Protocol):
     """A region of a file that can be sent zero-copy (a kbroker LogSlice)."""
 
     def __len__(self) -> int: ...
+    @property
+    def fd(self) -> int: ...  # the file's descriptor, open while the source lives
+    @property
+    def position(self) -> int: ...  # where the region starts in the file
     def read_bytes(self) -> bytes: ...
     def sendfile(self, out_fd: int, offset: int, count: int) -> int | None: ...
 
@@ -240,7 +253,7 @@ class KafkaConnection(asyncio.Protocol):
             self.close_after_answers,
         )
         # Record bytes go out with sendfile only where nothing stands between the file and
-        # the socket (not through TLS).
+        # the socket (not through TLS, where they go in chunks).
         self._zero_copy = server.security.ssl_context is None
         # Bytes received and not yet cut into frames.
         self._buf = bytearray()
@@ -451,9 +464,10 @@ class KafkaConnection(asyncio.Protocol):
         if (
             self._pending
             or self._writer_task is not None
-            or (result is not None and self._zero_copy and self._needs_sendfile(result))
+            or (result is not None and self._has_large_file_part(result))
         ):
-            # Behind earlier answers, or zero-copy: the writer task sends it in order.
+            # Behind earlier answers, or a file part to send (zero-copy, or in chunks through
+            # TLS): the writer task sends it in order.
             self._pending.append(result)
             self._on_sent.append(on_sent)
             self._queued_response_bytes += _held_bytes(result)
@@ -480,7 +494,7 @@ class KafkaConnection(asyncio.Protocol):
         self._update_reading()
 
     @staticmethod
-    def _needs_sendfile(response: bytes | Sequence[ResponsePart]) -> bool:
+    def _has_large_file_part(response: bytes | Sequence[ResponsePart]) -> bool:
         return not isinstance(response, bytes) and any(
             not isinstance(p, _BYTES) and p.length >= SENDFILE_MIN_BYTES for p in response
         )
@@ -528,14 +542,12 @@ class KafkaConnection(asyncio.Protocol):
                         on_sent(now, now)
                     continue
                 start = time.monotonic_ns() if on_sent is not None else 0
-                if (
-                    self._zero_copy
-                    and not isinstance(response, bytes)
-                    and self._needs_sendfile(response)
-                ):
+                if isinstance(response, bytes) or not self._has_large_file_part(response):
+                    self._write_now(response)
+                elif self._zero_copy:
                     await self._write_zero_copy(response)
                 else:
-                    self._write_now(response)
+                    await self._write_in_chunks(response)
                 if on_sent is not None and not self._closed:
                     on_sent(start, time.monotonic_ns())
                 if self._write_paused and not self._closed:
@@ -576,6 +588,45 @@ class KafkaConnection(asyncio.Protocol):
                 return
         if pending:
             self.transport.write(pending)
+
+    async def _write_in_chunks(self, parts: Sequence[ResponsePart]) -> None:
+        """Through TLS: the bytes before a large file part in one write, then the part a chunk
+        at a time."""
+        assert self.transport is not None
+        pending = bytearray()
+        for part in parts:
+            if isinstance(part, _BYTES):
+                pending += part
+                continue
+            if part.length < SENDFILE_MIN_BYTES:
+                pending += _materialize(part)
+                continue
+            if pending:
+                self.transport.write(pending)
+                pending = bytearray()
+            await self._write_file_part_in_chunks(part)
+            if self._closed:
+                return
+        if pending:
+            self.transport.write(pending)
+
+    async def _write_file_part_in_chunks(self, part: FilePart) -> None:
+        assert self.transport is not None
+        fd, start = part.source.fd, part.source.position
+        sent = 0
+        while sent < part.length:
+            if self._write_paused:
+                await self._wait_write_resumed()
+            if self._closed:
+                return
+            chunk = os.pread(fd, min(TLS_CHUNK_BYTES, part.length - sent), start + sent)
+            if not chunk:
+                # The file ended early (truncated under us): the response
+                # length is already promised, so the connection cannot go on.
+                raise OSError("segment shorter than the fetch response promised")
+            self.transport.write(chunk)
+            sent += len(chunk)
+            self.last_active = time.monotonic()
 
     async def _send_file_part(self, part: FilePart) -> None:
         """sendfile the part's bytes to the socket once the transport has flushed."""
