@@ -14,6 +14,8 @@ import socket
 import ssl
 import struct
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from kbroker.network.server import (
     SENDFILE_MIN_BYTES,
     TLS_CHUNK_BYTES,
     ConnectionContext,
+    Dispatch,
     KafkaConnection,
     Server,
     ServerLimits,
@@ -69,6 +72,58 @@ def tls_listener(context: ssl.SSLContext | None = None) -> ListenerSecurity:
         Listener("SSL", "127.0.0.1", 0, SecurityProtocol.SSL),
         ssl_context=context or ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER),
     )
+
+
+@contextmanager
+def tls_server(dispatch: Dispatch, folder: Path) -> Iterator[ssl.SSLContext]:
+    """A real TLS listener (uvloop, on a thread of its own) serving ``dispatch``; yields a
+    client context trusting its certificate, with ``.port`` set on it."""
+    ca = CertAuthority.make(folder / "ca")
+    server_id = ca.issue("broker", "/CN=localhost")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(server_id.keystore)
+    ready = threading.Event()
+    stop: asyncio.Event | None = None
+    port = 0
+
+    async def serve() -> None:
+        nonlocal stop, port
+        stop = asyncio.Event()
+        server = Server(dispatch, ServerLimits(), security=tls_listener(context))
+        _, port = await server.start("127.0.0.1", 0)
+        ready.set()
+        await stop.wait()
+        await server.stop(grace_s=1)
+
+    loop = uvloop.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),))
+    thread.start()
+    try:
+        assert ready.wait(10)
+        client = ssl.create_default_context(cafile=str(ca.cert))
+        client.port = port  # type: ignore[attr-defined]
+        yield client
+    finally:
+        if stop is not None:
+            loop.call_soon_threadsafe(stop.set)
+        thread.join(20)
+        loop.close()
+
+
+def talk(client: ssl.SSLContext, send: bytes, want: int) -> bytes:
+    """Sends ``send`` through a TLS connection to the listener and reads ``want`` bytes."""
+    port = client.port  # type: ignore[attr-defined]
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=20) as raw,
+        client.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        tls.sendall(send)
+        got = bytearray()
+        while len(got) < want:
+            chunk = tls.recv(1 << 16)
+            assert chunk, "the connection closed early"
+            got += chunk
+    return bytes(got)
 
 
 class PausingTransport(FakeTransport):
@@ -158,10 +213,6 @@ def test_a_segment_shorter_than_promised_closes_the_tls_connection(tmp_path: Pat
 def test_fetch_bytes_arrive_whole_and_in_order_through_a_real_tls_listener(
     tmp_path: Path,
 ) -> None:
-    ca = CertAuthority.make(tmp_path / "ca")
-    server_id = ca.issue("broker", "/CN=localhost")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(server_id.keystore)
     big = segment(tmp_path / "a-0", 150, 2000)  # ~3 MB
     medium = segment(tmp_path / "b-0", 7, 2000)
     answers = {
@@ -173,40 +224,8 @@ def test_fetch_bytes_arrive_whole_and_in_order_through_a_real_tls_listener(
     def dispatch(data: memoryview, ctx: ConnectionContext) -> Any:
         return answers[bytes(data)]
 
-    ready = threading.Event()
-    stop: asyncio.Event | None = None
-    port = 0
-
-    async def serve() -> None:
-        nonlocal stop, port
-        stop = asyncio.Event()
-        server = Server(dispatch, ServerLimits(), security=tls_listener(context))
-        _, port = await server.start("127.0.0.1", 0)
-        ready.set()
-        await stop.wait()
-        await server.stop(grace_s=1)
-
-    loop = uvloop.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),))
-    thread.start()
-    try:
-        assert ready.wait(10)
-        client = ssl.create_default_context(cafile=str(ca.cert))
-        with (
-            socket.create_connection(("127.0.0.1", port), timeout=20) as raw,
-            client.wrap_socket(raw, server_hostname="localhost") as tls,
-        ):
-            # Pipelined: the answers come back in request order.
-            tls.sendall(frame(b"one") + frame(b"two") + frame(b"three"))
-            want = b"".join(expected(answers[k]) for k in (b"one", b"two", b"three"))
-            got = bytearray()
-            while len(got) < len(want):
-                chunk = tls.recv(1 << 16)
-                assert chunk, "the connection closed early"
-                got += chunk
-        assert bytes(got) == want
-    finally:
-        if stop is not None:
-            loop.call_soon_threadsafe(stop.set)
-        thread.join(20)
-        loop.close()
+    with tls_server(dispatch, tmp_path) as client:
+        # Pipelined: the answers come back in request order.
+        want = b"".join(expected(answers[k]) for k in (b"one", b"two", b"three"))
+        got = talk(client, frame(b"one") + frame(b"two") + frame(b"three"), len(want))
+    assert got == want

@@ -236,7 +236,11 @@ _conn_ids = itertools.count(1)
 PLAINTEXT = ListenerSecurity(Listener("PLAINTEXT", "", 0, SecurityProtocol.PLAINTEXT))
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BaseProtocol):
+    """One client's connection: bytes in through ``data_received`` (asyncio.Protocol's
+    callbacks; it derives from BaseProtocol only because uvloop hands bytes to the buffers of
+    a subclass, TlsKafkaConnection, only when it is no asyncio.Protocol)."""
+
     # -- config and shared state
     _server: Server
     # -- per connection
@@ -383,16 +387,7 @@ class KafkaConnection(asyncio.Protocol):
                 self._backlog = True
                 break
             (size,) = _SIZE.unpack_from(source, pos)
-            largest = self.ctx.security.max_frame(limits.max_request_bytes)
-            if size < 0 or size > largest:
-                log.warning(
-                    "closing %s: request frame of %d bytes (limit %d%s)",
-                    self.ctx.peer,
-                    size,
-                    largest,
-                    "" if self.ctx.security.authenticated else " before authentication",
-                )
-                self.close()
+            if self._refuse_frame_size(size):
                 return
             if not self._reserved:
                 # Whole frames only: memory is granted before the body is read.
@@ -429,6 +424,24 @@ class KafkaConnection(asyncio.Protocol):
         elif pos < end:
             self._buf = bytearray(view[pos:])
         self._update_reading()
+
+    def _largest_frame(self) -> int:
+        return self.ctx.security.max_frame(self._server.limits.max_request_bytes)
+
+    def _refuse_frame_size(self, size: int) -> bool:
+        """Closes the connection when a frame header announces ``size`` bytes it may not send."""
+        largest = self._largest_frame()
+        if 0 <= size <= largest:
+            return False
+        log.warning(
+            "closing %s: request frame of %d bytes (limit %d%s)",
+            self.ctx.peer,
+            size,
+            largest,
+            "" if self.ctx.security.authenticated else " before authentication",
+        )
+        self.close()
+        return True
 
     # -- requests and responses --------------------------------------------
 
@@ -756,6 +769,102 @@ class KafkaConnection(asyncio.Protocol):
             await asyncio.sleep(0.01)
 
 
+class TlsKafkaConnection(KafkaConnection, asyncio.BufferedProtocol):
+    """A connection of a TLS listener. uvloop's TLS transport decrypts straight into the
+    buffer that frames are cut from (``get_buffer``/``buffer_updated``), so request bytes are
+    copied once, by the decryption: handed over as ``data_received`` chunks they were joined
+    by the transport and appended to the frame buffer, two more copies of every byte.
+
+    Frames are handed on as views of that buffer, so bytes once written into it are never
+    written again: it is filled onwards from ``_rfill`` and replaced, when too small for what
+    the transport has, by a new one of that size holding the unread bytes. Once the pool has
+    granted the head frame its memory, the buffer is made large enough for the whole frame,
+    so a large request is read in place; until then reads are of at most ``FIRST_READ_BYTES``,
+    so little is copied over when a frame turns out large. A connection with nothing unread
+    holds no buffer.
+    """
+
+    # The most read before the head frame's size is known and granted: one TLS record.
+    FIRST_READ_BYTES = 16 * 1024
+
+    def __init__(self, server: Server) -> None:
+        super().__init__(server)
+        self._rbuf = bytearray()
+        # Unread bytes are self._rbuf[self._rstart:self._rfill]; beyond that it is free.
+        self._rstart = 0
+        self._rfill = 0
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        unread = self._rfill - self._rstart
+        need = max(min(sizehint, self.FIRST_READ_BYTES), 1)
+        if unread >= 4 and self._reserved:
+            (size,) = _SIZE.unpack_from(self._rbuf, self._rstart)
+            need = max(need, 4 + size - unread)
+        if len(self._rbuf) - self._rfill < need:
+            fresh = bytearray(unread + need)
+            if unread:
+                memoryview(fresh)[:unread] = memoryview(self._rbuf)[self._rstart : self._rfill]
+            self._rbuf, self._rstart, self._rfill = fresh, 0, unread
+        return memoryview(self._rbuf)[self._rfill :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._closed:
+            return
+        self._rfill += nbytes
+        self.last_active = time.monotonic()
+        self.ctx.received_ns = time.monotonic_ns()
+        self._take_buffered()
+
+    def _resume(self) -> None:
+        self._resume_handle = None
+        if not self._closed:
+            self._take_buffered()
+
+    def _take_buffered(self) -> None:
+        """Dispatches the whole frames among the unread bytes as far as the bounds allow (as
+        ``_take_frames``), each a view of the buffer."""
+        pool = self._server.pool
+        self._backlog = False
+        budget = self._server.limits.max_frames_per_slice
+        buf = self._rbuf
+        view = memoryview(buf)
+        pos, end = self._rstart, self._rfill
+        while end - pos >= 4 and not self._closed:
+            if budget == 0 or self._must_wait():
+                self._backlog = True
+                break
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if self._refuse_frame_size(size):
+                return
+            if not self._reserved:
+                # Whole frames only: memory is granted before the body is read.
+                if not pool.try_reserve(size):
+                    self._backlog = self._waiting_for_pool = True
+                    pool.wait(self, size)
+                    break
+                self._reserved = size
+            frame_end = pos + 4 + size
+            if frame_end > end:
+                break
+            frame = view[pos + 4 : frame_end]
+            pos = frame_end
+            reserved, self._reserved = self._reserved, 0
+            budget -= 1
+            self._submit(frame, reserved)
+        if self._closed:
+            return
+        self._rstart = pos
+        if pos == end and not self._reserved:
+            # Nothing unread: the next bytes may start a buffer of their own size.
+            self._rbuf, self._rstart, self._rfill = bytearray(), 0, 0
+        self._update_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._rbuf = bytearray()
+        self._rstart = self._rfill = 0
+
+
 def _set_done(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
@@ -806,7 +915,9 @@ class Server:
         loop = asyncio.get_running_loop()
         tls = self.security.ssl_context
         self._server = await loop.create_server(
-            lambda: KafkaConnection(self),
+            (lambda: TlsKafkaConnection(self))
+            if tls is not None
+            else (lambda: KafkaConnection(self)),
             host,
             port,
             reuse_address=True,
