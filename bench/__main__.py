@@ -69,7 +69,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--security-gib",
         type=float,
-        help="GiB of 1 KiB records per protocol in the sec.* rows [1.86 (2M); 0.04 with --quick]",
+        help="GiB of records per protocol in the sec.* rows [2M records; 40k with --quick]",
+    )
+    ap.add_argument(
+        "--security-record-bytes",
+        type=int,
+        default=1024,
+        help="record size of the sec.* rows [1024]; larger records cost the producers less "
+        "CPU per GB",
     )
     ap.add_argument(
         "--rate", type=float, default=0, help="records/s for omb.rate50 [50%% of the lower omb.max]"
@@ -131,15 +138,20 @@ def main(argv: list[str] | None = None) -> int:
         else:
             systems.fetch_kafka(kafka_version)
     sizes = sizes_for(args.quick)
-    if args.reps or args.catchup_gib or args.security_gib:
+    if args.security_record_bytes <= 0:
+        ap.error("--security-record-bytes: give a positive size")
+    if args.reps or args.catchup_gib or args.security_gib or args.security_record_bytes != 1024:
         sizes = Sizes(
             **{
                 **sizes.__dict__,
                 "reps": args.reps or sizes.reps,
                 "catchup_records": int((args.catchup_gib or 0) * (1 << 30) / 1024)
                 or sizes.catchup_records,
-                "security_records": int((args.security_gib or 0) * (1 << 30) / 1024)
-                or sizes.security_records,
+                "security_record_bytes": args.security_record_bytes,
+                "security_records": int(
+                    (args.security_gib or 0) * (1 << 30) / args.security_record_bytes
+                )
+                or sizes.security_records * 1024 // args.security_record_bytes,
             }
         )
     data_parent = args.data_dir or Path(tempfile.gettempdir())

@@ -49,7 +49,8 @@ class Sizes:
     catchup_records: int  # 1 KiB each
     reps: int
     warmup_records: int  # untimed, at the start of every broker session
-    security_records: int  # 1 KiB each, per protocol, in the security session
+    security_records: int  # per protocol, in the security session
+    security_record_bytes: int = 1024
 
 
 # FULL: ~11 minutes for two systems on 2 vCPUs; QUICK: about a minute.
@@ -166,8 +167,9 @@ def rate_session(s: Sizes) -> list[Workload]:
 
 
 def security_session(s: Sizes, protocols: list[str], rep: int = 1) -> list[Workload]:
-    """For each security protocol, 1 KiB records from two producers at full speed (OMB's
-    shape, acks=1), then one consumer reading all of them from offset 0. The protocols' order
+    """For each security protocol, records (1 KiB unless the sizes say otherwise) from two
+    producers at full speed (OMB's shape, acks=1), then one consumer reading all of them from
+    offset 0. The protocols' order
     turns with the repetition, so none is always first on a fresh broker."""
     turn = (rep - 1) % len(protocols) if protocols else 0
     out: list[Workload] = []
@@ -177,7 +179,7 @@ def security_session(s: Sizes, protocols: list[str], rep: int = 1) -> list[Workl
             Workload(
                 f"sec.{name}.produce",
                 "produce",
-                1024,
+                s.security_record_bytes,
                 16,
                 producers=2,
                 acks="1",
@@ -187,7 +189,7 @@ def security_session(s: Sizes, protocols: list[str], rep: int = 1) -> list[Workl
             Workload(
                 f"sec.{name}.consume",
                 "consume",
-                1024,
+                s.security_record_bytes,
                 16,
                 consumers=1,
                 source=f"sec.{name}.produce",
