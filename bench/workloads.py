@@ -14,8 +14,9 @@
 * ``flush.*``  the same produce workloads with log.flush.interval.messages=M
   on both brokers (the other runs keep data in the page cache only).
 * ``sec.*``    the cost of security (``python -m bench --security ...``): the
-  same 1 KiB produce at full speed, then a catch-up read of what it wrote,
-  over a PLAINTEXT, an SSL and a SASL_SSL (PLAIN) listener of one broker.
+  same 1 KiB produce at full speed over a PLAINTEXT, an SSL and a SASL_SSL
+  (PLAIN) listener of one broker, then a catch-up read of one of those
+  topics over each.
 """
 
 from __future__ import annotations
@@ -168,32 +169,36 @@ def rate_session(s: Sizes) -> list[Workload]:
 
 def security_session(s: Sizes, protocols: list[str], rep: int = 1) -> list[Workload]:
     """For each security protocol, records (1 KiB unless the sizes say otherwise) from two
-    producers at full speed (OMB's shape, acks=1), then one consumer reading all of them from
-    offset 0. The protocols' order
-    turns with the repetition, so none is always first on a fresh broker."""
+    producers at full speed (OMB's shape, acks=1); then, for each, one consumer reading from
+    offset 0 all of the topic the first of them wrote: every listener serves the same bytes in
+    the same batches (a topic written at another rate has other batch sizes, and its catch-up
+    another cost). The protocols' order turns with the repetition, so none is always first on
+    a fresh broker."""
     turn = (rep - 1) % len(protocols) if protocols else 0
-    out: list[Workload] = []
-    for protocol in protocols[turn:] + protocols[:turn]:
-        name = protocol.lower()
-        out += [
-            Workload(
-                f"sec.{name}.produce",
-                "produce",
-                s.security_record_bytes,
-                16,
-                producers=2,
-                acks="1",
-                records=s.security_records,
-                security=protocol,
-            ),
-            Workload(
-                f"sec.{name}.consume",
-                "consume",
-                s.security_record_bytes,
-                16,
-                consumers=1,
-                source=f"sec.{name}.produce",
-                security=protocol,
-            ),
-        ]
-    return out
+    order = protocols[turn:] + protocols[:turn]
+    produce = [
+        Workload(
+            f"sec.{protocol.lower()}.produce",
+            "produce",
+            s.security_record_bytes,
+            16,
+            producers=2,
+            acks="1",
+            records=s.security_records,
+            security=protocol,
+        )
+        for protocol in order
+    ]
+    consume = [
+        Workload(
+            f"sec.{protocol.lower()}.consume",
+            "consume",
+            s.security_record_bytes,
+            16,
+            consumers=1,
+            source=produce[0].name,
+            security=protocol,
+        )
+        for protocol in order
+    ]
+    return produce + consume
