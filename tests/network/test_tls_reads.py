@@ -34,8 +34,6 @@ def connect_tls(dispatch: Any, **limits: int) -> tuple[TlsKafkaConnection, FakeT
     conn = TlsKafkaConnection(Server(dispatch, ServerLimits(**limits), security=tls_listener()))
     transport = FakeTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]
-    # The fake transport makes no TLS handshake: the connection counts as authenticated.
-    conn.ctx.security.tls_established(None)
     return conn, transport
 
 
@@ -130,7 +128,6 @@ def test_a_frame_the_pool_cannot_hold_yet_waits_without_a_buffer_for_its_body() 
         conn = TlsKafkaConnection(server)
         transport = FakeTransport()
         conn.connection_made(transport)  # type: ignore[arg-type]
-        conn.ctx.security.tls_established(None)
         assert server.pool.try_reserve(60_000)  # another connection's request
         stream = frame(b"a" * 50_000)
         pos = feed(conn, stream[:1000], 1000)
