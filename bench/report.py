@@ -260,8 +260,9 @@ def _sasl_cost(
     by: dict[str, dict[str, list[dict[str, Any]]]], system: str
 ) -> tuple[str, bool | None] | None:
     """SASL_SSL against SSL for one system, produce and consume: the medians' ratio of
-    throughput and of broker CPU per GB, and whether each lies within the SSL rows' own spread
-    over repetitions (None when one repetition gives no spread)."""
+    throughput and of broker CPU per GB, and whether each lies within the rows' own noise, the
+    larger spread over repetitions of the SSL and the SASL_SSL rows (None when one repetition
+    gives no spread)."""
     parts: list[str] = []
     within: list[bool | None] = []
     for kind in ("produce", "consume"):
@@ -271,10 +272,9 @@ def _sasl_cost(
             r = _ratio(_med(sasl, key), _med(ssl, key))
             if r is None:
                 continue
-            noise = _spread(ssl, key)
-            parts.append(
-                f"{kind} {label} x{r:.2f}" + ("" if noise is None else f" (SSL spread {noise:.2f})")
-            )
+            spreads = [_spread(ssl, key), _spread(sasl, key)]
+            noise = None if None in spreads else max(x for x in spreads if x is not None)
+            parts.append(f"{kind} {label} x{r:.2f}" + ("" if noise is None else f" (±{noise:.2f})"))
             within.append(None if noise is None else abs(r - 1) <= noise)
     if not parts:
         return None
