@@ -72,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         help="GiB of records per protocol in the sec.* rows [2M records; 40k with --quick]",
     )
     ap.add_argument(
+        "--security-producers",
+        type=int,
+        default=2,
+        help="producer processes of the sec.* produce rows [2]; more need more client CPUs",
+    )
+    ap.add_argument(
         "--security-record-bytes",
         type=int,
         default=1024,
@@ -138,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             systems.fetch_kafka(kafka_version)
     sizes = sizes_for(args.quick)
-    if args.security_record_bytes <= 0:
-        ap.error("--security-record-bytes: give a positive size")
+    if args.security_record_bytes <= 0 or args.security_producers <= 0:
+        ap.error("--security-record-bytes and --security-producers: give positive numbers")
     if args.reps or args.catchup_gib or args.security_gib or args.security_record_bytes != 1024:
         sizes = Sizes(
             **{
@@ -171,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             rate=args.rate,
             profile=args.profile,
             security=security,
+            security_producers=args.security_producers,
             kafka_version=kafka_version,
         )
         try:

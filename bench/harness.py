@@ -60,6 +60,7 @@ class Options:
     profile: bool = False  # perf on every kbroker run (bench/profile.py)
     # Security protocols whose sec.* rows to run (instead of the other workloads); None: none.
     security: list[str] | None = None
+    security_producers: int = 2  # producer processes of the sec.* produce rows
     kafka_version: str = systems.KAFKA_VERSION
 
 
@@ -329,7 +330,11 @@ def run(opts: Options) -> list[dict[str, Any]]:
     progress = Progress(0)
     runner = Runner(opts, emit, progress)
     if opts.security is not None:
-        per_rep = [w for w in security_session(s, opts.security) if runner.wanted(w)]
+        per_rep = [
+            w
+            for w in security_session(s, opts.security, 1, opts.security_producers)
+            if runner.wanted(w)
+        ]
     else:
         per_rep = [
             w for w in base_session(s) + flush_session(s) + rate_session(s) if runner.wanted(w)
@@ -359,9 +364,8 @@ def run(opts: Options) -> list[dict[str, Any]]:
         for rep in range(1, s.reps + 1):
             order = opts.systems if rep % 2 else list(reversed(opts.systems))
             for system in order:
-                runner.session(
-                    system, rep, security_session(s, opts.security, rep), {}, "page cache"
-                )
+                sec_rows = security_session(s, opts.security, rep, opts.security_producers)
+                runner.session(system, rep, sec_rows, {}, "page cache")
         return rows
     flush = {"log.flush.interval.messages": str(opts.flush_messages)}
     for rep in range(1, s.reps + 1):

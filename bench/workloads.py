@@ -167,13 +167,15 @@ def rate_session(s: Sizes) -> list[Workload]:
     ]
 
 
-def security_session(s: Sizes, protocols: list[str], rep: int = 1) -> list[Workload]:
-    """For each security protocol, records (1 KiB unless the sizes say otherwise) from two
-    producers at full speed (OMB's shape, acks=1); then, for each, one consumer reading from
-    offset 0 all of the topic the first of them wrote: every listener serves the same bytes in
-    the same batches (a topic written at another rate has other batch sizes, and its catch-up
-    another cost). The protocols' order turns with the repetition, so none is always first on
-    a fresh broker."""
+def security_session(
+    s: Sizes, protocols: list[str], rep: int = 1, producers: int = 2
+) -> list[Workload]:
+    """For each security protocol, records (1 KiB unless the sizes say otherwise) from
+    ``producers`` processes (two: OMB's shape) at full speed, acks=1; then, for each, one
+    consumer reading from offset 0 all of the topic the first of them wrote: every listener
+    serves the same bytes in the same batches (a topic written at another rate has other
+    batch sizes, and its catch-up another cost). The protocols' order turns with the
+    repetition, so none is always first on a fresh broker."""
     turn = (rep - 1) % len(protocols) if protocols else 0
     order = protocols[turn:] + protocols[:turn]
     produce = [
@@ -182,7 +184,7 @@ def security_session(s: Sizes, protocols: list[str], rep: int = 1) -> list[Workl
             "produce",
             s.security_record_bytes,
             16,
-            producers=2,
+            producers=producers,
             acks="1",
             records=s.security_records,
             security=protocol,
