@@ -12,8 +12,8 @@ suites are left at each system's defaults (what a client negotiated is
 recorded with each row, see `negotiated`).
 
 Clients (librdkafka producers, kcat, the admin client) get the matching
-librdkafka settings from `client_settings`; kcat reads them from a file
-(`kcat_config`), so the password is not on a command line.
+librdkafka settings from `client_settings` (bench/loadgen.py gives them to
+kcat in a private file, so the password is not on a command line).
 """
 
 from __future__ import annotations
@@ -74,15 +74,6 @@ class Security:
             conf |= {"sasl.mechanism": "PLAIN", "sasl.username": USER}
             conf["sasl.password"] = self.password
         return conf
-
-    def kcat_config(self, protocol: str) -> Path:
-        """A file of ``client_settings`` for kcat's ``-F`` (readable by this user only)."""
-        path = self.folder / f"kcat-{protocol.lower()}.conf"
-        if not path.exists():
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.writelines(f"{k}={v}\n" for k, v in self.client_settings(protocol).items())
-        return path
 
     def negotiated(self, address: str) -> str:
         """The TLS version and cipher suite an OpenSSL client with default settings (as
