@@ -2,6 +2,8 @@
 
     python -m bench [--quick] [--out DIR] [--data-dir DIR] [--systems kbroker,kafka]
                     [--reps N] [--only PREFIX,...] [--pin split|none] [--flush-messages M]
+    python -m bench --security plaintext,ssl,sasl_ssl [--quick] [--reps N] ...
+                                                 (the cost of TLS and SASL; Kafka 3.9.1)
     python -m bench --report-only --out DIR      (re-render report.md and plots)
 
 Measures the disk first, then runs every workload of bench/workloads.py on
@@ -20,7 +22,12 @@ from pathlib import Path
 
 from . import report, systems
 from .harness import Options, run, sizes_for
+from .security import PROTOCOLS
 from .workloads import Sizes
+
+# The Kafka version the security rows compare with (the one the security work is checked
+# against); the other rows use systems.KAFKA_VERSION.
+SECURITY_KAFKA_VERSION = "3.9.1"
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -60,45 +67,97 @@ def main(argv: list[str] | None = None) -> int:
         "--catchup-gib", type=float, help="catch-up data set size [3; 0.05 with --quick]"
     )
     ap.add_argument(
+        "--security-gib",
+        type=float,
+        help="GiB of records per protocol in the sec.* rows [2M records; 40k with --quick]",
+    )
+    ap.add_argument(
+        "--security-producers",
+        type=int,
+        default=2,
+        help="producer processes of the sec.* produce rows [2]; more need more client CPUs",
+    )
+    ap.add_argument(
+        "--security-record-bytes",
+        type=int,
+        default=1024,
+        help="record size of the sec.* rows [1024]; larger records cost the producers less "
+        "CPU per GB",
+    )
+    ap.add_argument(
         "--rate", type=float, default=0, help="records/s for omb.rate50 [50%% of the lower omb.max]"
     )
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument(
         "--profile",
         action="store_true",
-        help="perf-record every kbroker session into OUT/profile-*.perf.data",
+        help="perf-record kbroker during every run into OUT/profile-*.perf.data",
+    )
+    ap.add_argument(
+        "--security",
+        help="comma-separated security protocols (plaintext,ssl,sasl_ssl): run the sec.* rows "
+        "for each on one broker with a listener of every protocol, instead of the other "
+        "workloads [results in bench/results/security]",
+    )
+    ap.add_argument(
+        "--kafka-version",
+        help=f"Apache Kafka version [{systems.KAFKA_VERSION}; "
+        f"{SECURITY_KAFKA_VERSION} with --security]",
     )
     ap.add_argument(
         "--report-only", action="store_true", help="re-render DIR/report.md from DIR/results.jsonl"
     )
     args = ap.parse_args(argv)
 
+    security = None
+    if args.security:
+        security = [p.strip().upper() for p in args.security.split(",") if p.strip()]
+        unknown = [p for p in security if p not in PROTOCOLS]
+        if unknown or not security:
+            ap.error(
+                f"--security: {', '.join(unknown) or 'nothing given'}: choose from "
+                + ",".join(p.lower() for p in PROTOCOLS)
+            )
+    kafka_version = args.kafka_version or (
+        SECURITY_KAFKA_VERSION if security else systems.KAFKA_VERSION
+    )
+    results = Path(__file__).resolve().parent / "results"
     out = args.out or (
         Path(tempfile.gettempdir()) / "kbroker-bench-quick"
         if args.quick
-        else Path(__file__).resolve().parent / "results"
+        else results / "security"
+        if security
+        else results
     )
     if args.report_only:
         print(report.render(report.load(out / "results.jsonl"), out, plots=not args.no_plots))
         return 0
     names = [s.strip() for s in args.systems.split(",") if s.strip()]
-    if "kafka" in names and not systems.kafka_available():
+    if "kafka" in names and not systems.kafka_available(kafka_version):
         if args.quick:
             print(
-                "[bench] Kafka's jars are absent (bench/kafka/fetch.sh fetches them): kbroker only",
+                f"[bench] Kafka {kafka_version}'s jars are absent (bench/kafka/fetch.sh "
+                f"{kafka_version} fetches them): kbroker only",
                 file=sys.stderr,
             )
             names.remove("kafka")
         else:
-            systems.fetch_kafka()
+            systems.fetch_kafka(kafka_version)
     sizes = sizes_for(args.quick)
-    if args.reps or args.catchup_gib:
+    if args.security_record_bytes <= 0 or args.security_producers <= 0:
+        ap.error("--security-record-bytes and --security-producers: give positive numbers")
+    if args.reps or args.catchup_gib or args.security_gib or args.security_record_bytes != 1024:
         sizes = Sizes(
             **{
                 **sizes.__dict__,
                 "reps": args.reps or sizes.reps,
                 "catchup_records": int((args.catchup_gib or 0) * (1 << 30) / 1024)
                 or sizes.catchup_records,
+                "security_record_bytes": args.security_record_bytes,
+                "security_records": int(
+                    (args.security_gib or 0) * (1 << 30) / args.security_record_bytes
+                )
+                or sizes.security_records * 1024 // args.security_record_bytes,
             }
         )
     data_parent = args.data_dir or Path(tempfile.gettempdir())
@@ -117,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
             plots=not args.no_plots,
             rate=args.rate,
             profile=args.profile,
+            security=security,
+            security_producers=args.security_producers,
+            kafka_version=kafka_version,
         )
         try:
             rows = run(opts)

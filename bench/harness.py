@@ -5,6 +5,12 @@ bench/workloads.py) and the flush session on each system, the first system
 alternating between repetitions; then the fixed-rate session, whose rate is
 50% of the lower of the systems' median ``omb.max`` rates. Each session
 starts a fresh broker on a fresh data directory and stops it afterwards.
+
+With ``security`` (a list of security protocols) the run is the cost of
+security instead: certificates made for the run (bench/security.py), and for
+each repetition one session per system, the first system alternating, on a
+broker with a listener of every protocol, running ``sec.*`` for each protocol
+asked (bench/workloads.py).
 """
 
 from __future__ import annotations
@@ -16,14 +22,24 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from . import disk, loadgen, systems
 from .profile import perf_record
-from .workloads import FULL, QUICK, Sizes, Workload, base_session, flush_session, rate_session
+from .security import Security
+from .workloads import (
+    FULL,
+    QUICK,
+    Sizes,
+    Workload,
+    base_session,
+    flush_session,
+    rate_session,
+    security_session,
+)
 
 MB = 1_000_000  # throughput in MB/s is decimal, as Kafka's tools print it
 QUANTILES = [q / 100 for q in range(0, 100)] + [0.995, 0.999, 0.9999, 1.0]
@@ -41,7 +57,11 @@ class Options:
     disk_bytes: int = 1 << 30
     plots: bool = True
     rate: float = 0  # omb.rate50's records/s; 0: 50% of the lower median omb.max
-    profile: bool = False  # perf on every kbroker session (bench/profile.py)
+    profile: bool = False  # perf on every kbroker run (bench/profile.py)
+    # Security protocols whose sec.* rows to run (instead of the other workloads); None: none.
+    security: list[str] | None = None
+    security_producers: int = 2  # producer processes of the sec.* produce rows
+    kafka_version: str = systems.KAFKA_VERSION
 
 
 def loadavg() -> list[float]:
@@ -95,20 +115,29 @@ class Runner:
         self.broker_cpus, self.client_cpus = cpu_split(opts.pin)
         self.disk: dict[str, Any] = {}
         self.rows: list[dict[str, Any]] = []
+        # The run's certificates and SASL user when it measures security.
+        self.security: Security | None = None
 
     def wanted(self, w: Workload) -> bool:
         return self.opts.only is None or any(w.name.startswith(p) for p in self.opts.only)
 
     @contextmanager
-    def broker(self, system: str, settings: dict[str, str], label: str) -> Iterator[systems.Broker]:
+    def broker(self, system: str, settings: dict[str, str]) -> Iterator[systems.Broker]:
         log = self.opts.out / "logs" / f"{system}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        with systems.launcher(system)(self.opts.data_root, settings, self.broker_cpus, log) as b:
-            if self.opts.profile and system == "kbroker":
-                with perf_record(b.proc.pid, self.opts.out / f"profile-{label}.perf.data"):
-                    yield b
-            else:
-                yield b
+        extra: dict[str, Any] = {"security": self.security}
+        if system == "kafka":
+            extra["version"] = self.opts.kafka_version
+        with systems.launcher(system)(
+            self.opts.data_root, settings, self.broker_cpus, log, **extra
+        ) as b:
+            yield b
+
+    def profiled(self, b: systems.Broker, label: str) -> AbstractContextManager[None]:
+        """perf on kbroker while one workload runs, with --profile."""
+        if self.opts.profile and b.system == "kbroker":
+            return perf_record(b.proc.pid, self.opts.out / f"profile-{label}.perf.data")
+        return nullcontext()
 
     def session(
         self,
@@ -123,11 +152,15 @@ class Runner:
         if not todo:
             return
         topics: dict[str, str] = {}
-        with self.broker(system, settings, f"{system}-rep{rep}-{todo[0].name}") as b:
+        with self.broker(system, settings) as b:
             self.warm_up(b)
+            tls = self.negotiated(b)
             for w in todo:
-                row = self.run_one(b, w, topics, rate)
+                with self.profiled(b, f"{system}-rep{rep}-{w.name}"):
+                    row = self.run_one(b, w, topics, rate)
                 row.update(rep=rep, flush_policy=policy)
+                if w.security != "PLAINTEXT":
+                    row["tls"] = tls
                 self.rows.append(row)
                 self.emit(row)
                 self.progress.step(
@@ -141,10 +174,28 @@ class Runner:
                     + (f"  e2e p99 {row['e2e_p99_ms']} ms" if "e2e_p99_ms" in row else "")
                 )
 
+    def client(self, protocol: str) -> dict[str, str]:
+        """librdkafka settings for the listener of ``protocol``."""
+        return {} if self.security is None else self.security.client_settings(protocol)
+
+    def negotiated(self, b: systems.Broker) -> str | None:
+        """What a default OpenSSL client negotiates with the broker's SSL listener."""
+        if self.security is None or "SSL" not in b.endpoints:
+            return None
+        return self.security.negotiated(b.endpoint("SSL"))
+
     def warm_up(self, b: systems.Broker) -> None:
         """Untimed traffic first (as OMB's warm-up phase): JIT compilation, page faults,
-        connections."""
+        connections; on a secured broker, 1 KiB records through every listener."""
         n = self.opts.sizes.warmup_records
+        if self.security is not None:
+            for protocol, address in b.endpoints.items():
+                client = self.client(protocol)
+                topic = f"warmup-{protocol.lower()}-{uuid.uuid4().hex[:6]}"
+                loadgen.create_topic(address, topic, 6, client=client)
+                loadgen.produce(address, topic, n // 4, 1024, "1", 1, client=client)
+                loadgen.consume(address, topic, 1, client=client)
+            return
         for size in (100, 1024):
             topic = f"warmup-{size}-{uuid.uuid4().hex[:6]}"
             loadgen.create_topic(b.bootstrap, topic, 6)
@@ -155,10 +206,11 @@ class Runner:
         self, b: systems.Broker, w: Workload, topics: dict[str, str], rate: float
     ) -> dict[str, Any]:
         topic = f"{w.name.replace('.', '-')}-{uuid.uuid4().hex[:6]}"
+        address, client = b.endpoint(w.security), self.client(w.security)
         if w.kind == "consume":
             topic = topics[w.source]
         else:
-            loadgen.create_topic(b.bootstrap, topic, w.partitions)
+            loadgen.create_topic(address, topic, w.partitions, client=client)
             topics[w.name] = topic
         probe_topic = f"probe-{uuid.uuid4().hex[:6]}"
         if w.probe:
@@ -170,12 +222,12 @@ class Runner:
             if w.probe
             else None
         )
-        with probe or _null():
+        with probe or nullcontext():
             b.reset_peak_rss()
             before = b.usage()
             if w.kind == "produce":
                 r = loadgen.produce(
-                    b.bootstrap, topic, w.records, w.record_bytes, w.acks, w.producers
+                    address, topic, w.records, w.record_bytes, w.acks, w.producers, client=client
                 )
                 records, elapsed, client_cpu = r.records, r.elapsed, r.client_cpu_s
                 row["errors"] = r.errors
@@ -187,7 +239,7 @@ class Runner:
                 records, elapsed, client_cpu = r.records, r.elapsed, r.client_cpu_s
                 row.update(errors=r.errors, target_rate=round(rate))
             elif w.kind == "consume":
-                c = loadgen.consume(b.bootstrap, topic, w.consumers)
+                c = loadgen.consume(address, topic, w.consumers, client=client)
                 records, elapsed, client_cpu = c.records, c.elapsed, c.client_cpu_s
                 row["complete"] = (
                     all(n == c.per_consumer[0] for n in c.per_consumer) and c.records > 0
@@ -225,6 +277,7 @@ class Runner:
             "system": b.system,
             "version": b.version,
             "workload": w.name,
+            "security": w.security,
             "settings": {k: v for k, v in asdict(w).items() if v not in ("", 0, False)}
             | {"broker": b.settings},
             "records": records,
@@ -243,6 +296,9 @@ class Runner:
             "broker_peak_rss_mb": round(after.get("peak_rss_mb", 0), 1),
             "client_cpu_s": round(client_cpu, 2),
             "client_cpu_util": round(client_cpu / elapsed / n_client, 2),
+            "client_cpu_s_per_gb": round(client_cpu / (records * w.record_bytes / 1e9), 2)
+            if records
+            else None,
             "pin": {
                 "broker": sorted(self.broker_cpus or []),
                 "clients": sorted(self.client_cpus or []),
@@ -256,11 +312,6 @@ class Runner:
     def median_of(self, system: str, workload: str, key: str = "records_s") -> float:
         vals = [r[key] for r in self.rows if r["system"] == system and r["workload"] == workload]
         return statistics.median(vals) if vals else 0.0
-
-
-@contextmanager
-def _null() -> Iterator[None]:
-    yield
 
 
 def run(opts: Options) -> list[dict[str, Any]]:
@@ -278,7 +329,16 @@ def run(opts: Options) -> list[dict[str, Any]]:
     s = opts.sizes
     progress = Progress(0)
     runner = Runner(opts, emit, progress)
-    per_rep = [w for w in base_session(s) + flush_session(s) + rate_session(s) if runner.wanted(w)]
+    if opts.security is not None:
+        per_rep = [
+            w
+            for w in security_session(s, opts.security, 1, opts.security_producers)
+            if runner.wanted(w)
+        ]
+    else:
+        per_rep = [
+            w for w in base_session(s) + flush_session(s) + rate_session(s) if runner.wanted(w)
+        ]
     progress.total = len(opts.systems) * s.reps * len(per_rep)
     if runner.client_cpus:
         os.sched_setaffinity(0, runner.client_cpus)  # the harness and its load processes
@@ -295,9 +355,18 @@ def run(opts: Options) -> list[dict[str, Any]]:
             "client_cpus": sorted(runner.client_cpus or []),
             "python": sys.version.split()[0],
             "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "security": opts.security,
         }
     )
     progress.say(f"disk: {json.dumps(runner.disk)}")
+    if opts.security is not None:
+        runner.security = Security.make(opts.data_root / "certs")
+        for rep in range(1, s.reps + 1):
+            order = opts.systems if rep % 2 else list(reversed(opts.systems))
+            for system in order:
+                sec_rows = security_session(s, opts.security, rep, opts.security_producers)
+                runner.session(system, rep, sec_rows, {}, "page cache")
+        return rows
     flush = {"log.flush.interval.messages": str(opts.flush_messages)}
     for rep in range(1, s.reps + 1):
         order = opts.systems if rep % 2 else list(reversed(opts.systems))

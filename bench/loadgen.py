@@ -13,6 +13,10 @@
   load runs (linger 1 ms): publish latency (send to acknowledgement) and end-to-end
   latency (send to receipt by the consumer).
 
+Every function takes the client's extra librdkafka settings (``client``: the
+security protocol, CA and SASL user of a secured listener, bench/security.py);
+kcat reads them from a private file, so no password is on a command line.
+
 Every process here runs on the client CPUs (inherited from the harness,
 which pins itself there), producers at nice 5 below the probe; client CPU seconds are
 returned with each result so a report can show whether the client was the bottleneck.
@@ -24,10 +28,12 @@ import multiprocessing as mp
 import os
 import struct
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # One configuration for every system (librdkafka names).
@@ -56,12 +62,13 @@ def create_topic(
     replication_factor: int = 1,
     config: dict[str, str] | None = None,
     timeout: float = 30,
+    client: dict[str, str] | None = None,
 ) -> None:
     """Creates ``topic`` and waits until every partition has a leader (and, when replicated, all
     its replicas in the ISR), as the brokers' Metadata reports it."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})
     new = NewTopic(topic, partitions, replication_factor, config=config or {})
     admin.create_topics([new])[topic].result(timeout)
     deadline = time.monotonic() + timeout
@@ -94,6 +101,7 @@ def _producer_proc(
     size: int,
     acks: str,
     rate: float,
+    client: dict[str, str],
     ready: Any,
     go: Any,
     out: Any,
@@ -110,7 +118,13 @@ def _producer_proc(
         errors += 1
 
     p = Producer(
-        {"bootstrap.servers": bootstrap, "acks": acks, **PRODUCER_CONF, "on_delivery": on_error}
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": acks,
+            **PRODUCER_CONF,
+            **client,
+            "on_delivery": on_error,
+        }
     )
     p.list_topics(topic, timeout=30)
     payload = os.urandom(size)
@@ -157,6 +171,7 @@ def produce(
     producers: int,
     rate: float = 0,
     on_start: Callable[[], None] | None = None,
+    client: dict[str, str] | None = None,
 ) -> ProduceResult:
     """``records`` in all from ``producers`` processes, at ``rate`` records/s in all (0: max).
     ``on_start`` runs once they are connected, as they are told to start (e.g. to read the
@@ -169,7 +184,18 @@ def produce(
         CTX.Process(
             target=_producer_proc,
             daemon=True,
-            args=(bootstrap, topic, per, size, acks, rate / producers, ready, go, out),
+            args=(
+                bootstrap,
+                topic,
+                per,
+                size,
+                acks,
+                rate / producers,
+                client or {},
+                ready,
+                go,
+                out,
+            ),
         )
         for _ in range(producers)
     ]
@@ -218,9 +244,13 @@ class ConsumeResult:
     per_consumer: list[int] = field(default_factory=list)
 
 
-def _kcat_cmd(bootstrap: str, topic: str, count: int | None) -> list[str]:
+def _kcat_cmd(
+    bootstrap: str, topic: str, count: int | None, config: Path | None = None
+) -> list[str]:
     cmd = ["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-q", "-f", "."]
     cmd += ["-c", str(count)] if count else ["-e"]
+    if config is not None:
+        cmd += ["-F", str(config)]
     for key, value in KCAT_CONF.items():
         cmd += ["-X", f"{key}={value}"]
     return cmd
@@ -229,8 +259,24 @@ def _kcat_cmd(bootstrap: str, topic: str, count: int | None) -> list[str]:
 class KcatConsumers:
     """``n`` kcat consumers, each reading all of ``topic`` from the beginning."""
 
-    def __init__(self, bootstrap: str, topic: str, n: int, count: int | None = None) -> None:
-        self.cmds = [_kcat_cmd(bootstrap, topic, count) for _ in range(n)]
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        n: int,
+        count: int | None = None,
+        client: dict[str, str] | None = None,
+    ) -> None:
+        # The client's settings go to kcat in a file only this user can read.
+        self.config_dir: tempfile.TemporaryDirectory[str] | None = None
+        config = None
+        if client:
+            self.config_dir = tempfile.TemporaryDirectory(prefix="kbroker-bench-kcat-")
+            config = Path(self.config_dir.name) / "client.conf"
+            fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.writelines(f"{k}={v}\n" for k, v in client.items())
+        self.cmds = [_kcat_cmd(bootstrap, topic, count, config) for _ in range(n)]
         self.procs: list[subprocess.Popen[bytes]] = []
         self.counts = [0] * n
         self.readers: list[threading.Thread] = []
@@ -281,11 +327,19 @@ class KcatConsumers:
             if proc.returncode is None and proc.poll() is None:
                 proc.kill()
                 proc.wait(5)
+        if self.config_dir is not None:
+            self.config_dir.cleanup()
 
 
-def consume(bootstrap: str, topic: str, consumers: int, timeout: float = 900) -> ConsumeResult:
+def consume(
+    bootstrap: str,
+    topic: str,
+    consumers: int,
+    timeout: float = 900,
+    client: dict[str, str] | None = None,
+) -> ConsumeResult:
     """Catch-up: each consumer reads the whole topic from offset 0 to its end."""
-    with KcatConsumers(bootstrap, topic, consumers) as group:
+    with KcatConsumers(bootstrap, topic, consumers, client=client) as group:
         return group.wait(timeout)
 
 

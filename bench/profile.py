@@ -3,9 +3,9 @@
     python -m bench --systems kbroker --only omb.rate --reps 1 --profile
     python -m bench.profile OUT/profile-*.perf.data      # top symbols, by shared object
 
-``--profile`` attaches ``perf record -e cpu-clock -g`` to each kbroker session
-(software clock: works in VMs without hardware counters) and leaves
-``OUT/profile-<session>.perf.data``. Python 3.11 frames show as the
+``--profile`` attaches ``perf record -e cpu-clock -g`` to kbroker while each
+workload runs (software clock: works in VMs without hardware counters) and
+leaves ``OUT/profile-kbroker-rep<N>-<workload>.perf.data``. Python 3.11 frames show as the
 interpreter's C functions (``_PyEval_EvalFrameDefault`` ...); the Rust
 storage is ``_kbroker*.so``; ``[kernel.kallsyms]`` is system-call work.
 (py-spy 0.4 cannot read this machine's pyenv-built interpreter.)

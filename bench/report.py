@@ -12,6 +12,9 @@ from .harness import QUANTILES
 
 THROUGHPUT_KINDS = ("produce", "rate", "prodcons", "consume")
 TARGET_RATIO = 1.2
+# Over TLS (and SASL_SSL), kbroker's produce throughput against Kafka's.
+SECURE_TARGET_RATIO = 1.5
+SECURITY_ORDER = ("PLAINTEXT", "SSL", "SASL_SSL")
 
 
 def load(path: Path) -> list[dict[str, Any]]:
@@ -154,6 +157,7 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
         "the client, not the broker, may set the pace.",
         "",
     ]
+    lines += _security(by, systems)
     if a == "kbroker" and b == "kafka":
         lines += _targets(by, disk)
     if plots:
@@ -182,7 +186,7 @@ def _targets(by: dict[str, dict[str, list[dict[str, Any]]]], disk: dict[str, Any
     for name, per in by.items():
         first = next(iter(per.values()))
         kind = _kind(first)
-        if kind not in ("produce", "consume") or name == "catchup.fill":
+        if kind not in ("produce", "consume") or name == "catchup.fill" or name.startswith("sec."):
             continue
         r = _ratio(
             _med(per.get("kbroker", []), "records_s"), _med(per.get("kafka", []), "records_s")
@@ -192,6 +196,28 @@ def _targets(by: dict[str, dict[str, list[dict[str, Any]]]], disk: dict[str, Any
             f"{_fmt(r, 2)}x",
             None if r is None else r >= TARGET_RATIO,
         )
+    for protocol in ("SSL", "SASL_SSL"):
+        per = by.get(f"sec.{protocol.lower()}.produce", {})
+        r = _ratio(
+            _med(per.get("kbroker", []), "records_s"), _med(per.get("kafka", []), "records_s")
+        )
+        if r is not None:
+            row(
+                f"sec.{protocol.lower()}.produce: kbroker >= {SECURE_TARGET_RATIO}x Kafka over "
+                f"{protocol}",
+                f"{_fmt(r, 2)}x",
+                r >= SECURE_TARGET_RATIO,
+            )
+    for system in ("kbroker", "kafka"):
+        verdict = _sasl_cost(by, system)
+        if verdict is not None:
+            row(
+                f"{system}: SASL_SSL (PLAIN) costs an established connection nothing over SSL",
+                verdict[0],
+                verdict[1],
+            )
+    if all(name.startswith("sec.") for name in by):
+        return [*out, ""]  # a security run: the other targets are for the other workloads
     rate = by.get("omb.rate50", {})
     pk, pf = (
         _med(rate.get("kbroker", []), "publish_p99_ms"),
@@ -219,6 +245,102 @@ def _targets(by: dict[str, dict[str, list[dict[str, Any]]]], disk: dict[str, Any
         f"best {best:.2f} of {disk.get('buffered_write_mb_s')} MiB/s",
         best >= 0.9 if best else None,
     )
+    return [*out, ""]
+
+
+def _spread(rows: list[dict[str, Any]], key: str) -> float | None:
+    """(max - min) / median of ``key`` over repetitions: the run's own noise."""
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    if len(vals) < 2 or not statistics.median(vals):
+        return None
+    return (max(vals) - min(vals)) / statistics.median(vals)
+
+
+def _sasl_cost(
+    by: dict[str, dict[str, list[dict[str, Any]]]], system: str
+) -> tuple[str, bool | None] | None:
+    """SASL_SSL against SSL for one system, produce and consume: the medians' ratio of
+    throughput and of broker CPU per GB, and whether each lies within the rows' own noise, the
+    larger spread over repetitions of the SSL and the SASL_SSL rows (None when one repetition
+    gives no spread)."""
+    parts: list[str] = []
+    within: list[bool | None] = []
+    for kind in ("produce", "consume"):
+        ssl = by.get(f"sec.ssl.{kind}", {}).get(system, [])
+        sasl = by.get(f"sec.sasl_ssl.{kind}", {}).get(system, [])
+        for key, label in (("mb_s", "MB/s"), ("broker_cpu_s_per_gb", "CPU s/GB")):
+            r = _ratio(_med(sasl, key), _med(ssl, key))
+            if r is None:
+                continue
+            spreads = [_spread(ssl, key), _spread(sasl, key)]
+            noise = None if None in spreads else max(x for x in spreads if x is not None)
+            parts.append(f"{kind} {label} x{r:.2f}" + ("" if noise is None else f" (±{noise:.2f})"))
+            within.append(None if noise is None else abs(r - 1) <= noise)
+    if not parts:
+        return None
+    ok = None if None in within else all(within)
+    return "; ".join(parts), ok
+
+
+def _security(by: dict[str, dict[str, list[dict[str, Any]]]], systems: list[str]) -> list[str]:
+    """The cost of TLS and SASL: each system's sec.* rows against its own PLAINTEXT rows."""
+    protocols = [p for p in SECURITY_ORDER if f"sec.{p.lower()}.produce" in by]
+    if not protocols:
+        return []
+    out = [
+        "## Cost of security (TLS, SASL)",
+        "",
+        "Each system's rows over each listener of one broker; `x plain` = the same figure over "
+        "its PLAINTEXT listener (throughput: below 1 is the cost; CPU s/GB: above 1 is the "
+        "cost). CPU s/GB = CPU seconds per GB of record values, the broker's and the load "
+        "generator's (producers, or kcat).",
+        "",
+        "| system | listener | produce MB/s | x plain | consume MB/s | x plain | "
+        "broker CPU s/GB produce | x plain | broker CPU s/GB consume | x plain | "
+        "client CPU s/GB produce | client CPU s/GB consume | TLS |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for system in systems:
+        plain = {
+            kind: by.get(f"sec.plaintext.{kind}", {}).get(system, [])
+            for kind in ("produce", "consume")
+        }
+        for protocol in protocols:
+            rows = {
+                kind: by.get(f"sec.{protocol.lower()}.{kind}", {}).get(system, [])
+                for kind in ("produce", "consume")
+            }
+            if not rows["produce"] and not rows["consume"]:
+                continue
+            cells: list[str] = []
+            for key, digits in (("mb_s", 1), ("broker_cpu_s_per_gb", 2)):
+                for kind in ("produce", "consume"):
+                    v = _med(rows[kind], key)
+                    cells += [_fmt(v, digits), _fmt(_ratio(v, _med(plain[kind], key)), 2)]
+            # Columns: MB/s produce, consume; then CPU produce, consume (each with its ratio).
+            cells = cells[0:2] + cells[2:4] + cells[4:6] + cells[6:8]
+            client = [_fmt(_med(rows[k], "client_cpu_s_per_gb"), 2) for k in ("produce", "consume")]
+            tls = next((r["tls"] for rs in rows.values() for r in rs if r.get("tls")), "-")
+            out.append(f"| {system} | {protocol} | " + " | ".join(cells + client) + f" | {tls} |")
+    if "kbroker" in systems and "kafka" in systems:
+        out += [
+            "",
+            "| listener | kbroker/Kafka produce | kbroker/Kafka consume | "
+            "Kafka/kbroker broker CPU s/GB produce | consume |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for protocol in protocols:
+            ratios = []
+            for key, (x, y) in (
+                ("records_s", ("kbroker", "kafka")),
+                ("broker_cpu_s_per_gb", ("kafka", "kbroker")),
+            ):
+                for kind in ("produce", "consume"):
+                    per = by.get(f"sec.{protocol.lower()}.{kind}", {})
+                    ratios.append(
+                        _fmt(_ratio(_med(per.get(x, []), key), _med(per.get(y, []), key)), 2)
+                    )
+            out.append(f"| {protocol} | " + " | ".join(ratios) + " |")
     return [*out, ""]
 
 

@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .security import PROTOCOLS, Security
+
 KAFKA_VERSION = "4.1.1"  # keep in step with bench/kafka/pom.xml
 REPO = Path(__file__).resolve().parent.parent
 
@@ -140,13 +142,19 @@ class Broker:
         proc: subprocess.Popen[bytes],
         data_dir: Path,
         settings: dict[str, str],
+        endpoints: dict[str, str] | None = None,
     ) -> None:
         self.system = system
         self.version = version
-        self.bootstrap = bootstrap
+        self.bootstrap = bootstrap  # the PLAINTEXT listener
         self.proc = proc
         self.data_dir = data_dir
         self.settings = settings
+        # Security protocol -> HOST:PORT of its listener (only PLAINTEXT when not secured).
+        self.endpoints = endpoints or {"PLAINTEXT": bootstrap}
+
+    def endpoint(self, protocol: str) -> str:
+        return self.endpoints[protocol]
 
     def usage(self) -> dict[str, float]:
         """CPU seconds (user+system, all threads) and peak RSS in MiB so far."""
@@ -158,6 +166,18 @@ class Broker:
 
     def data_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.data_dir.rglob("*") if p.is_file())
+
+
+def _listener_ports(security: Security | None) -> dict[str, int]:
+    """A free loopback port for each listener: PLAINTEXT alone, or every protocol secured."""
+    return {p: free_port() for p in (PROTOCOLS if security is not None else ("PLAINTEXT",))}
+
+
+def _private_properties(path: Path, props: dict[str, str]) -> None:
+    """A properties file only this user can read (it may hold the SASL users' passwords)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.writelines(f"{k}={v}\n" for k, v in props.items())
 
 
 def _fresh_dir(root: Path, system: str) -> Path:
@@ -200,23 +220,32 @@ def kbroker_version() -> str:
 
 @contextmanager
 def kbroker_node(
-    data_root: Path, settings: dict[str, str], cpus: set[int] | None, log_path: Path | None = None
+    data_root: Path,
+    settings: dict[str, str],
+    cpus: set[int] | None,
+    log_path: Path | None = None,
+    security: Security | None = None,
 ) -> Iterator[Broker]:
+    """A kbroker node; with ``security``, listeners of every protocol in bench/security.py
+    (their settings in a properties file, ``--config``)."""
     data = _fresh_dir(data_root, "kbroker")
-    port = free_port()
-    bootstrap = f"127.0.0.1:{port}"
-    cmd = [
-        kbroker_python(),
-        "-m",
-        "kbroker.cli",
-        "serve",
-        "--data-dir",
-        str(data / "log"),
-        "--listen",
-        bootstrap,
-        "--log-level",
-        "WARNING",
-    ]
+    ports = _listener_ports(security)
+    endpoints = {p: f"127.0.0.1:{port}" for p, port in ports.items()}
+    bootstrap = endpoints["PLAINTEXT"]
+    cmd = [kbroker_python(), "-m", "kbroker.cli", "serve", "--data-dir", str(data / "log")]
+    if security is None:
+        cmd += ["--listen", bootstrap]
+    else:
+        conf = data / "server.properties"
+        _private_properties(
+            conf,
+            {
+                "listeners": ",".join(f"{p}://{a}" for p, a in endpoints.items()),
+                **security.broker_settings(),
+            },
+        )
+        cmd += ["--config", str(conf)]
+    cmd += ["--log-level", "WARNING"]
     for key, value in settings.items():
         cmd += ["--set", f"{key}={value}"]
     # KBROKER_BENCH_METRICS=SECONDS: metrics on, scraped every SECONDS (to measure their cost).
@@ -232,12 +261,13 @@ def kbroker_node(
     )
     stop_scraping = threading.Event()
     try:
-        wait_for_port(port, proc, "kbroker")
+        for port in ports.values():
+            wait_for_port(port, proc, "kbroker")
         if metrics_url is not None:
             threading.Thread(
                 target=_scrape, args=(metrics_url, scrape_s, stop_scraping), daemon=True
             ).start()
-        yield Broker("kbroker", kbroker_version(), bootstrap, proc, data, settings)
+        yield Broker("kbroker", kbroker_version(), bootstrap, proc, data, settings, endpoints)
     finally:
         stop_scraping.set()
         _stop(proc)
@@ -256,15 +286,24 @@ def _scrape(url: str, every_s: float, stop: threading.Event) -> None:
 
 
 def kafka_properties(
-    data: Path, port: int, controller_port: int, settings: dict[str, str]
+    data: Path,
+    ports: dict[str, int],
+    controller_port: int,
+    settings: dict[str, str],
+    security: Security | None = None,
 ) -> dict[str, str]:
-    """A single KRaft node (broker + controller), internal topics with one replica."""
+    """A single KRaft node (broker + controller), internal topics with one replica; a listener
+    per entry of ``ports`` (security protocol -> port), the controller's PLAINTEXT."""
+    advertised = ",".join(f"{p}://127.0.0.1:{port}" for p, port in ports.items())
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "listeners": f"{advertised},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": advertised,
+        "listener.security.protocol.map": ",".join(
+            [f"{p}:{p}" for p in ports] + ["CONTROLLER:PLAINTEXT"]
+        ),
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "log.dirs": str(data / "log"),
@@ -275,6 +314,8 @@ def kafka_properties(
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
     }
+    if security is not None:
+        props.update(security.broker_settings())
     props.update(settings)
     return props
 
@@ -285,15 +326,18 @@ def kafka_node(
     settings: dict[str, str],
     cpus: set[int] | None,
     log_path: Path | None = None,
+    security: Security | None = None,
     version: str = KAFKA_VERSION,
 ) -> Iterator[Broker]:
+    """An Apache Kafka KRaft node; with ``security``, listeners as kbroker_node's."""
     lib = kafka_lib(version)
     classpath = f"{lib}/*"
     data = _fresh_dir(data_root, "kafka")
-    port, controller_port = free_port(), free_port()
-    props = kafka_properties(data, port, controller_port, settings)
+    ports, controller_port = _listener_ports(security), free_port()
+    endpoints = {p: f"127.0.0.1:{port}" for p, port in ports.items()}
+    props = kafka_properties(data, ports, controller_port, settings, security)
     conf = data / "server.properties"
-    conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    _private_properties(conf, props)
     log = open(log_path or os.devnull, "ab")  # noqa: SIM115 - closed in finally
     proc: subprocess.Popen[bytes] | None = None
     try:
@@ -330,8 +374,9 @@ def kafka_node(
             stdin=subprocess.DEVNULL,
             preexec_fn=pin(cpus),
         )
-        wait_for_port(port, proc, "kafka")
-        yield Broker("kafka", version, f"127.0.0.1:{port}", proc, data, settings)
+        for port in ports.values():
+            wait_for_port(port, proc, "kafka")
+        yield Broker("kafka", version, endpoints["PLAINTEXT"], proc, data, settings, endpoints)
     finally:
         if proc is not None:
             _stop(proc)

@@ -13,6 +13,10 @@
   sendfile path.
 * ``flush.*``  the same produce workloads with log.flush.interval.messages=M
   on both brokers (the other runs keep data in the page cache only).
+* ``sec.*``    the cost of security (``python -m bench --security ...``): the
+  same 1 KiB produce at full speed over a PLAINTEXT, an SSL and a SASL_SSL
+  (PLAIN) listener of one broker, then a catch-up read of one of those
+  topics over each.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class Workload:
     seconds: float = 0  # e2e and rate: how long
     source: str = ""  # consume: the workload whose topic is read
     probe: bool = False  # run the latency probe alongside
+    security: str = "PLAINTEXT"  # the listener's security protocol the clients use
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,8 @@ class Sizes:
     catchup_records: int  # 1 KiB each
     reps: int
     warmup_records: int  # untimed, at the start of every broker session
+    security_records: int  # per protocol, in the security session
+    security_record_bytes: int = 1024
 
 
 # FULL: ~11 minutes for two systems on 2 vCPUs; QUICK: about a minute.
@@ -57,6 +64,7 @@ FULL = Sizes(
     catchup_records=3 << 20,
     reps=3,
     warmup_records=400_000,
+    security_records=2_000_000,
 )
 QUICK = Sizes(
     kreps_records=100_000,
@@ -67,6 +75,7 @@ QUICK = Sizes(
     catchup_records=48_000,
     reps=1,
     warmup_records=20_000,
+    security_records=40_000,
 )
 
 
@@ -156,3 +165,42 @@ def rate_session(s: Sizes) -> list[Workload]:
             probe=True,
         )
     ]
+
+
+def security_session(
+    s: Sizes, protocols: list[str], rep: int = 1, producers: int = 2
+) -> list[Workload]:
+    """For each security protocol, records (1 KiB unless the sizes say otherwise) from
+    ``producers`` processes (two: OMB's shape) at full speed, acks=1; then, for each, one
+    consumer reading from offset 0 all of the topic the first of them wrote: every listener
+    serves the same bytes in the same batches (a topic written at another rate has other
+    batch sizes, and its catch-up another cost). The protocols' order turns with the
+    repetition, so none is always first on a fresh broker."""
+    turn = (rep - 1) % len(protocols) if protocols else 0
+    order = protocols[turn:] + protocols[:turn]
+    produce = [
+        Workload(
+            f"sec.{protocol.lower()}.produce",
+            "produce",
+            s.security_record_bytes,
+            16,
+            producers=producers,
+            acks="1",
+            records=s.security_records,
+            security=protocol,
+        )
+        for protocol in order
+    ]
+    consume = [
+        Workload(
+            f"sec.{protocol.lower()}.consume",
+            "consume",
+            s.security_record_bytes,
+            16,
+            consumers=1,
+            source=produce[0].name,
+            security=protocol,
+        )
+        for protocol in order
+    ]
+    return produce + consume

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from bench.workloads import QUICK, base_session, flush_session, rate_session
+from bench.workloads import QUICK, base_session, flush_session, rate_session, security_session
 
 from bench import systems
 
@@ -82,4 +82,52 @@ def test_quick_run_measures_every_workload_on_every_system(tmp_path: Path) -> No
             out / "latency_cdf.png"
         ).stat().st_size > 0
     # Brokers, the Kafka JVM and load processes are gone with the run.
+    assert _processes_mentioning(str(tmp_path)) == []
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(
+    shutil.which("kcat") is None or shutil.which("openssl") is None,
+    reason="kcat (the catch-up consumer) or openssl (the run's certificates) is not installed",
+)
+def test_quick_security_run_measures_each_listener_on_every_system(tmp_path: Path) -> None:
+    """`--security`: produce and catch-up rows over PLAINTEXT, SSL and SASL_SSL (PLAIN) of one
+    broker per system, Kafka 3.9.1 beside kbroker when its jars are there."""
+    out, data = tmp_path / "out", tmp_path / "data"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "bench", "--quick", "--security", "plaintext,ssl,sasl_ssl",
+            "--out", str(out), "--data-dir", str(data), "--no-plots",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=230,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+    text = (out / "results.jsonl").read_text()
+    assert "sasl.password" not in text and "PlainLoginModule" not in text
+    runs = [r for r in map(json.loads, text.splitlines()) if "workload" in r]
+    expected = {"kbroker", "kafka"} if systems.kafka_available("3.9.1") else {"kbroker"}
+    assert {r["system"] for r in runs} == expected
+    assert {r["version"] for r in runs if r["system"] == "kafka"} <= {"3.9.1"}
+    names = {w.name for w in security_session(QUICK, ["PLAINTEXT", "SSL", "SASL_SSL"])}
+    for system in expected:
+        mine = {r["workload"]: r for r in runs if r["system"] == system}
+        assert set(mine) == names
+        for protocol in ("plaintext", "ssl", "sasl_ssl"):
+            produce, consume = mine[f"sec.{protocol}.produce"], mine[f"sec.{protocol}.consume"]
+            assert produce["security"] == protocol.upper()
+            assert produce["records"] == QUICK.security_records and produce["errors"] == 0
+            assert consume["complete"] and consume["records"] == produce["records"]
+            for r in (produce, consume):
+                assert r["mb_s"] > 0 and r["broker_cpu_s_per_gb"] is not None
+                assert r["client_cpu_s_per_gb"] is not None
+                if protocol == "plaintext":
+                    assert "tls" not in r
+                else:
+                    assert r["tls"].startswith("TLSv1."), r["tls"]
+    report = (out / "report.md").read_text()
+    assert "## Cost of security" in report and "| SASL_SSL |" in report
     assert _processes_mentioning(str(tmp_path)) == []

@@ -26,7 +26,12 @@ Bounds (issue 10): memory and work are bounded per connection and globally.
 Record bytes of fetch responses go out with ``sendfile(2)`` from the segment
 file straight to the socket once the transport's own buffer is empty (uvloop
 has no ``loop.sendfile``); on would-block the connection waits for
-writability on a duplicate of the socket's descriptor.
+writability on a duplicate of the socket's descriptor. On TLS listeners they
+must pass through the TLS transport: they are read from the segment file a
+chunk at a time (``TLS_CHUNK_BYTES``) and written as they are read, pausing
+while the transport is above its high-water mark, so a fetch of many
+megabytes is never one buffer (each such buffer cost fresh pages from the
+kernel and several copies of the whole response).
 """
 
 from __future__ import annotations
@@ -57,12 +62,20 @@ _SIZE = struct.Struct(">i")
 # Below this size, record bytes are copied into the response instead of sent
 # with sendfile: one write syscall beats write + sendfile for small payloads.
 SENDFILE_MIN_BYTES = 64 * 1024
+# On TLS listeners, file parts of at least SENDFILE_MIN_BYTES are read and written in chunks of
+# this size: large enough that each write fills 16 TLS records, small enough that the chunk's
+# memory is reused from one read to the next.
+TLS_CHUNK_BYTES = 256 * 1024
 
 
 class FileSource(Protocol):
     """A region of a file that can be sent zero-copy (a kbroker LogSlice)."""
 
     def __len__(self) -> int: ...
+    @property
+    def fd(self) -> int: ...  # the file's descriptor, open while the source lives
+    @property
+    def position(self) -> int: ...  # where the region starts in the file
     def read_bytes(self) -> bytes: ...
     def sendfile(self, out_fd: int, offset: int, count: int) -> int | None: ...
 
@@ -223,7 +236,11 @@ _conn_ids = itertools.count(1)
 PLAINTEXT = ListenerSecurity(Listener("PLAINTEXT", "", 0, SecurityProtocol.PLAINTEXT))
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BaseProtocol):
+    """One client's connection: bytes in through ``data_received`` (asyncio.Protocol's
+    callbacks; it derives from BaseProtocol only because uvloop hands bytes to the buffers of
+    a subclass, TlsKafkaConnection, only when it is no asyncio.Protocol)."""
+
     # -- config and shared state
     _server: Server
     # -- per connection
@@ -240,7 +257,7 @@ class KafkaConnection(asyncio.Protocol):
             self.close_after_answers,
         )
         # Record bytes go out with sendfile only where nothing stands between the file and
-        # the socket (not through TLS).
+        # the socket (not through TLS, where they go in chunks).
         self._zero_copy = server.security.ssl_context is None
         # Bytes received and not yet cut into frames.
         self._buf = bytearray()
@@ -370,16 +387,7 @@ class KafkaConnection(asyncio.Protocol):
                 self._backlog = True
                 break
             (size,) = _SIZE.unpack_from(source, pos)
-            largest = self.ctx.security.max_frame(limits.max_request_bytes)
-            if size < 0 or size > largest:
-                log.warning(
-                    "closing %s: request frame of %d bytes (limit %d%s)",
-                    self.ctx.peer,
-                    size,
-                    largest,
-                    "" if self.ctx.security.authenticated else " before authentication",
-                )
-                self.close()
+            if self._refuse_frame_size(size):
                 return
             if not self._reserved:
                 # Whole frames only: memory is granted before the body is read.
@@ -417,6 +425,24 @@ class KafkaConnection(asyncio.Protocol):
             self._buf = bytearray(view[pos:])
         self._update_reading()
 
+    def _largest_frame(self) -> int:
+        return self.ctx.security.max_frame(self._server.limits.max_request_bytes)
+
+    def _refuse_frame_size(self, size: int) -> bool:
+        """Closes the connection when a frame header announces ``size`` bytes it may not send."""
+        largest = self._largest_frame()
+        if 0 <= size <= largest:
+            return False
+        log.warning(
+            "closing %s: request frame of %d bytes (limit %d%s)",
+            self.ctx.peer,
+            size,
+            largest,
+            "" if self.ctx.security.authenticated else " before authentication",
+        )
+        self.close()
+        return True
+
     # -- requests and responses --------------------------------------------
 
     def _submit(self, frame: memoryview, size: int) -> None:
@@ -451,9 +477,10 @@ class KafkaConnection(asyncio.Protocol):
         if (
             self._pending
             or self._writer_task is not None
-            or (result is not None and self._zero_copy and self._needs_sendfile(result))
+            or (result is not None and self._has_large_file_part(result))
         ):
-            # Behind earlier answers, or zero-copy: the writer task sends it in order.
+            # Behind earlier answers, or a file part to send (zero-copy, or in chunks through
+            # TLS): the writer task sends it in order.
             self._pending.append(result)
             self._on_sent.append(on_sent)
             self._queued_response_bytes += _held_bytes(result)
@@ -480,7 +507,7 @@ class KafkaConnection(asyncio.Protocol):
         self._update_reading()
 
     @staticmethod
-    def _needs_sendfile(response: bytes | Sequence[ResponsePart]) -> bool:
+    def _has_large_file_part(response: bytes | Sequence[ResponsePart]) -> bool:
         return not isinstance(response, bytes) and any(
             not isinstance(p, _BYTES) and p.length >= SENDFILE_MIN_BYTES for p in response
         )
@@ -528,14 +555,12 @@ class KafkaConnection(asyncio.Protocol):
                         on_sent(now, now)
                     continue
                 start = time.monotonic_ns() if on_sent is not None else 0
-                if (
-                    self._zero_copy
-                    and not isinstance(response, bytes)
-                    and self._needs_sendfile(response)
-                ):
+                if isinstance(response, bytes) or not self._has_large_file_part(response):
+                    self._write_now(response)
+                elif self._zero_copy:
                     await self._write_zero_copy(response)
                 else:
-                    self._write_now(response)
+                    await self._write_in_chunks(response)
                 if on_sent is not None and not self._closed:
                     on_sent(start, time.monotonic_ns())
                 if self._write_paused and not self._closed:
@@ -576,6 +601,45 @@ class KafkaConnection(asyncio.Protocol):
                 return
         if pending:
             self.transport.write(pending)
+
+    async def _write_in_chunks(self, parts: Sequence[ResponsePart]) -> None:
+        """Through TLS: the bytes before a large file part in one write, then the part a chunk
+        at a time."""
+        assert self.transport is not None
+        pending = bytearray()
+        for part in parts:
+            if isinstance(part, _BYTES):
+                pending += part
+                continue
+            if part.length < SENDFILE_MIN_BYTES:
+                pending += _materialize(part)
+                continue
+            if pending:
+                self.transport.write(pending)
+                pending = bytearray()
+            await self._write_file_part_in_chunks(part)
+            if self._closed:
+                return
+        if pending:
+            self.transport.write(pending)
+
+    async def _write_file_part_in_chunks(self, part: FilePart) -> None:
+        assert self.transport is not None
+        fd, start = part.source.fd, part.source.position
+        sent = 0
+        while sent < part.length:
+            if self._write_paused:
+                await self._wait_write_resumed()
+            if self._closed:
+                return
+            chunk = os.pread(fd, min(TLS_CHUNK_BYTES, part.length - sent), start + sent)
+            if not chunk:
+                # The file ended early (truncated under us): the response
+                # length is already promised, so the connection cannot go on.
+                raise OSError("segment shorter than the fetch response promised")
+            self.transport.write(chunk)
+            sent += len(chunk)
+            self.last_active = time.monotonic()
 
     async def _send_file_part(self, part: FilePart) -> None:
         """sendfile the part's bytes to the socket once the transport has flushed."""
@@ -705,6 +769,102 @@ class KafkaConnection(asyncio.Protocol):
             await asyncio.sleep(0.01)
 
 
+class TlsKafkaConnection(KafkaConnection, asyncio.BufferedProtocol):
+    """A connection of a TLS listener. uvloop's TLS transport decrypts straight into the
+    buffer that frames are cut from (``get_buffer``/``buffer_updated``), so request bytes are
+    copied once, by the decryption: handed over as ``data_received`` chunks they were joined
+    by the transport and appended to the frame buffer, two more copies of every byte.
+
+    Frames are handed on as views of that buffer, so bytes once written into it are never
+    written again: it is filled onwards from ``_rfill`` and replaced, when too small for what
+    the transport has, by a new one of that size holding the unread bytes. Once the pool has
+    granted the head frame its memory, the buffer is made large enough for the whole frame,
+    so a large request is read in place; until then reads are of at most ``FIRST_READ_BYTES``,
+    so little is copied over when a frame turns out large. A connection with nothing unread
+    holds no buffer.
+    """
+
+    # The most read before the head frame's size is known and granted: one TLS record.
+    FIRST_READ_BYTES = 16 * 1024
+
+    def __init__(self, server: Server) -> None:
+        super().__init__(server)
+        self._rbuf = bytearray()
+        # Unread bytes are self._rbuf[self._rstart:self._rfill]; beyond that it is free.
+        self._rstart = 0
+        self._rfill = 0
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        unread = self._rfill - self._rstart
+        need = max(min(sizehint, self.FIRST_READ_BYTES), 1)
+        if unread >= 4 and self._reserved:
+            (size,) = _SIZE.unpack_from(self._rbuf, self._rstart)
+            need = max(need, 4 + size - unread)
+        if len(self._rbuf) - self._rfill < need:
+            fresh = bytearray(unread + need)
+            if unread:
+                memoryview(fresh)[:unread] = memoryview(self._rbuf)[self._rstart : self._rfill]
+            self._rbuf, self._rstart, self._rfill = fresh, 0, unread
+        return memoryview(self._rbuf)[self._rfill :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._closed:
+            return
+        self._rfill += nbytes
+        self.last_active = time.monotonic()
+        self.ctx.received_ns = time.monotonic_ns()
+        self._take_buffered()
+
+    def _resume(self) -> None:
+        self._resume_handle = None
+        if not self._closed:
+            self._take_buffered()
+
+    def _take_buffered(self) -> None:
+        """Dispatches the whole frames among the unread bytes as far as the bounds allow (as
+        ``_take_frames``), each a view of the buffer."""
+        pool = self._server.pool
+        self._backlog = False
+        budget = self._server.limits.max_frames_per_slice
+        buf = self._rbuf
+        view = memoryview(buf)
+        pos, end = self._rstart, self._rfill
+        while end - pos >= 4 and not self._closed:
+            if budget == 0 or self._must_wait():
+                self._backlog = True
+                break
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if self._refuse_frame_size(size):
+                return
+            if not self._reserved:
+                # Whole frames only: memory is granted before the body is read.
+                if not pool.try_reserve(size):
+                    self._backlog = self._waiting_for_pool = True
+                    pool.wait(self, size)
+                    break
+                self._reserved = size
+            frame_end = pos + 4 + size
+            if frame_end > end:
+                break
+            frame = view[pos + 4 : frame_end]
+            pos = frame_end
+            reserved, self._reserved = self._reserved, 0
+            budget -= 1
+            self._submit(frame, reserved)
+        if self._closed:
+            return
+        self._rstart = pos
+        if pos == end and not self._reserved:
+            # Nothing unread: the next bytes may start a buffer of their own size.
+            self._rbuf, self._rstart, self._rfill = bytearray(), 0, 0
+        self._update_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._rbuf = bytearray()
+        self._rstart = self._rfill = 0
+
+
 def _set_done(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
@@ -755,7 +915,9 @@ class Server:
         loop = asyncio.get_running_loop()
         tls = self.security.ssl_context
         self._server = await loop.create_server(
-            lambda: KafkaConnection(self),
+            (lambda: TlsKafkaConnection(self))
+            if tls is not None
+            else (lambda: KafkaConnection(self)),
             host,
             port,
             reuse_address=True,
