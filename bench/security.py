@@ -25,7 +25,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.security.certs import CertAuthority
+from bench.certs import CertAuthority
 
 # The listeners every secured broker opens, in this order.
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.security.certs import CertAuthority
+from bench.certs import CertAuthority
 
 from .systems import proc_usage
 

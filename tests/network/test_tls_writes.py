@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import uvloop
+from bench.certs import CertAuthority
 
 from kbroker._kbroker import Log, LogConfig, LogSlice, build_batch
 from kbroker.network.server import (
@@ -37,7 +38,6 @@ from kbroker.security.authenticator import ListenerSecurity
 from kbroker.security.listeners import Listener, SecurityProtocol
 from tests.helpers import frame
 from tests.network.test_connection import FakeTransport, settle
-from tests.security.certs import CertAuthority
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.certs import CertAuthority, Identity
+
 from kbroker.security.client import ClientSecurity
 from tests.cluster.nodes import Listeners
-from tests.security.certs import CertAuthority, Identity
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 BROKER_USER, BROKER_PASSWORD = "broker", "broker-secret"

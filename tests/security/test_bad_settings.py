@@ -12,9 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from bench.certs import CertAuthority, Identity
 
 from tests.helpers import KBROKER, free_port, single_error_line
-from tests.security.certs import CertAuthority, Identity
 from tests.security.sasl_ssl import plain_jaas
 
 pytestmark = pytest.mark.timeout(120)

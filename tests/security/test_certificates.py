@@ -9,13 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from bench.certs import CertAuthority
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kbroker.config import ConfigError, Value
 from kbroker.security.certificates import CertificateNames
 from kbroker.security.tls import check_same_names
-from tests.security.certs import CertAuthority
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from bench.certs import CertAuthority
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
@@ -26,7 +27,6 @@ from kbroker.security.authenticator import jaas_credentials
 from kbroker.security.jaas import parse_jaas
 from kbroker.security.listeners import ListenerSet, SecurityProtocol
 from tests.helpers import BrokerProcess, consume_all, free_port, knows_controller, send, wait_for
-from tests.security.certs import CertAuthority
 from tests.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.timeout(120)

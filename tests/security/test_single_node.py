@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.certs import CertAuthority, Identity
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -41,7 +42,6 @@ from kbroker.protocol import ApiKey, encode_request
 from kbroker.protocol.messages.core import MetadataRequest
 from tests.cluster.kafka_zk import KafkaZkBroker, prepare_kafka_zk_broker, require_kafka
 from tests.helpers import KBROKER, BrokerProcess, free_port, wait_for
-from tests.security.certs import CertAuthority, Identity
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,6 +1,6 @@
-"""Certificates the security tests make for themselves with openssl: a CA, a broker's
-certificate for 127.0.0.1 and localhost, and client certificates, as Kafka's PEM
-keystores take them (a PKCS#8 key and its certificate chain in one file)."""
+"""Certificates the benchmark and the security tests make for themselves with openssl: a CA,
+a broker's certificate for 127.0.0.1 and localhost, and client certificates, as Kafka's PEM
+keystores take them (a PKCS#8 key and its certificate chain in one file). Never in git."""
 
 from __future__ import annotations
 
