@@ -3,7 +3,7 @@ on kbroker and on Apache Kafka 3.9.1 (ZooKeeper mode) with the same settings.
 
 PLAINTEXT, SSL (client certificates requested, names mapped by
 ssl.principal.mapping.rules), SASL_PLAINTEXT (PLAIN and SCRAM-SHA-512) and
-SASL_SSL with PLAIN, and
+SASL_SSL with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, and
 REAUTH, a SASL_PLAINTEXT listener whose sessions last 3 s
 (connections.max.reauth.ms, KIP-368). Real clients (confluent-kafka,
 kafka-python, aiokafka, Kafka's own Java client) produce and consume over each;
@@ -155,6 +155,13 @@ def broker_settings(certs: Certificates, ports: dict[str, int]) -> dict[str, str
             "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         ),
         "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        **{
+            f"listener.name.sasl_ssl.{m}.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            )
+            for m in ("scram-sha-256", "scram-sha-512")
+        },
         "listener.name.reauth.plain.sasl.jaas.config": JAAS,
         "listener.name.reauth.connections.max.reauth.ms": str(REAUTH_MS),
         "connections.max.idle.ms": str(IDLE_MS),
@@ -772,3 +779,178 @@ def test_scram_users_authenticate_with_both_librdkafkas(secured: Secured) -> Non
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert listed.returncode == 0 and "1 brokers" in listed.stdout, listed.stderr[-2000:]
+
+
+def _scram_user(secured: Secured, mechanism: str, password: str) -> str:
+    """A new user with a ``mechanism`` credential, made with kbroker's CLI (the admin API,
+    against either system), once a SASL_SSL client is let in with it."""
+    user = f"scram-{uuid.uuid4().hex[:6]}"
+    made = subprocess.run(
+        [*KBROKER, "user", "create", user, "--mechanism", mechanism.lower(),
+         "--password-file", "-", "-b", secured.plaintext],
+        input=password + "\n", capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+
+    def lets_in() -> bool:
+        conf = secured.client(
+            "SASL_SSL",
+            **{"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password},
+        )
+        try:
+            AdminClient(conf).list_topics(timeout=3)
+        except KafkaException:
+            return False
+        return True
+
+    # (Kafka learns of the credential through ZooKeeper, a moment after it answered.)
+    wait_for(lets_in, f"the {mechanism} user to be let in", timeout=15)
+    return user
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_every_client_authenticates_with_scram_over_sasl_ssl(
+    secured: Secured, mechanism: str, tmp_path: Path
+) -> None:
+    """confluent-kafka, kafka-python, aiokafka and the Java client each write over SASL_SSL
+    as a SCRAM user; everything they wrote is read back with SCRAM."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context
+    from kafka import KafkaProducer
+
+    password = "scram-pw-" + uuid.uuid4().hex[:6]
+    user = _scram_user(secured, mechanism, password)
+    topic = f"scram-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(secured.client("PLAINTEXT"))
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    librdkafka = secured.client(
+        "SASL_SSL",
+        **{"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password},
+    )
+    producer = Producer(librdkafka)
+    producer.produce(topic, b"confluent-kafka")
+    assert producer.flush(30) == 0
+
+    python_clients = {
+        "bootstrap_servers": f"127.0.0.1:{secured.ports['SASL_SSL']}",
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": mechanism,
+        "sasl_plain_username": user,
+        "sasl_plain_password": password,
+    }
+    kafka_python = KafkaProducer(ssl_cafile=str(secured.ca.cert), **python_clients)
+    kafka_python.send(topic, b"kafka-python").get(timeout=30)
+    kafka_python.close()
+
+    async def aiokafka() -> None:
+        context = create_ssl_context(cafile=str(secured.ca.cert))
+        aproducer = AIOKafkaProducer(ssl_context=context, **python_clients)
+        await aproducer.start()
+        try:
+            await aproducer.send_and_wait(topic, b"aiokafka")
+        finally:
+            await aproducer.stop()
+
+    asyncio.run(asyncio.wait_for(aiokafka(), 60))
+
+    java = _properties(
+        tmp_path / "scram.properties",
+        {
+            "security.protocol": "SASL_SSL",
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(secured.ca.cert),
+            "sasl.mechanism": mechanism,
+            "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+            f'required username="{user}" password="{password}";',
+        },
+    )
+    produced = _java_tool(
+        "org.apache.kafka.tools.ProducerPerformance",
+        "--topic", topic, "--num-records", "100", "--record-size", "10",
+        "--throughput", "-1", "--producer.config", str(java),
+        "--producer-props", f"bootstrap.servers=127.0.0.1:{secured.ports['SASL_SSL']}",
+    )  # fmt: skip
+    assert "100 records sent" in produced, produced
+
+    consumer = Consumer(librdkafka | {"group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 103 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append(msg.value())
+    consumer.close()
+    assert got[:3] == [b"confluent-kafka", b"kafka-python", b"aiokafka"] and len(got) == 103
+
+
+def _scram_exchange(
+    secured: Secured, first: bytes, final_of: Callable[[bytes], bytes]
+) -> tuple[socket.socket, Any]:
+    """A SCRAM-SHA-256 exchange over SaslHandshake v1 and SaslAuthenticate v2 on the
+    SASL_SSL listener: ``first``, then the client-final message ``final_of(server_first)``;
+    the socket and the broker's answer to that final message."""
+    from kbroker.protocol import decode_response
+    from kbroker.protocol.messages.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+    context = ssl.create_default_context(cafile=str(secured.ca.cert))
+    raw = socket.create_connection(("127.0.0.1", secured.ports["SASL_SSL"]), timeout=10)
+    sock = context.wrap_socket(raw, server_hostname="localhost")
+    sock.sendall(
+        encode_request(ApiKey.SASL_HANDSHAKE, 1, 1, "scram", SaslHandshakeRequest("SCRAM-SHA-256"))
+    )
+    _frame(sock)
+
+    def authenticate(correlation: int, token: bytes) -> Any:
+        sock.sendall(
+            encode_request(
+                ApiKey.SASL_AUTHENTICATE, 2, correlation, "scram", SaslAuthenticateRequest(token)
+            )
+        )
+        return decode_response(ApiKey.SASL_AUTHENTICATE, 2, _frame(sock))[1]
+
+    server_first = authenticate(2, first)
+    assert server_first.error_code == 0
+    return sock, authenticate(3, final_of(bytes(server_first.auth_bytes)))
+
+
+def test_a_replayed_or_forged_scram_message_is_refused(secured: Secured) -> None:
+    """On the wire, against the broker: a client-final message recorded from a good exchange
+    fails in the next one (the broker's half of the nonce differs), and so does a final
+    message whose proof was tampered with; each is answered SASL_AUTHENTICATION_FAILED and
+    the connection closed, and the broker goes on serving."""
+    import base64
+
+    from kbroker.security.scram import SCRAM_SHA_256, ScramClient
+
+    user = _scram_user(secured, "SCRAM-SHA-256", "right-pw")
+    honest = ScramClient(SCRAM_SHA_256, user, "right-pw")
+    recorded: list[bytes] = []
+
+    def record(server_first: bytes) -> bytes:
+        recorded.append(honest.final(server_first))
+        return recorded[0]
+
+    sock, answer = _scram_exchange(secured, honest.first(), record)
+    assert answer.error_code == 0, answer.error_message
+    sock.close()
+
+    replaying = ScramClient(SCRAM_SHA_256, user, "right-pw")
+    sock, answer = _scram_exchange(secured, replaying.first(), lambda _server_first: recorded[0])
+    assert answer.error_code == 58  # SASL_AUTHENTICATION_FAILED
+    assert _closed(sock)
+
+    forging = ScramClient(SCRAM_SHA_256, user, "right-pw")
+
+    def forge(server_first: bytes) -> bytes:
+        head, _, proof = forging.final(server_first).rpartition(b",p=")
+        flipped = bytearray(base64.b64decode(proof))
+        flipped[-1] ^= 0x01
+        return head + b",p=" + base64.b64encode(bytes(flipped))
+
+    sock, answer = _scram_exchange(secured, forging.first(), forge)
+    assert answer.error_code == 58
+    assert _closed(sock)
+    AdminClient(secured.client("SASL_SSL")).list_topics(timeout=20)
