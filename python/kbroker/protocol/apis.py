@@ -41,6 +41,7 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -165,6 +166,13 @@ APIS: tuple[ApiSpec, ...] = (
         4,
         core.OffsetForLeaderEpochRequest,
         core.OffsetForLeaderEpochResponse,
+    ),
+    _api(
+        K.TXN_OFFSET_COMMIT,
+        "0-4",
+        3,
+        group.TxnOffsetCommitRequest,
+        group.TxnOffsetCommitResponse,
     ),
     _api(K.DESCRIBE_ACLS, "1-3", 2, acls.DescribeAclsRequest, acls.DescribeAclsResponse),
     _api(K.CREATE_ACLS, "1-3", 2, acls.CreateAclsRequest, acls.CreateAclsResponse),
