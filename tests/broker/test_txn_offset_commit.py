@@ -18,23 +18,30 @@ comes last (it restarts the module's broker).
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import TopicPartition
 from kazoo.client import KazooClient
 
-from kbroker.protocol import ApiKey, ErrorCode
-from kbroker.protocol.messages.group import FindCoordinatorRequest, OffsetFetchRequest
-from kbroker.tools.client import ClientError
+from kbroker.protocol import ErrorCode
+from tests.broker.transactions import (
+    consume,
+    consumer,
+    fetch_offsets,
+    new_topic,
+    produce_inputs,
+    read_sink,
+    rewind,
+    run_in_transaction,
+    settled,
+    transactional_producer,
+)
 from tests.cluster.kafka_zk import prepare_kafka_zk_broker, require_kafka
-from tests.helpers import BrokerProcess, Wire, free_port, wait_for
+from tests.helpers import BrokerProcess, free_port, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -56,6 +63,14 @@ class Single:
     bootstrap: str
     # kill -9, then start again on the same data and port
     restart: Callable[[], None]
+
+    @property
+    def conf(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap}
+
+    @property
+    def bootstraps(self) -> list[str]:
+        return [self.bootstrap]
 
 
 @pytest.fixture(scope="module", params=[pytest.param("kafka", marks=pytest.mark.kafka), "kbroker"])
@@ -110,111 +125,34 @@ def single(
             broker.kill()
 
 
-def new_topic(bootstrap: str, partitions: int) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
-    return name
-
-
-def transactional_producer(bootstrap: str, **conf: Any) -> Producer:
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": f"tx-{uuid.uuid4().hex[:8]}",
-            "transaction.timeout.ms": 60000,
-            **conf,
-        }
-    )
-    producer.init_transactions(30)
-    return producer
-
-
-def consumer(bootstrap: str, group: str, **conf: Any) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            **conf,
-        }
-    )
-
-
-def fetch_offsets(bootstrap: str, group: str, topic: str, partitions: list[int]) -> dict[int, Any]:
-    """OffsetFetch v7 with require_stable: partition -> committed offset, or the error (asked
-    again while the coordinator is not ready)."""
-    retry = (E.COORDINATOR_LOAD_IN_PROGRESS, E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE)
-    request = OffsetFetchRequest(
-        group_id=group,
-        topics=[OffsetFetchRequest.Topic(name=topic, partition_indexes=partitions)],
-        require_stable=True,
-    )
-
-    def ask() -> Any:
-        try:
-            with Wire(bootstrap) as w:
-                find = FindCoordinatorRequest(key=group, key_type=0)
-                if w.request(ApiKey.FIND_COORDINATOR, 3, find).error_code != E.NONE:
-                    return None
-                resp = w.request(ApiKey.OFFSET_FETCH, 7, request)
-        except ClientError:
-            return None  # restarting
-        return None if resp.error_code in retry else resp
-
-    resp = wait_for(ask, "the group coordinator", timeout=60)
-    assert resp.error_code == E.NONE
-    return {
-        p.partition_index: E(p.error_code) if p.error_code else p.committed_offset
-        for t in resp.topics
-        for p in t.partitions
-    }
-
-
-def settled(bootstrap: str, group: str, topic: str, partitions: list[int]) -> dict[int, Any]:
-    """The offsets once no transaction holds them (a marker lands after EndTxn answers)."""
-    return wait_for(
-        lambda: (
-            found
-            if E.UNSTABLE_OFFSET_COMMIT
-            not in (found := fetch_offsets(bootstrap, group, topic, partitions)).values()
-            else None
-        ),
-        "the transaction's marker",
-        timeout=30,
-    )
-
-
 def test_offsets_wait_for_the_transaction_and_go_at_abort(single: Single) -> None:
-    topic = new_topic(single.bootstrap, 2)
+    topic = new_topic(single.conf, 2)
     group = f"g-{topic}"
-    c = consumer(single.bootstrap, group)
-    p = transactional_producer(single.bootstrap)
+    c = consumer(single.conf, group)
+    p = transactional_producer(single.conf)
     try:
         c.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
         meta = c.consumer_group_metadata()
         p.begin_transaction()
         p.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], meta, 30)
         # Pending: stable readers are told to retry; the committed offset is still 3.
-        assert fetch_offsets(single.bootstrap, group, topic, [0, 1]) == {
+        assert fetch_offsets(single.bootstraps, group, topic, [0, 1]) == {
             0: E.UNSTABLE_OFFSET_COMMIT,
             1: -1,
         }
         p.commit_transaction(30)
-        assert settled(single.bootstrap, group, topic, [0, 1]) == {0: 7, 1: -1}
+        assert settled(single.bootstraps, group, topic, [0, 1]) == {0: 7, 1: -1}
 
         p.begin_transaction()
         p.send_offsets_to_transaction(
             [TopicPartition(topic, 0, 9), TopicPartition(topic, 1, 4)], meta, 30
         )
-        assert fetch_offsets(single.bootstrap, group, topic, [0, 1]) == {
+        assert fetch_offsets(single.bootstraps, group, topic, [0, 1]) == {
             0: E.UNSTABLE_OFFSET_COMMIT,
             1: E.UNSTABLE_OFFSET_COMMIT,
         }
         p.abort_transaction(30)
-        assert settled(single.bootstrap, group, topic, [0, 1]) == {0: 7, 1: -1}
+        assert settled(single.bootstraps, group, topic, [0, 1]) == {0: 7, 1: -1}
     finally:
         c.close()
 
@@ -223,122 +161,88 @@ def test_the_later_record_wins_between_a_transaction_and_a_consumer(single: Sing
     """A consumer's commit made while a transaction holds offsets of the same partition:
     whichever record is later in ``__consumer_offsets`` is the committed offset once the
     transaction commits (Kafka orders them by record offset, not by marker)."""
-    topic = new_topic(single.bootstrap, 1)
+    topic = new_topic(single.conf, 1)
     group = f"g-{topic}"
-    c = consumer(single.bootstrap, group)
-    p = transactional_producer(single.bootstrap)
+    c = consumer(single.conf, group)
+    p = transactional_producer(single.conf)
     try:
         meta = c.consumer_group_metadata()
         p.begin_transaction()
         p.send_offsets_to_transaction([TopicPartition(topic, 0, 11)], meta, 30)
         c.commit(offsets=[TopicPartition(topic, 0, 12)], asynchronous=False)
         p.commit_transaction(30)
-        assert settled(single.bootstrap, group, topic, [0]) == {0: 12}
+        assert settled(single.bootstraps, group, topic, [0]) == {0: 12}
 
         c.commit(offsets=[TopicPartition(topic, 0, 20)], asynchronous=False)
         p.begin_transaction()
         p.send_offsets_to_transaction([TopicPartition(topic, 0, 15)], meta, 30)
         p.commit_transaction(30)
-        assert settled(single.bootstrap, group, topic, [0]) == {0: 15}
+        assert settled(single.bootstraps, group, topic, [0]) == {0: 15}
     finally:
         c.close()
-
-
-def _consume(c: Consumer, count: int, timeout: float = 30) -> list[Any]:
-    got: list[Any] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
-        msg = c.poll(0.2)
-        if msg is None:
-            continue
-        if msg.error() is not None:
-            assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-            continue
-        got.append(msg)
-    return got
 
 
 def test_consume_transform_produce_is_exactly_once(single: Single) -> None:
     """The loop of a stream processor: read a batch, write its results and its input
-    offsets in one transaction. One batch is aborted and read again from the committed
+    offsets in one transaction. One round is aborted and read again from the committed
     offsets: every input is in the output exactly once for read_committed readers."""
-    source = new_topic(single.bootstrap, 2)
-    sink = new_topic(single.bootstrap, 1)
+    source = new_topic(single.conf, 2)
+    sink = new_topic(single.conf, 1)
     group = f"g-{source}"
-    plain = Producer({"bootstrap.servers": single.bootstrap})
-    inputs = [f"v{i}" for i in range(40)]
-    for i, value in enumerate(inputs):
-        plain.produce(source, value.encode(), partition=i % 2)
-    assert plain.flush(30) == 0
-
-    c = consumer(single.bootstrap, group)
-    p = transactional_producer(single.bootstrap)
+    inputs = produce_inputs(single.conf, source, 2, 40)
+    c = consumer(single.conf, group)
+    p = transactional_producer(single.conf)
     c.subscribe([source])
-    rounds = 0
     try:
-        done = 0
+        done = rounds = 0
         while done < len(inputs):
-            batch = _consume(c, 8)
+            batch = consume(c, 8)
             assert batch, "the source ran dry before every input was processed"
-            p.begin_transaction()
-            for msg in batch:
-                p.produce(sink, msg.value().upper())
-            p.send_offsets_to_transaction(
-                c.position(c.assignment()), c.consumer_group_metadata(), 30
-            )
             rounds += 1
             if rounds == 2:
-                # Processing failed: nothing of this round counts; read it again from
-                # the offsets the group has committed (the transactions' ones).
+                # Processing failed: nothing of this round counts.
+                p.begin_transaction()
+                for msg in batch:
+                    p.produce(sink, msg.value().upper())
+                p.send_offsets_to_transaction(
+                    c.position(c.assignment()), c.consumer_group_metadata(), 30
+                )
                 p.abort_transaction(30)
-                committed = c.committed(c.assignment(), 30)
-                for tp in committed:
-                    tp.offset = tp.offset if tp.offset >= 0 else 0
-                    c.seek(tp)
-                continue
-            p.commit_transaction(30)
-            done += len(batch)
+                rewind(c)
+            elif run_in_transaction(p, c, batch, sink):
+                done += len(batch)
     finally:
         c.close()
 
-    def read(isolation: str) -> list[bytes]:
-        reader = consumer(
-            single.bootstrap, f"reader-{uuid.uuid4().hex[:6]}", **{"isolation.level": isolation}
-        )
-        reader.subscribe([sink])
-        try:
-            return [m.value() for m in _consume(reader, 100, timeout=15)]
-        finally:
-            reader.close()
-
-    committed_output = read("read_committed")
-    assert sorted(committed_output) == sorted(v.upper().encode() for v in inputs)
-    assert len(read("read_uncommitted")) > len(inputs)  # the aborted round is in the log
-    assert settled(single.bootstrap, group, source, [0, 1]) == {0: 20, 1: 20}
+    expected = sorted(v.upper().encode() for v in inputs)
+    assert sorted(read_sink(single.conf, sink, "read_committed", len(inputs))) == expected
+    # The aborted round's records are in the log; read_uncommitted readers see them.
+    assert len(read_sink(single.conf, sink, "read_uncommitted", len(inputs) + 1)) > len(inputs)
+    assert settled(single.bootstraps, group, source, [0, 1]) == {0: 20, 1: 20}
     # The group resumes after the last committed transaction: nothing is left to read.
-    again = consumer(single.bootstrap, group)
+    again = consumer(single.conf, group)
     again.subscribe([source])
     try:
-        assert _consume(again, 1, timeout=8) == []
+        assert consume(again, 1, timeout=8) == []
     finally:
         again.close()
 
 
-def test_a_pending_transactional_commit_survives_a_crash(single: Single, tmp_path: Path) -> None:
+def test_a_pending_transactional_commit_survives_a_crash(single: Single) -> None:
     """kill -9 of the broker while a transaction holds offsets: reloaded from the log, they
     are still pending, and the transaction's end decides them (here: its commit)."""
-    topic = new_topic(single.bootstrap, 1)
+    topic = new_topic(single.conf, 1)
     group = f"g-{topic}"
-    c = consumer(single.bootstrap, group)
-    p = transactional_producer(single.bootstrap)
+    c = consumer(single.conf, group)
+    p = transactional_producer(single.conf)
     try:
         p.begin_transaction()
         p.send_offsets_to_transaction(
             [TopicPartition(topic, 0, 5)], c.consumer_group_metadata(), 30
         )
         single.restart()
-        assert fetch_offsets(single.bootstrap, group, topic, [0]) == {0: E.UNSTABLE_OFFSET_COMMIT}
+        assert fetch_offsets(single.bootstraps, group, topic, [0]) == {0: E.UNSTABLE_OFFSET_COMMIT}
         p.commit_transaction(60)
-        assert settled(single.bootstrap, group, topic, [0]) == {0: 5}
+        assert settled(single.bootstraps, group, topic, [0]) == {0: 5}
     finally:
         c.close()
