@@ -12,6 +12,7 @@ from kbroker.txn.state import (
     IllegalTransition,
     TransactionMetadata,
     TxnState,
+    TxnTransit,
 )
 
 S = TxnState
@@ -25,7 +26,7 @@ def fresh(producer_id: int = 7) -> TransactionMetadata:
     return m
 
 
-def _ok(result: object) -> object:
+def _ok(result: TxnTransit | ErrorCode) -> TxnTransit:
     assert not isinstance(result, ErrorCode), result
     return result
 
