@@ -31,9 +31,9 @@ def _describe(broker: Broker, ctx: RequestContext, transactional_id: str) -> Any
             transactional_id=transactional_id,
             transaction_state="",
             transaction_timeout_ms=0,
-            transaction_start_time_ms=-1,
-            producer_id=-1,
-            producer_epoch=-1,
+            transaction_start_time_ms=0,
+            producer_id=0,
+            producer_epoch=0,
             topics=[],
         )
     d = broker.txn_coordinator.describe(transactional_id)

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 from kbroker.config import as_int
 from kbroker.log import TopicPartition
 from kbroker.log.log import now_ms
+from kbroker.protocol.codec import MAX_STRING_BYTES
 from kbroker.protocol.errors import ErrorCode
 from kbroker.txn.log import TRANSACTION_STATE_TOPIC
 from kbroker.txn.manager import Owned, TxnError, TxnListing, TxnStateManager, answered
@@ -80,15 +81,15 @@ class InitResult:
 
 @dataclass(slots=True)
 class TxnDescription:
-    """DescribeTransactions' view of one id."""
+    """DescribeTransactions' view of one id (zeros with an error, as Kafka answers)."""
 
     error: ErrorCode
     transactional_id: str
     state: str = ""
     timeout_ms: int = 0
-    start_time_ms: int = -1
-    producer_id: int = -1
-    producer_epoch: int = -1
+    start_time_ms: int = 0
+    producer_id: int = 0
+    producer_epoch: int = 0
     partitions: list[TopicPartition] = field(default_factory=list)
 
 
@@ -250,7 +251,8 @@ class TransactionCoordinator:
     ) -> InitResult:
         """InitProducerId of a transactional producer; ``expected`` (KIP-360): the
         producer id and epoch it has (to resume with), or None."""
-        if not transactional_id:
+        if not transactional_id or len(transactional_id.encode()) > MAX_STRING_BYTES:
+            # (Longer ones cannot be stored; requests never carry them.)
             return InitResult(E.INVALID_REQUEST)
         if not 0 < txn_timeout_ms <= self._max_timeout_ms():
             return InitResult(E.INVALID_TRANSACTION_TIMEOUT)
