@@ -27,7 +27,17 @@ import pytest
 from confluent_kafka import TopicPartition
 from kazoo.client import KazooClient
 
-from kbroker.protocol import ErrorCode
+from kbroker.coordinator.consumer_protocol import encode_subscription
+from kbroker.coordinator.records import partition_for
+from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages.core import InitProducerIdRequest
+from kbroker.protocol.messages.group import (
+    FindCoordinatorRequest,
+    JoinGroupRequest,
+    SyncGroupRequest,
+    TxnOffsetCommitRequest,
+)
+from kbroker.protocol.messages.txn import AddOffsetsToTxnRequest, EndTxnRequest
 from tests.broker.transactions import (
     consume,
     consumer,
@@ -41,11 +51,13 @@ from tests.broker.transactions import (
     transactional_producer,
 )
 from tests.cluster.kafka_zk import prepare_kafka_zk_broker, require_kafka
-from tests.helpers import BrokerProcess, free_port, wait_for
+from tests.helpers import BrokerProcess, Wire, free_port, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
 E = ErrorCode
+# Answers to ask again: the coordinator loads, or the transaction's last end completes.
+_RETRY = (E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE, E.CONCURRENT_TRANSACTIONS)
 # ZooKeeper's session of Kafka's broker: a restart after kill -9 waits for it to expire.
 ZK_SESSION_MS = 6000
 SETTINGS = {
@@ -226,6 +238,190 @@ def test_consume_transform_produce_is_exactly_once(single: Single) -> None:
         assert consume(again, 1, timeout=8) == []
     finally:
         again.close()
+
+
+def _wire_transaction(w: Wire, transactional_id: str, group: str) -> tuple[int, int]:
+    """A transactional id's producer id and epoch (InitProducerId), with ``group``'s
+    offsets partition added to its transaction (AddOffsetsToTxn)."""
+    # (Kafka creates __transaction_state when a transaction coordinator is first looked up.)
+    wait_for(
+        lambda: (
+            w.request(
+                ApiKey.FIND_COORDINATOR, 3, FindCoordinatorRequest(key=transactional_id, key_type=1)
+            ).error_code
+            == E.NONE
+        ),
+        "the transaction coordinator",
+    )
+    init = wait_for(
+        lambda: (
+            r
+            if (
+                r := w.request(
+                    ApiKey.INIT_PRODUCER_ID,
+                    3,
+                    InitProducerIdRequest(
+                        transactional_id=transactional_id, transaction_timeout_ms=60000
+                    ),
+                )
+            ).error_code
+            not in _RETRY
+            else None
+        ),
+        "a producer id",
+    )
+    assert init.error_code == E.NONE
+    add = AddOffsetsToTxnRequest(
+        transactional_id=transactional_id,
+        producer_id=init.producer_id,
+        producer_epoch=init.producer_epoch,
+        group_id=group,
+    )
+    added = wait_for(
+        lambda: (
+            r
+            if (r := w.request(ApiKey.ADD_OFFSETS_TO_TXN, 3, add)).error_code not in _RETRY
+            else None
+        ),
+        "the offsets partition in the transaction",
+    )
+    assert added.error_code == E.NONE
+    return init.producer_id, init.producer_epoch
+
+
+def test_txn_offset_commit_checks_like_kafka(single: Single) -> None:
+    """TxnOffsetCommit's answers inside a real transaction, on the wire: the member checks of
+    v3+ (a static member fenced by instance, a generation of the past), what v0 skips, the
+    producer's id and epoch, and bad input (no group, a topic that does not exist, metadata
+    past offset.metadata.max.bytes). What is refused is not committed."""
+    topic = new_topic(single.conf, 1)
+    group = f"g-{topic}"
+    with Wire(single.bootstrap) as w:
+        wait_for(
+            lambda: (
+                w.request(
+                    ApiKey.FIND_COORDINATOR, 3, FindCoordinatorRequest(key=group, key_type=0)
+                ).error_code
+                == E.NONE
+            ),
+            "the group coordinator",
+        )
+        joined = w.request(
+            ApiKey.JOIN_GROUP,
+            5,
+            JoinGroupRequest(
+                group_id=group,
+                session_timeout_ms=30000,
+                rebalance_timeout_ms=30000,
+                member_id="",
+                group_instance_id="instance-1",
+                protocol_type="consumer",
+                protocols=[
+                    JoinGroupRequest.Protocol(name="range", metadata=encode_subscription([topic]))
+                ],
+            ),
+        )
+        assert joined.error_code == E.NONE
+        member, generation = joined.member_id, joined.generation_id
+        synced = w.request(
+            ApiKey.SYNC_GROUP,
+            3,
+            SyncGroupRequest(
+                group_id=group,
+                generation_id=generation,
+                member_id=member,
+                group_instance_id="instance-1",
+                assignments=[SyncGroupRequest.Assignment(member_id=member, assignment=b"")],
+            ),
+        )
+        assert synced.error_code == E.NONE
+        transactional_id = f"tx-{topic}"
+        producer_id, epoch = _wire_transaction(w, transactional_id, group)
+
+        def commit(
+            version: int,
+            offset: int,
+            *,
+            member_id: str = "",
+            instance: str | None = None,
+            generation_id: int = -1,
+            group_id: str = group,
+            topic_name: str = topic,
+            pid: int = producer_id,
+            metadata: str | None = None,
+        ) -> ErrorCode:
+            T = TxnOffsetCommitRequest.Topic
+            request = TxnOffsetCommitRequest(
+                transactional_id=transactional_id,
+                group_id=group_id,
+                producer_id=pid,
+                producer_epoch=epoch,
+                generation_id=generation_id,
+                member_id=member_id,
+                group_instance_id=instance,
+                topics=[
+                    T(
+                        name=topic_name,
+                        partitions=[
+                            T.Partition(
+                                partition_index=0,
+                                committed_offset=offset,
+                                committed_leader_epoch=-1,
+                                committed_metadata=metadata,
+                            )
+                        ],
+                    )
+                ],
+            )
+            return E(
+                w.request(ApiKey.TXN_OFFSET_COMMIT, version, request)
+                .topics[0]
+                .partitions[0]
+                .error_code
+            )
+
+        me = {"member_id": member, "instance": "instance-1", "generation_id": generation}
+        assert commit(3, 1, **me) == E.NONE
+        assert commit(3, 2) == E.NONE  # no member, no generation: a producer outside
+        assert commit(0, 3) == E.NONE
+        assert commit(3, 90, member_id="nobody", generation_id=generation) == E.UNKNOWN_MEMBER_ID
+        assert commit(
+            3, 91, member_id=member, instance="instance-1", generation_id=generation + 1
+        ) == (E.ILLEGAL_GENERATION)
+        assert commit(3, 92, member_id=member, instance="instance-1") == E.ILLEGAL_GENERATION
+        assert commit(
+            3, 93, member_id="other", instance="instance-1", generation_id=generation
+        ) == (E.FENCED_INSTANCE_ID)
+        assert commit(3, 94, member_id=member, instance="instance-9", generation_id=generation) == (
+            E.UNKNOWN_MEMBER_ID
+        )
+        assert commit(3, 95, generation_id=generation) == E.UNKNOWN_MEMBER_ID
+        assert commit(3, 96, pid=-1) == E.INVALID_PRODUCER_ID_MAPPING
+        assert commit(3, 97, pid=producer_id + 1) == E.INVALID_PRODUCER_ID_MAPPING
+        assert commit(3, 98, group_id="") == E.INVALID_GROUP_ID
+        assert commit(3, 99, topic_name="no-such-topic") == E.UNKNOWN_TOPIC_OR_PARTITION
+        assert commit(3, 100, metadata="m" * 5000) == E.OFFSET_METADATA_TOO_LARGE
+        # The offsets partition of another group is not in the transaction (KIP-890).
+        other = next(
+            g
+            for g in (f"{group}-{i}" for i in range(100))
+            if partition_for(g, 3) != partition_for(group, 3)
+        )
+        assert commit(3, 101, group_id=other) == E.INVALID_TXN_STATE
+
+        end = w.request(
+            ApiKey.END_TXN,
+            3,
+            EndTxnRequest(
+                transactional_id=transactional_id,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                committed=True,
+            ),
+        )
+        assert end.error_code == E.NONE
+    # The last accepted commit is the group's; nothing refused got in.
+    assert settled(single.bootstraps, group, topic, [0]) == {0: 3}
 
 
 def test_a_pending_transactional_commit_survives_a_crash(single: Single) -> None:
