@@ -1,5 +1,9 @@
 """One consumer group's in-memory state: members, generation, protocol, offsets.
 
+Offsets are the committed ones (the later record of a partition wins) and
+those still pending: being written, or committed in a transaction whose
+marker has not come yet (by producer id).
+
 `Group` owns the state machine of a classic (JoinGroup/SyncGroup) group:
 
   Empty --join--> PreparingRebalance --all joined / timeout--> CompletingRebalance

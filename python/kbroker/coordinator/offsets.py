@@ -2,7 +2,9 @@
 
 `OffsetManager` owns the offsets of the coordinator's groups: the checks an
 OffsetCommit passes (generation, member, rebalance state), storing commits
-and changing the group's offsets once stored, tombstones for offsets deleted
+and changing the group's offsets once stored (unless a later record committed
+the partition meanwhile), OffsetFetch (UNSTABLE_OFFSET_COMMIT for a stable
+read of a partition with a commit pending), tombstones for offsets deleted
 (OffsetDelete, a deleted topic) or past ``offsets.retention.minutes``, and
 forgetting a group left empty without offsets. Groups and their writes are
 the `cache`'s; a commit keeps its member's session alive through the

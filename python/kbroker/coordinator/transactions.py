@@ -189,7 +189,9 @@ class TxnOffsetManager:
                 if error == E.NONE:
                     committed.record_offset = outcome.base_offset
                 group.txn_offset_stored(producer_id, tp, committed, error == E.NONE)
-            if producer_id not in group.pending_txn_offsets:
+            # The index follows the group as it is now (it may have been reloaded meanwhile).
+            current = self._cache.groups.get(group.group_id)
+            if current is None or producer_id not in current.pending_txn_offsets:
                 self._forget_open_group(producer_id, group.group_id)
             if error != E.NONE:
                 log.debug(
