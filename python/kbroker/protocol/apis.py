@@ -41,6 +41,7 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    WRITE_TXN_MARKERS = 27
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -61,6 +62,7 @@ class ApiKey(IntEnum):
     ALTER_USER_SCRAM_CREDENTIALS = 51
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,7 @@ APIS: tuple[ApiSpec, ...] = (
         core.OffsetForLeaderEpochRequest,
         core.OffsetForLeaderEpochResponse,
     ),
+    _api(K.WRITE_TXN_MARKERS, "1", 1, IB.WriteTxnMarkersRequest, IB.WriteTxnMarkersResponse),
     _api(K.DESCRIBE_ACLS, "1-3", 2, acls.DescribeAclsRequest, acls.DescribeAclsResponse),
     _api(K.CREATE_ACLS, "1-3", 2, acls.CreateAclsRequest, acls.CreateAclsResponse),
     _api(K.DELETE_ACLS, "1-3", 2, acls.DeleteAclsRequest, acls.DeleteAclsResponse),
@@ -234,6 +237,13 @@ APIS: tuple[ApiSpec, ...] = (
     ),
     _api(K.ALTER_PARTITION, "0-3", 0, IB.AlterPartitionRequest, IB.AlterPartitionResponse),
     _api(K.DESCRIBE_CLUSTER, "0-1", 0, admin.DescribeClusterRequest, admin.DescribeClusterResponse),
+    _api(
+        K.DESCRIBE_PRODUCERS,
+        "0",
+        0,
+        admin.DescribeProducersRequest,
+        admin.DescribeProducersResponse,
+    ),
 )
 
 APIS_BY_KEY: dict[int, ApiSpec] = {spec.key: spec for spec in APIS}
