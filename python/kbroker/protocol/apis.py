@@ -44,6 +44,7 @@ class ApiKey(IntEnum):
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
+    WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
@@ -65,6 +66,7 @@ class ApiKey(IntEnum):
     ALTER_USER_SCRAM_CREDENTIALS = 51
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
 
@@ -181,6 +183,7 @@ APIS: tuple[ApiSpec, ...] = (
     ),
     _api(K.ADD_OFFSETS_TO_TXN, "0-4", 3, txn.AddOffsetsToTxnRequest, txn.AddOffsetsToTxnResponse),
     _api(K.END_TXN, "0-4", 3, txn.EndTxnRequest, txn.EndTxnResponse),
+    _api(K.WRITE_TXN_MARKERS, "1", 1, IB.WriteTxnMarkersRequest, IB.WriteTxnMarkersResponse),
     _api(
         K.TXN_OFFSET_COMMIT,
         "0-4",
@@ -256,6 +259,13 @@ APIS: tuple[ApiSpec, ...] = (
     ),
     _api(K.ALTER_PARTITION, "0-3", 0, IB.AlterPartitionRequest, IB.AlterPartitionResponse),
     _api(K.DESCRIBE_CLUSTER, "0-1", 0, admin.DescribeClusterRequest, admin.DescribeClusterResponse),
+    _api(
+        K.DESCRIBE_PRODUCERS,
+        "0",
+        0,
+        admin.DescribeProducersRequest,
+        admin.DescribeProducersResponse,
+    ),
     _api(
         K.DESCRIBE_TRANSACTIONS,
         "0",
