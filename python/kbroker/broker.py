@@ -482,7 +482,7 @@ class Broker:
         cleaner = LogCleaner(
             self.logs,
             lambda: CleanerSettings.from_broker(self.config),
-            self._high_watermark,
+            lambda tp: self.replica_manager.cleanable_bound_of(tp),
             on_pass=None if self.metrics is None else self._cleaner_pass,
         )
         self._background.append(

@@ -1042,6 +1042,13 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         min=1,
     ),
     Setting(
+        "transaction.partition.verification.enable",
+        _S.BOOLEAN,
+        True,
+        "KIP-890: a partition leader asks the transaction coordinator whether a partition is "
+        "in a producer's transaction before it appends the transaction's first batch there.",
+    ),
+    Setting(
         "metrics.listeners",
         _S.STRING,
         None,

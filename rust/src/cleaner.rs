@@ -50,7 +50,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, TryLockError};
 use std::time::{Duration, Instant};
 
-use crate::cleaner_state::{remove_group_files, suffixed, CLEANED_SUFFIX, NO_HORIZON, SWAP_SUFFIX};
+use crate::cleaner_state::{
+    remove_group_files, suffixed, CLEANED_SUFFIX, GROUP_SUFFIXES, NO_HORIZON, SWAP_SUFFIX,
+};
 use crate::compression::Codec;
 use crate::error::{Error, Result};
 use crate::log::{Log, LogConfig};
@@ -58,10 +60,7 @@ use crate::records::{
     check_crc, iter_records, records_region, BatchBuilder, BatchHeader, Record,
     DELETE_HORIZON_MASK, HEADER_SIZE,
 };
-use crate::segment::{
-    BatchInfo, SealedSegmentBuilder, Segment, INDEX_SUFFIX, LOG_SUFFIX, MAX_SEGMENT_SIZE,
-    TIME_INDEX_SUFFIX,
-};
+use crate::segment::{BatchInfo, SealedSegmentBuilder, Segment, LOG_SUFFIX, MAX_SEGMENT_SIZE};
 use crate::statefile::sync_dir;
 
 /// Bytes one offset map slot takes: two 64-bit key hashes and the offset.
@@ -541,7 +540,7 @@ enum GroupOutcome {
 
 fn rename_group(dir: &Path, base: i64, from: &str, to: &str) -> Result<()> {
     // The log file last: its new name is what recovery goes by.
-    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
+    for suffix in GROUP_SUFFIXES {
         fs::rename(
             suffixed(dir, base, suffix, from),
             suffixed(dir, base, suffix, to),

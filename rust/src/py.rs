@@ -25,6 +25,7 @@ use crate::log::{
 };
 use crate::records::{self, BatchBuilder, ValidateOptions};
 use crate::sendfile::{self, SendOutcome};
+use crate::txn_index::AbortedTxn;
 
 create_exception!(
     _kbroker,
@@ -308,6 +309,27 @@ fn build_batch<'py>(
         builder.push(ts, key.as_deref(), value.as_deref(), &headers);
     }
     let bytes = py.detach(|| builder.build())?;
+    Ok(PyBytes::new(py, &bytes))
+}
+
+/// A transaction marker batch (COMMIT or ABORT) of a producer, written by
+/// the coordinator epoch given; the leader assigns its offset.
+#[pyfunction]
+fn end_txn_marker_batch<'py>(
+    py: Python<'py>,
+    producer_id: i64,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+    committed: bool,
+    timestamp: i64,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let bytes = records::end_txn_marker_batch(
+        producer_id,
+        producer_epoch,
+        coordinator_epoch,
+        committed,
+        timestamp,
+    )?;
     Ok(PyBytes::new(py, &bytes))
 }
 
@@ -692,6 +714,8 @@ struct ProducerBatch {
     base_sequence: i32,
     is_transactional: bool,
     is_control: bool,
+    control_type: i16,
+    coordinator_epoch: i32,
 }
 
 impl From<CoreProducerBatch> for ProducerBatch {
@@ -705,6 +729,8 @@ impl From<CoreProducerBatch> for ProducerBatch {
             base_sequence: b.base_sequence,
             is_transactional: b.is_transactional,
             is_control: b.is_control,
+            control_type: b.control_type,
+            coordinator_epoch: b.coordinator_epoch,
         }
     }
 }
@@ -856,6 +882,81 @@ impl Log {
                 .read(offset, max_bytes, max_offset, min_one_batch)
         })?;
         Ok(slice.map(|inner| LogSlice { inner }))
+    }
+
+    /// Records an aborted transaction in the index of its marker's segment;
+    /// False when that marker's entry is there already.
+    fn add_aborted_txn(
+        &self,
+        py: Python<'_>,
+        producer_id: i64,
+        first_offset: i64,
+        last_offset: i64,
+        last_stable_offset: i64,
+    ) -> PyResult<bool> {
+        let txn = AbortedTxn {
+            producer_id,
+            first_offset,
+            last_offset,
+            last_stable_offset,
+        };
+        Ok(py.detach(|| self.inner.add_aborted_txn(txn))?)
+    }
+
+    /// (producer id, first offset) of the transactions aborted between
+    /// `start` and `upper` (see the core's `collect_aborted_txns`).
+    fn collect_aborted_txns(&self, start: i64, upper: i64) -> Vec<(i64, i64)> {
+        self.inner
+            .collect_aborted_txns(start, upper)
+            .iter()
+            .map(|t| (t.producer_id, t.first_offset))
+            .collect()
+    }
+
+    /// (producer id, first offset) of the transactions a read_committed
+    /// reader of `slice`, read from `start`, must know were aborted.
+    fn aborted_txns_for_slice(&self, start: i64, slice: &LogSlice) -> PyResult<Vec<(i64, i64)>> {
+        Ok(self
+            .inner
+            .aborted_txns_for_slice(start, &slice.inner)?
+            .iter()
+            .map(|t| (t.producer_id, t.first_offset))
+            .collect())
+    }
+
+    /// fsync of the transaction indexes written since their last sync.
+    fn sync_txn_indexes(&self, py: Python<'_>) -> PyResult<()> {
+        Ok(py.detach(|| self.inner.sync_txn_indexes())?)
+    }
+
+    /// Every entry of the aborted-transaction indexes: (producer id, first
+    /// offset, last offset, last stable offset), in marker order.
+    fn aborted_txns(&self) -> Vec<(i64, i64, i64, i64)> {
+        self.inner
+            .aborted_txns()
+            .iter()
+            .map(|t| {
+                (
+                    t.producer_id,
+                    t.first_offset,
+                    t.last_offset,
+                    t.last_stable_offset,
+                )
+            })
+            .collect()
+    }
+
+    /// Up to `max_batches` batches with a producer id from the one holding
+    /// `from_offset` on, and the offset to go on from (the log end when done).
+    fn producer_batches_from(
+        &self,
+        py: Python<'_>,
+        from_offset: i64,
+        max_batches: usize,
+    ) -> PyResult<(Vec<ProducerBatch>, i64)> {
+        let (batches, next) =
+            py.detach(|| self.inner.producer_batches_from(from_offset, max_batches))?;
+        Ok((batches.into_iter().map(ProducerBatch::from).collect(), next))
     }
 
     fn offset_for_timestamp(&self, py: Python<'_>, timestamp: i64) -> PyResult<Option<(i64, i64)>> {
@@ -1028,6 +1129,7 @@ fn _kbroker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(recompress_batches, m)?)?;
     m.add_function(wrap_pyfunction!(decode_records, m)?)?;
     m.add_function(wrap_pyfunction!(build_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(end_txn_marker_batch, m)?)?;
     m.add_function(wrap_pyfunction!(py_sendfile, m)?)?;
     m.add_function(wrap_pyfunction!(set_max_open_files, m)?)?;
     m.add_function(wrap_pyfunction!(max_open_files, m)?)?;

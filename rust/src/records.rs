@@ -574,6 +574,58 @@ pub fn end_txn_marker_value(coordinator_epoch: i32) -> [u8; 6] {
     v
 }
 
+/// A transaction marker as a control batch (Kafka's
+/// `MemoryRecords.withEndTransactionMarker`): offset 0 (the leader assigns
+/// it), transactional, no sequence, uncompressed, one record whose key is
+/// the control key and whose value carries the coordinator epoch.
+pub fn end_txn_marker_batch(
+    producer_id: i64,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+    committed: bool,
+    timestamp: i64,
+) -> Result<Vec<u8>> {
+    let kind = if committed {
+        CONTROL_COMMIT
+    } else {
+        CONTROL_ABORT
+    };
+    let mut b = BatchBuilder::new(Codec::None, 0, timestamp)
+        .producer(producer_id, producer_epoch, NO_SEQUENCE)
+        .transactional(true)
+        .control(true);
+    b.push(
+        timestamp,
+        Some(&control_key(kind)),
+        Some(&end_txn_marker_value(coordinator_epoch)),
+        NO_HEADERS,
+    );
+    b.build()
+}
+
+/// What the transaction marker in a control batch says: (control type,
+/// coordinator epoch). None when the batch (the whole batch, at the start
+/// of `batch`) is no control batch, holds no record (compaction emptied
+/// it), or its first record is no readable COMMIT or ABORT marker. Markers
+/// are written uncompressed; a compressed one is read within
+/// `max_decompressed` bytes.
+pub fn end_txn_marker(batch: &[u8], max_decompressed: usize) -> Option<(i16, i32)> {
+    let (h, batch) = whole_batch(batch).ok()?;
+    if !h.is_control() || h.records_count <= 0 {
+        return None;
+    }
+    let region = records_region(batch, max_decompressed).ok()?;
+    let record = iter_records(&region).next()?.ok()?;
+    let (_, kind) = parse_control_key(record.key).ok()?;
+    if kind != CONTROL_ABORT && kind != CONTROL_COMMIT {
+        return None;
+    }
+    // Value: version (int16), coordinator epoch (int32); a later version
+    // may add fields after them (Kafka reads newer versions the same way).
+    let value = record.value.filter(|v| v.len() >= 6)?;
+    Some((kind, be_i32(value, 2)))
+}
+
 /// `(version, type)` of a control record's key. Unknown types are allowed
 /// (future control records); a missing or short key or a negative version
 /// is not.
@@ -1734,6 +1786,36 @@ mod tests {
             parse_control_key(Some(&control_key(CONTROL_COMMIT))).unwrap(),
             (0, 1)
         );
+    }
+
+    #[test]
+    fn end_txn_markers_round_trip() {
+        for committed in [true, false] {
+            let b = end_txn_marker_batch(42, 3, 17, committed, T0).unwrap();
+            let info = validate_batch(&b, &opts()).unwrap();
+            assert!(info.is_control && info.is_transactional);
+            assert_eq!((info.producer_id, info.producer_epoch), (42, 3));
+            assert_eq!(info.base_sequence, NO_SEQUENCE);
+            let kind = if committed {
+                CONTROL_COMMIT
+            } else {
+                CONTROL_ABORT
+            };
+            assert_eq!(end_txn_marker(&b, 1 << 20), Some((kind, 17)));
+        }
+        // A data batch, an unknown control type and a short value are no marker.
+        assert_eq!(end_txn_marker(&simple(Codec::None, 2), 1 << 20), None);
+        let mut b = BatchBuilder::new(Codec::None, 0, T0).control(true);
+        b.push(T0, Some(&control_key(5)), Some(&[0u8; 6]), NO_HEADERS);
+        assert_eq!(end_txn_marker(&b.build().unwrap(), 1 << 20), None);
+        let mut b = BatchBuilder::new(Codec::None, 0, T0).control(true);
+        b.push(
+            T0,
+            Some(&control_key(CONTROL_COMMIT)),
+            Some(&[0u8; 5]),
+            NO_HEADERS,
+        );
+        assert_eq!(end_txn_marker(&b.build().unwrap(), 1 << 20), None);
     }
 
     #[test]

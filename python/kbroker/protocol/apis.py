@@ -44,6 +44,7 @@ class ApiKey(IntEnum):
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
+    WRITE_TXN_MARKERS = 27
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -64,6 +65,7 @@ class ApiKey(IntEnum):
     ALTER_USER_SCRAM_CREDENTIALS = 51
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
 
@@ -180,6 +182,7 @@ APIS: tuple[ApiSpec, ...] = (
     ),
     _api(K.ADD_OFFSETS_TO_TXN, "0-4", 3, txn.AddOffsetsToTxnRequest, txn.AddOffsetsToTxnResponse),
     _api(K.END_TXN, "0-4", 3, txn.EndTxnRequest, txn.EndTxnResponse),
+    _api(K.WRITE_TXN_MARKERS, "1", 1, IB.WriteTxnMarkersRequest, IB.WriteTxnMarkersResponse),
     _api(K.DESCRIBE_ACLS, "1-3", 2, acls.DescribeAclsRequest, acls.DescribeAclsResponse),
     _api(K.CREATE_ACLS, "1-3", 2, acls.CreateAclsRequest, acls.CreateAclsResponse),
     _api(K.DELETE_ACLS, "1-3", 2, acls.DeleteAclsRequest, acls.DeleteAclsResponse),
@@ -248,6 +251,13 @@ APIS: tuple[ApiSpec, ...] = (
     ),
     _api(K.ALTER_PARTITION, "0-3", 0, IB.AlterPartitionRequest, IB.AlterPartitionResponse),
     _api(K.DESCRIBE_CLUSTER, "0-1", 0, admin.DescribeClusterRequest, admin.DescribeClusterResponse),
+    _api(
+        K.DESCRIBE_PRODUCERS,
+        "0",
+        0,
+        admin.DescribeProducersRequest,
+        admin.DescribeProducersResponse,
+    ),
     _api(
         K.DESCRIBE_TRANSACTIONS,
         "0",
