@@ -80,6 +80,7 @@ from kbroker.topics import (
 from kbroker.txn import TransactionCoordinator
 from kbroker.txn.marker_writer import BrokerMarkerWriter
 from kbroker.txn.peers import PeerConnections
+from kbroker.txn.verifier import CoordinatorVerifier
 
 log = logging.getLogger("kbroker")
 
@@ -320,6 +321,12 @@ class Broker:
         )
         self.replica_manager.add_listener(self.coordinator.on_leadership_change)
         self.replica_manager.add_listener(self.txn_coordinator.on_leadership_change)
+        # KIP-890: a partition asks the transaction coordinator before it opens a
+        # producer's transaction there.
+        self.replica_manager.set_txn_verifier(
+            CoordinatorVerifier(self, self.txn_coordinator, self.txn_peers),
+            lambda: self.config.get_bool("transaction.partition.verification.enable"),
+        )
 
     def open_cluster_storage(self) -> None:
         """Opens (recovering) every partition log of a cluster member.

@@ -25,8 +25,9 @@ from kbroker.log import TopicPartition
 from kbroker.log.log import now_ms
 from kbroker.metadata_cache import BrokerInfo
 from kbroker.protocol import ErrorCode
+from kbroker.replication.txn import TxnMarker
 from kbroker.txn import TransactionCoordinator, TxnState
-from kbroker.txn.markers import MarkerDestinationUnreachable, TxnMarker
+from kbroker.txn.markers import MarkerDestinationUnreachable
 
 E = ErrorCode
 S = TxnState

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from kbroker.log import TopicPartition
 from kbroker.metadata_cache import MetadataCache
 from kbroker.protocol.errors import ErrorCode
+from kbroker.replication.txn import TxnMarker
 from kbroker.txn.manager import TxnError, TxnStateManager
 from kbroker.txn.state import TransactionMetadata, TxnTransit
 
@@ -64,17 +65,6 @@ _FENCED = frozenset({E.INVALID_PRODUCER_EPOCH, E.TRANSACTION_COORDINATOR_FENCED}
 # The partition cannot hold markers (old formats): the producer could not have written
 # to it in a transaction either, so it needs none.
 _UNSUPPORTED = frozenset({E.UNSUPPORTED_FOR_MESSAGE_FORMAT, E.UNSUPPORTED_VERSION})
-
-
-@dataclass(frozen=True, slots=True)
-class TxnMarker:
-    """One producer's marker for some partitions led by one broker."""
-
-    producer_id: int
-    producer_epoch: int
-    coordinator_epoch: int
-    committed: bool
-    partitions: frozenset[TopicPartition]
 
 
 class MarkerDestinationUnreachable(ConnectionError):
@@ -242,7 +232,7 @@ class TxnMarkerChannel:
                 metadata.producer_epoch,
                 pending.coordinator_epoch,
                 pending.committed,
-                frozenset(tps),
+                tuple(sorted(tps)),
             )
             destination = self._destinations.get(leader)
             if destination is None:

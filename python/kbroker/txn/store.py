@@ -24,6 +24,7 @@ from kbroker.futures import then
 from kbroker.log import TopicPartition
 from kbroker.protocol.errors import ErrorCode
 from kbroker.replication.replica_manager import AppendResult
+from kbroker.replication.txn import AppendOrigin
 from kbroker.txn.log import TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
@@ -103,7 +104,9 @@ class TxnLogStore:
         ]
         batch = build_batch(entries, 0, 0, now_ms)
         tp = TopicPartition(TRANSACTION_STATE_TOPIC, index)
-        write = self.host.replica_manager.append_records({tp: batch}, -1, timeout_ms)
+        write = self.host.replica_manager.append_records(
+            {tp: batch}, -1, timeout_ms, AppendOrigin.COORDINATOR
+        )
 
         def outcome(results: Mapping[TopicPartition, AppendResult]) -> ErrorCode:
             result = results[tp]
