@@ -554,6 +554,7 @@ class ReplicaManager:
         entries: Mapping[TopicPartition, bytes | memoryview],
         required_acks: int,
         timeout_ms: int,
+        *,
         origin: AppendOrigin = AppendOrigin.CLIENT,
         transactional_id: str | None = None,
     ) -> asyncio.Future[dict[TopicPartition, AppendResult]]:
@@ -867,6 +868,8 @@ class ReplicaManager:
             lso = partition.last_stable_offset
             result = ReadResult(ErrorCode.NONE, hw, lso, partition.log.log_start_offset)
             committed = params.read_committed and not follower
+            if committed:
+                result.aborted_transactions = []
             try:
                 if f.last_fetched_epoch >= 0:
                     result.diverging_epoch = _diverging(partition, f)
