@@ -321,6 +321,8 @@ class Broker:
         )
         self.replica_manager.add_listener(self.coordinator.on_leadership_change)
         self.replica_manager.add_listener(self.txn_coordinator.on_leadership_change)
+        # Markers on __consumer_offsets end the transactional offset commits they hold.
+        self.replica_manager.add_marker_listener(self.coordinator.on_txn_marker)
         # KIP-890: a partition asks the transaction coordinator before it opens a
         # producer's transaction there.
         self.replica_manager.set_txn_verifier(

@@ -219,6 +219,8 @@ def test_consume_transform_produce_is_exactly_once(single: Single) -> None:
                 p.send_offsets_to_transaction(
                     c.position(c.assignment()), c.consumer_group_metadata(), 30
                 )
+                # Written before the abort (which would drop what is still queued).
+                assert p.flush(30) == 0
                 p.abort_transaction(30)
                 rewind(c)
             elif run_in_transaction(p, c, batch, sink):

@@ -33,6 +33,7 @@ from kbroker.futures import then
 from kbroker.log import TopicPartition
 from kbroker.protocol.errors import ErrorCode
 from kbroker.replication.replica_manager import AppendResult
+from kbroker.replication.txn import AppendOrigin
 
 if TYPE_CHECKING:
     from kbroker.coordinator.host import CoordinatorHost
@@ -113,8 +114,11 @@ class Stored:
 
 @dataclass(frozen=True, slots=True)
 class TxnProducer:
-    """The producer a transactional batch is written for (TxnOffsetCommit)."""
+    """The producer a transactional batch is written for (TxnOffsetCommit): with its
+    transactional id, the partition verifies with the transaction coordinator that the
+    offsets partition is in the producer's transaction before it opens it there (KIP-890)."""
 
+    transactional_id: str
     producer_id: int
     producer_epoch: int
 
@@ -214,7 +218,12 @@ class OffsetsStore:
             )
         tp = TopicPartition(OFFSETS_TOPIC, index)
         write = self.broker.replica_manager.append_records(
-            {tp: data}, -1, self.broker.config.get_int("offsets.commit.timeout.ms")
+            {tp: data},
+            -1,
+            self.broker.config.get_int("offsets.commit.timeout.ms"),
+            # A coordinator's write: its producer's epoch is checked, not its sequence.
+            origin=AppendOrigin.COORDINATOR,
+            transactional_id=None if producer is None else producer.transactional_id,
         )
 
         def outcome(results: Mapping[TopicPartition, AppendResult]) -> Stored:

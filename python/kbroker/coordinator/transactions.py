@@ -6,13 +6,13 @@ GroupMetadataManager):
 
 - `commit_offsets` (TxnOffsetCommit): the offsets are written to the group's
   ``__consumer_offsets`` partition in a transactional batch of the producer
-  (its id and epoch; the partition refuses a fenced epoch) and wait, pending
-  in the group, for their transaction's marker on that partition. With a
-  transaction verifier (KIP-890), the transaction coordinator first confirms
-  that the partition is in the producer's ongoing transaction. A member of a
-  group checks as in OffsetCommit v3+ (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
-  FENCED_INSTANCE_ID), but a commit without member or generation (v0-v2, or
-  a producer outside the group) is taken by any group.
+  (its id and epoch; the partition refuses a fenced epoch and, as KIP-890
+  has it, first asks the transaction coordinator whether the partition is
+  in the producer's transaction when it would open it there) and wait,
+  pending in the group, for their transaction's marker on that partition. A
+  member of a group checks as in OffsetCommit v3+ (UNKNOWN_MEMBER_ID,
+  ILLEGAL_GENERATION, FENCED_INSTANCE_ID), but a commit without member or
+  generation (v0-v2, or a producer outside the group) is taken by any group.
 - `on_txn_completed`: a marker was written (the cache says when it counts):
   the groups of that partition with offsets pending from that producer get
   them committed (COMMIT; a later record of a partition wins) or dropped
@@ -27,16 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from kbroker.config import as_int
 from kbroker.coordinator.cache import GroupCache
 from kbroker.coordinator.group import Group, GroupState
-from kbroker.coordinator.records import OFFSETS_TOPIC, CommittedOffset, offset_key, offset_value
+from kbroker.coordinator.records import CommittedOffset, offset_key, offset_value
 from kbroker.coordinator.store import Record, TxnProducer, answered, txn_offset_error
-from kbroker.log import TopicPartition
 from kbroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -48,10 +46,6 @@ E = ErrorCode
 TopicPartitionKey = tuple[str, int]
 # (offset, leader epoch, metadata) per partition, as a request gives them.
 OffsetRequest = Mapping[TopicPartitionKey, tuple[int, int, str | None]]
-
-# Asks the transaction coordinator whether a partition is in the producer's ongoing
-# transaction (KIP-890): (transactional id, producer id, epoch, partition) -> NONE or why not.
-VerifyPartition = Callable[[str, int, int, TopicPartition], Awaitable[ErrorCode]]
 
 NO_PRODUCER_ID = -1
 
@@ -71,9 +65,6 @@ class TxnOffsetManager:
         self._clock = clock
         # producer id -> ids of the groups with offsets pending from it
         self._open_groups: dict[int, set[str]] = {}
-        # KIP-890 verification of the offsets partition: set by the broker when
-        # transaction.partition.verification.enable is on.
-        self.verify: VerifyPartition | None = None
 
     # -- TxnOffsetCommit -------------------------------------------------------------------
 
@@ -96,43 +87,18 @@ class TxnOffsetManager:
         if producer_id < 0:
             # Not a transactional producer: no transaction could hold these offsets.
             return answered(dict.fromkeys(offsets, E.INVALID_PRODUCER_ID_MAPPING))
-        producer = TxnProducer(producer_id, producer_epoch)
-        request = _Commit(group_id, member_id, group_instance_id, generation_id, offsets)
-        verify = self.verify
-        if verify is None:
-            return self._commit_now(request, producer)
-        tp = TopicPartition(OFFSETS_TOPIC, self._cache.partition_of(group_id))
-
-        async def verified() -> dict[TopicPartitionKey, ErrorCode]:
-            error = txn_offset_error(
-                await verify(transactional_id, producer_id, producer_epoch, tp)
-            )
-            if error != E.NONE:
-                return dict.fromkeys(offsets, error)
-            # The group may have moved on (or away) meanwhile: checked again now.
-            return await self._commit_now(request, producer)
-
-        return asyncio.shield(self._cache.spawn(verified()))
-
-    def _commit_now(
-        self, request: _Commit, producer: TxnProducer
-    ) -> asyncio.Future[dict[TopicPartitionKey, ErrorCode]]:
-        error = self._check(request.group_id, False)
-        if error != E.NONE:
-            return answered(dict.fromkeys(request.offsets, error))
-        group = self._cache.groups.get(request.group_id)
+        group = self._cache.groups.get(group_id)
         # A group the coordinator does not know is an empty one to check against.
         error = self._check_member(
-            group or Group(request.group_id, self._clock()),
-            request.member_id,
-            request.group_instance_id,
-            request.generation_id,
+            group or Group(group_id, self._clock()), member_id, group_instance_id, generation_id
         )
         if error != E.NONE:
-            return answered(dict.fromkeys(request.offsets, error))
+            return answered(dict.fromkeys(offsets, error))
         if group is None:
-            group = self._cache.groups[request.group_id] = Group(request.group_id, self._clock())
-        return self._store(group, producer, request.offsets)
+            group = self._cache.groups[group_id] = Group(group_id, self._clock())
+        return self._store(
+            group, TxnProducer(transactional_id, producer_id, producer_epoch), offsets
+        )
 
     @staticmethod
     def _check_member(
@@ -239,14 +205,3 @@ class TxnOffsetManager:
     def open_producers(self, group_id: str) -> list[int]:
         """The producers with offsets pending in ``group_id`` (for tests and tools)."""
         return sorted(p for p, groups in self._open_groups.items() if group_id in groups)
-
-
-@dataclass(frozen=True, slots=True)
-class _Commit:
-    """What a TxnOffsetCommit asks, kept across its verification."""
-
-    group_id: str
-    member_id: str
-    group_instance_id: str | None
-    generation_id: int
-    offsets: OffsetRequest

@@ -70,6 +70,7 @@ from kbroker.replication.txn import (
     MarkerListener,
     TxnMarker,
     TxnVerifier,
+    coordinator_error_for_verification,
     produce_error_for_verification,
 )
 
@@ -640,6 +641,12 @@ class ReplicaManager:
             for tp, data in entries.items():
                 code = answers.get(tp, ErrorCode.NONE) if tp in guards else ErrorCode.NONE
                 if code != ErrorCode.NONE:
+                    if origin is AppendOrigin.COORDINATOR:
+                        # The group coordinator answers TxnOffsetCommit from the
+                        # coordinator's own error (Kafka converts it there, not as a
+                        # produce's).
+                        results[tp] = AppendResult(coordinator_error_for_verification(code))
+                        continue
                     error, message = produce_error_for_verification(ErrorCode(code))
                     results[tp] = AppendResult(error, message)
                     continue

@@ -14,7 +14,9 @@ use of the replica manager, and what it asks of them.
 - `AppendOrigin`: who appends, which decides what is checked (Kafka's AppendOrigin).
 
 `produce_error_for_verification` turns a coordinator's answer into the error a producer
-expects for its batch, as Kafka's replica manager does.
+expects for its batch, as Kafka's replica manager does; `coordinator_error_for_verification`
+the one a coordinator's own write gets (the group coordinator's TxnOffsetCommit, which
+converts it further itself).
 """
 
 from __future__ import annotations
@@ -110,3 +112,10 @@ def produce_error_for_verification(code: ErrorCode) -> tuple[ErrorCode, str | No
             f"Underlying error: {code.name}",
         )
     return code, None
+
+
+def coordinator_error_for_verification(code: ErrorCode) -> ErrorCode:
+    """The error a coordinator's write (TxnOffsetCommit's offsets) gets for a partition whose
+    verification answered ``code`` (not NONE): the coordinator's answer as Kafka's
+    AddPartitionsToTxnManager passes it on, a fenced producer as INVALID_PRODUCER_EPOCH."""
+    return ErrorCode.INVALID_PRODUCER_EPOCH if code == ErrorCode.PRODUCER_FENCED else code

@@ -105,7 +105,7 @@ class TxnLogStore:
         batch = build_batch(entries, 0, 0, now_ms)
         tp = TopicPartition(TRANSACTION_STATE_TOPIC, index)
         write = self.host.replica_manager.append_records(
-            {tp: batch}, -1, timeout_ms, AppendOrigin.COORDINATOR
+            {tp: batch}, -1, timeout_ms, origin=AppendOrigin.COORDINATOR
         )
 
         def outcome(results: Mapping[TopicPartition, AppendResult]) -> ErrorCode:
