@@ -117,13 +117,16 @@ class LogCleaner:
             self._on_pass(stats, info.dirty_ratio)
         log.info(
             "cleaned %s (dirty ratio %.2f): %d -> %d bytes, %d records removed, "
-            "%d tombstones dropped, %d segments written in %d ms%s%s",
+            "%d tombstones dropped, %d aborted records and %d transaction markers removed, "
+            "%d segments written in %d ms%s%s",
             log_.tp,
             info.dirty_ratio,
             stats.bytes_read,
             stats.bytes_written,
             stats.records_removed,
             stats.tombstones_dropped,
+            stats.aborted_records_removed,
+            stats.markers_removed,
             stats.segments_written,
             stats.elapsed_ms,
             "" if stats.complete else " (more passes needed)",
