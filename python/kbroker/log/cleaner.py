@@ -1,7 +1,8 @@
 """The log cleaner: compaction of the logs whose cleanup.policy includes compact.
 
-It owns the choice of what to clean and when; the Rust core owns the work
-(offset map, rewrite, crash-safe segment swap; see rust/src/cleaner.rs). One
+It owns the choice of what to clean and when, and how far (a partition's last
+stable offset); the Rust core owns the work (offset map, rewrite, transactions'
+aborted records and markers, crash-safe segment swap; see rust/src/cleaner.rs). One
 pass runs at a time, in a worker thread with the GIL released, so neither the
 event loop nor the log's readers and writers wait on it. A log whose pass
 fails is left alone for a while instead of being retried in a loop.
@@ -48,8 +49,11 @@ class CleanerSettings:
         )
 
 
-# The highest offset a log's cleaner may reach (its high watermark): data
-# above it may still be truncated and must not erase older values of its keys.
+# The highest offset a log's cleaner may reach: its last stable offset, which is
+# at most its high watermark. Data above the high watermark may still be truncated
+# and must not erase older values of its keys; below the last stable offset every
+# transaction has ended, so the core can tell committed records from aborted ones
+# (by the segments' aborted-transaction index) and decide about their markers.
 MaxOffsetFor = Callable[[TopicPartition], "int | None"]
 
 
