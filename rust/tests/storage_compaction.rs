@@ -900,3 +900,103 @@ fn a_crash_at_any_step_of_the_swap_leaves_old_or_new() {
     // The active segment was never part of it.
     assert!(!group.contains(&active));
 }
+
+#[test]
+fn a_crash_mid_swap_leaves_the_old_or_the_new_txn_index() {
+    let tmp = tempfile::tempdir().unwrap();
+    let old_dir = tmp.path().join("old");
+    let new_dir = tmp.path().join("new");
+    let big = LogConfig {
+        segment_bytes: 1 << 20,
+        delete_retention_ms: 1_000,
+        ..compacted()
+    };
+    let (group, entries) = {
+        let log = open(&old_dir, compacted());
+        // An aborted transaction whose data went with the log start: its
+        // marker, in a later segment, is all that is left, and its entry.
+        let first = txn_put(&log, 3, 0, &[("gone", Some("aborted"))]); // 0
+        roll(&log);
+        put(&log, "a", Some("1")); // 1
+        put(&log, "a", Some("2")); // 2
+        roll(&log);
+        end_txn(&log, 3, first, false); // 3
+        put(&log, "b", Some("1")); // 4
+        roll(&log);
+        put(&log, "z", Some("active"));
+        log.delete_records_before(1).unwrap();
+        let entries = log.aborted_txns();
+        assert_eq!(entries.len(), 1);
+        let bases: Vec<i64> = names(&old_dir)
+            .iter()
+            .filter_map(|n| n.strip_suffix(".log").map(|b| b.parse().unwrap()))
+            .collect();
+        log.close().unwrap();
+        (bases[..bases.len() - 1].to_vec(), entries)
+    };
+    assert_eq!(group, vec![1, 3]);
+    copy_dir(&old_dir, &new_dir);
+    {
+        let log = open(&new_dir, big.clone());
+        assert_eq!(clean(&log, NOW).segments_written, 1);
+        // No data left: the entry goes and the marker waits for its horizon.
+        assert!(log.aborted_txns().is_empty());
+        log.close().unwrap();
+    }
+    let seg = |base: i64, suffix: &str| format!("{base:020}{suffix}");
+    let cleaned = |suffix: &str| fs::read(new_dir.join(seg(1, suffix))).unwrap();
+    assert!(cleaned(".txnindex").is_empty());
+    let scratch = tmp.path().join("scratch");
+    fs::create_dir_all(&scratch).unwrap();
+    // The aborted transactions of the old directory with `edit` applied, as
+    // a restart after a crash finds them.
+    let state = |edit: &dyn Fn(&Path)| {
+        let d = scratch.join("state");
+        let _ = fs::remove_dir_all(&d);
+        copy_dir(&old_dir, &d);
+        edit(&d);
+        let _ = fs::remove_file(d.join(kbroker::log::CLEAN_SHUTDOWN_FILE));
+        let log = open(&d, big.clone());
+        let leftovers: Vec<_> = names(&d)
+            .into_iter()
+            .filter(|n| n.ends_with(".cleaned") || n.ends_with(".swap"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+        let out = (log.aborted_txns(), records(&log));
+        log.close().unwrap();
+        out
+    };
+    let write = |d: &Path, name: String, bytes: Vec<u8>| fs::write(d.join(name), bytes).unwrap();
+    let old = state(&|_| {});
+    assert_eq!(old.0, entries);
+    assert!(old_dir.join(seg(3, ".txnindex")).exists());
+    let suffixes = [".index", ".timeindex", ".txnindex"];
+    // Written, not committed: the old index.
+    let not_committed = state(&|d| {
+        write(d, seg(1, ".log.cleaned"), cleaned(".log"));
+        for sfx in suffixes {
+            write(d, seg(1, &format!("{sfx}.swap")), cleaned(sfx));
+        }
+    });
+    assert_eq!(not_committed, old);
+    // Committed: the new one; the old segment 3 goes, and its entry with it.
+    let committed = |d: &Path| {
+        write(d, seg(1, ".log.swap"), cleaned(".log"));
+        for sfx in suffixes {
+            write(d, seg(1, &format!("{sfx}.swap")), cleaned(sfx));
+        }
+    };
+    let new = state(&committed);
+    assert!(new.0.is_empty());
+    assert_eq!(latest(&new.1), latest(&old.1));
+    // The new .txnindex renamed into place, the log not yet.
+    let renamed = state(&|d| {
+        committed(d);
+        fs::rename(
+            d.join(seg(1, ".txnindex.swap")),
+            d.join(seg(1, ".txnindex")),
+        )
+        .unwrap();
+    });
+    assert_eq!(renamed, new);
+}

@@ -34,7 +34,7 @@ from tests.zookeeper import ZooKeeperServer
 pytestmark = pytest.mark.timeout(240)
 
 SETTINGS = {"log.cleaner.backoff.ms": "100"}
-RETENTION_MS = 8000
+RETENTION_MS = 6000
 TOPIC = {
     "cleanup.policy": "compact",
     "segment.bytes": "4096",
