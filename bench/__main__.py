@@ -112,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--transaction-producers",
         type=int,
-        default=4,
-        help="transactional producer processes of each txn.* row [4]",
+        default=8,
+        help="transactional producer processes of each txn.* row [8]",
     )
     ap.add_argument(
         "--kafka-version",

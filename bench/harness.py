@@ -69,7 +69,7 @@ class Options:
     security_producers: int = 2  # producer processes of the sec.* produce rows
     kafka_version: str = systems.KAFKA_VERSION
     transactions: bool = False  # the txn.* rows instead of the other workloads
-    transaction_producers: int = 4  # transactional producer processes of each txn.* row
+    transaction_producers: int = 8  # transactional producer processes of each txn.* row
 
 
 def loadavg() -> list[float]:

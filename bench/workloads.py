@@ -224,7 +224,7 @@ TRANSACTION_SIZES = (1, 100, 10_000)
 TRANSACTION_PARTITIONS = 6
 
 
-def transactions_session(s: Sizes, replicas: int = 1, producers: int = 4) -> list[Workload]:
+def transactions_session(s: Sizes, replicas: int = 1, producers: int = 8) -> list[Workload]:
     """Transactions of 1, 100 and 10,000 records of 1 KiB from ``producers`` transactional
     producers, each committing its transactions one after another, to a topic of 6 partitions
     with ``replicas`` replicas (3: min.insync.replicas 2); record i of a producer goes to
