@@ -41,6 +41,13 @@ from kbroker.txn.state import TransactionMetadata, TxnTransit
 
 log = logging.getLogger(__name__)
 
+# The errors a completion's write keeps its transaction pending on (the same record is
+# tried again): every one but losing the id.
+_KEPT_PENDING_ON_COMPLETION = frozenset(ErrorCode) - {
+    ErrorCode.NOT_COORDINATOR,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+}
+
 E = ErrorCode
 
 # Waits before sending again what could not be written, and before retrying a
@@ -362,10 +369,11 @@ class TxnMarkerChannel:
         if owned is None or owned.coordinator_epoch != pending.coordinator_epoch:
             log.info("%s: coordinator epoch moved on; not completed here", pending.transactional_id)
             return
-        # Kept pending on every error but losing the id: the same record is tried again.
-        keep = frozenset(ErrorCode) - {E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS}
         write = self.manager.append_transit(
-            pending.transactional_id, pending.coordinator_epoch, pending.transit, keep
+            pending.transactional_id,
+            pending.coordinator_epoch,
+            pending.transit,
+            _KEPT_PENDING_ON_COMPLETION,
         )
 
         def written(future: asyncio.Future[ErrorCode]) -> None:
