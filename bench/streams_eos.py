@@ -69,8 +69,10 @@ def streams_available(version: str = STREAMS_VERSION) -> bool:
 @dataclass(frozen=True)
 class Plan:
     """The input and when the fault comes: ``lines`` lines of ``words`` words (of a
-    vocabulary of ``vocabulary``) at ``rate`` lines/s; the victim is killed after
-    ``kill_at`` of the lines and restarted after ``restart_at``."""
+    vocabulary of ``vocabulary``) at ``rate`` lines/s, counted by ``instances`` instances
+    of the application (a group of as many members, the input's partitions shared among
+    them); the victim is killed after ``kill_at`` of the lines and restarted after
+    ``restart_at``."""
 
     lines: int = 6000
     rate: float = 300.0
@@ -80,6 +82,7 @@ class Plan:
     restart_at: float = 2 / 3
     settle_timeout: float = 120.0
     seed: int = 1
+    instances: int = 1
 
 
 def corpus(plan: Plan) -> list[str]:
@@ -93,6 +96,9 @@ def corpus(plan: Plan) -> list[str]:
 @dataclass
 class Outcome:
     system: str
+    application_id: str  # its transactional ids start with it
+    source: str
+    sink: str
     exact: bool
     lines: int
     words: int
@@ -125,6 +131,7 @@ class StreamsApp:
     """The word-count application's JVM, its stdout read by a thread."""
 
     def __init__(self, bootstrap: str, app_id: str, source: str, sink: str, work: Path) -> None:
+        work.mkdir(parents=True, exist_ok=True)
         cmd = java_command(
             SOURCE,
             [streams_lib()],
@@ -352,7 +359,7 @@ def run_word_count(
     lines = corpus(plan)
     expected = Counter(w for line in lines for w in line.split())
     work.mkdir(parents=True, exist_ok=True)
-    app = StreamsApp(",".join(addresses.values()), app_id, source, sink, work)
+    apps: list[StreamsApp] = []
     watcher = Watcher(client, sink)
     fault_errors: list[BaseException] = []
     victim = -1
@@ -372,7 +379,12 @@ def run_word_count(
             fault_errors.append(exc)
 
     try:
-        app.wait_running(90)
+        for i in range(plan.instances):
+            apps.append(
+                StreamsApp(",".join(addresses.values()), app_id, source, sink, work / f"app{i}")
+            )
+        for app in apps:
+            app.wait_running(90)
         say(f"{system}: the application is running after {time.monotonic() - started:.1f}s")
         producer = Producer({**client, "enable.idempotence": True, "acks": "all", "linger.ms": 5})
         begin = time.monotonic()
@@ -408,7 +420,8 @@ def run_word_count(
                 break
             time.sleep(1)
     finally:
-        app.stop()
+        for app in apps:
+            app.stop()
         watcher.stop()
     committed = read_counts(client, sink, committed=True)
     everything = read_counts(client, sink, committed=False)
@@ -418,6 +431,9 @@ def run_word_count(
     over = sum(1 for w, n in committed.highest.items() if n > expected.get(w, 0))
     return Outcome(
         system=system,
+        application_id=app_id,
+        source=source,
+        sink=sink,
         exact=not wrong and over == 0 and committed.regressions == 0,
         lines=len(lines),
         words=sum(expected.values()),
@@ -426,13 +442,13 @@ def run_word_count(
         regressions=committed.regressions,
         committed_records=committed.records,
         aborted_records=everything.records - committed.records,
-        thread_errors=app.errors,
+        thread_errors=[e for app in apps for e in app.errors],
         victim=victim,
         committed_while_down=watcher.between(fault_times["killed"], fault_times["back"]),
         exact_after_s=exact_after_s,
         restart_s=round(fault_times["back"] - fault_times["restarting"], 1),
         total_s=round(time.monotonic() - started, 1),
-        states=app.states,
+        states=[s for app in apps for s in app.states],
     )
 
 
@@ -487,10 +503,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=Plan.lines)
     parser.add_argument("--rate", type=float, default=Plan.rate)
     parser.add_argument("--seed", type=int, default=Plan.seed)
+    parser.add_argument("--instances", type=int, default=2, help="of the application [2]")
     args = parser.parse_args(argv)
     if not streams_available():
         subprocess.run([str(REPO / "bench" / "kafka" / "fetch-streams.sh")], check=True)
-    plan = Plan(lines=args.lines, rate=args.rate, seed=args.seed)
+    plan = Plan(lines=args.lines, rate=args.rate, seed=args.seed, instances=args.instances)
 
     def say(text: str) -> None:
         print(f"[streams_eos] {text}", file=sys.stderr, flush=True)

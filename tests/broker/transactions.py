@@ -225,3 +225,9 @@ def kafka_transactions(bootstrap: str, *args: str) -> str:
     proc = run_kafka_transactions(bootstrap, *args)
     assert proc.returncode == 0, f"kafka-transactions {args} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
+
+
+def tool_rows(out: str) -> list[list[str]]:
+    """The rows of a table the kafka-transactions tool printed (its header left out), each
+    split on whitespace."""
+    return [line.split() for line in out.splitlines()[1:] if line.strip()]

@@ -17,6 +17,7 @@ import pytest
 from bench.java import JavaMissing
 from bench.streams_eos import Plan, run_word_count, streams_available
 
+from tests.broker.transactions import coordinator, kafka_transactions, tool_rows
 from tests.cluster.nodes import SYSTEMS, Cluster, fresh_cluster
 from tests.zookeeper import ZooKeeperServer
 
@@ -78,4 +79,24 @@ def test_streams_word_count_exactly_once_through_a_broker_kill(
     assert outcome.wrong == {}, outcome
     assert (outcome.over_counts, outcome.regressions) == (0, 0), outcome
     assert outcome.exact
+
+    # Kafka's kafka-transactions tool afterwards: the application's transactional id is
+    # listed by its coordinator (as FindCoordinator names it) and was completed; no
+    # transaction hangs on any partition the application wrote, through the kill.
+    listed = [
+        r
+        for r in tool_rows(kafka_transactions(c.bootstrap, "list"))
+        if r[0].startswith(outcome.application_id)
+    ]
+    assert listed, "the application's transactional id is not listed"
+    for txn, coordinator_id, _, state in listed:
+        found = coordinator([n.bootstrap for n in c.nodes.values()], txn, key_type=1)
+        assert found is not None and str(found[1]) == coordinator_id
+        assert state in ("CompleteCommit", "CompleteAbort", "Empty"), listed
+    internal = f"{outcome.application_id}-KSTREAM-AGGREGATE-STATE-STORE-0000000003"
+    for topic in (outcome.sink, f"{internal}-repartition", f"{internal}-changelog"):
+        out = kafka_transactions(
+            c.bootstrap, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0"
+        )
+        assert tool_rows(out) == [], out
     assert outcome.words == PLAN.lines * PLAN.words

@@ -27,6 +27,7 @@ from kbroker.protocol.messages.txn import ListTransactionsRequest
 from tests.broker.transactions import (
     kafka_transactions,
     run_kafka_transactions,
+    tool_rows,
     transactional_producer,
 )
 from tests.cluster.kafka_zk import kafka_zk_broker, require_kafka
@@ -138,11 +139,6 @@ def test_java_zombie_fencing_and_transaction_timeout(bootstrap: str) -> None:
 # -- Kafka's kafka-transactions tool ------------------------------------------------------
 
 
-def table(out: str) -> list[list[str]]:
-    """The rows of a table the tool printed (its header left out), split on whitespace."""
-    return [line.split() for line in out.splitlines()[1:] if line.strip()]
-
-
 def test_kafka_transactions_tool_on_an_open_transaction(bootstrap: str) -> None:
     topic = new_topic(bootstrap)
     conf = {"bootstrap.servers": bootstrap}
@@ -156,15 +152,15 @@ def test_kafka_transactions_tool_on_an_open_transaction(bootstrap: str) -> None:
     time.sleep(0.05)  # the transaction has been open for a while
 
     # TransactionalId Coordinator ProducerId TransactionState
-    listed = {r[0]: r for r in table(kafka_transactions(bootstrap, "list"))}
+    listed = {r[0]: r for r in tool_rows(kafka_transactions(bootstrap, "list"))}
     pid = listed[txn][2]
     assert listed[txn][1:] == [str(broker_id), pid, "Ongoing"]
-    longer = table(kafka_transactions(bootstrap, "list", "--duration-filter", "3600000"))
+    longer = tool_rows(kafka_transactions(bootstrap, "list", "--duration-filter", "3600000"))
     assert txn not in {r[0] for r in longer}
 
     # CoordinatorId TransactionalId ProducerId ProducerEpoch TransactionState
     # TransactionTimeoutMs CurrentTransactionStartTimeMs TransactionDurationMs TopicPartitions
-    (row,) = table(kafka_transactions(bootstrap, "describe", "--transactional-id", txn))
+    (row,) = tool_rows(kafka_transactions(bootstrap, "describe", "--transactional-id", txn))
     assert row[:3] == [str(broker_id), txn, pid]
     assert row[4:6] == ["Ongoing", "60000"]
     started = row[6]
@@ -173,7 +169,7 @@ def test_kafka_transactions_tool_on_an_open_transaction(bootstrap: str) -> None:
 
     # ProducerId ProducerEpoch LatestCoordinatorEpoch LastSequence LastTimestamp
     # CurrentTransactionStartOffset
-    (producer_row,) = table(
+    (producer_row,) = tool_rows(
         kafka_transactions(bootstrap, "describe-producers", "--topic", topic, "--partition", "0")
     )
     assert producer_row[0] == pid and producer_row[3] == "0" and producer_row[5] == "0"
@@ -184,14 +180,16 @@ def test_kafka_transactions_tool_on_an_open_transaction(bootstrap: str) -> None:
     out = kafka_transactions(
         bootstrap, "find-hanging", "--broker-id", str(broker_id), "--max-transaction-timeout", "0"
     )
-    assert table(out) == [], out
+    assert tool_rows(out) == [], out
 
     producer.commit_transaction(30)
     (row,) = wait_for(
         lambda: (
-            (rows := table(kafka_transactions(bootstrap, "describe", "--transactional-id", txn)))[
-                0
-            ][4]
+            (
+                rows := tool_rows(
+                    kafka_transactions(bootstrap, "describe", "--transactional-id", txn)
+                )
+            )[0][4]
             == "CompleteCommit"
             and rows
         ),
