@@ -4,7 +4,8 @@ replicated three times with min.insync.replicas 2, so a transaction's coordinato
 partitions' leaders and the KIP-890 verification they ask for are on different brokers.
 
 A confluent-kafka transactional producer commits and aborts across partitions led by
-every broker (read_committed reads each transaction whole or not at all); a second
+every broker (read_committed reads each transaction whole or not at all), and so does
+Kafka's Java client, which also runs a consume-transform-produce loop; a second
 instance fences the first; a transaction open past its timeout is aborted and its producer
 fenced; and kill -9 of a transaction's coordinator mid-transaction leaves the producer
 able to commit through the new coordinator, which finds the transaction where the old one
@@ -16,6 +17,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -26,8 +28,10 @@ from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import FindCoordinatorRequest
 from kbroker.protocol.messages.txn import DescribeTransactionsRequest
 from kbroker.tools.client import BrokerClient, ClientError
+from tests.cluster.kafka_zk import require_kafka
 from tests.cluster.nodes import SESSION_TIMEOUT_MS, SYSTEMS, Cluster, fresh_cluster
 from tests.helpers import wait_for
+from tests.java import run_java
 from tests.zookeeper import ZooKeeperServer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
@@ -193,6 +197,39 @@ def test_commits_and_aborts_across_partitions_led_by_every_broker(txn_cluster: C
     assert read(c, topic, committed=True) == committed
     assert read(c, topic, committed=False) == sorted(committed + aborted)
     wait_for(lambda: txn_state(c, txn) == "CompleteAbort", "the last abort to complete")
+
+
+def test_the_java_client_across_brokers(txn_cluster: Cluster) -> None:
+    """Kafka's Java client (tests/java/TxnClient.java) on the cluster: a committed, an
+    aborted and an open transaction at each isolation level, and consume-transform-produce
+    with sendOffsetsToTransaction (its group's coordinator, its transaction's and the
+    partitions' leaders on different brokers)."""
+    c = txn_cluster
+    _, lib = require_kafka()
+    topic = new_topic(c)
+    # TxnClient writes to partitions 0 and 1, round-robin.
+    seen = run_java("TxnClient", [lib], c.bootstrap, "commit-abort", topic)
+    a, b, o = ([f"{i % 2}:{x}{i}" for i in range(4)] for x in "abc")
+    in_order = partial(sorted, key=lambda item: int(item.partition(":")[0]))
+    assert seen["open.read_committed"] == ",".join(in_order(a))
+    assert seen["open.read_uncommitted"] == ",".join(in_order(a + b + o))
+    assert seen["after.read_committed"] == ",".join(in_order(a + o))
+    source, sink = new_topic(c), new_topic(c)
+    seen = run_java(
+        "TxnClient",
+        [lib],
+        c.bootstrap,
+        "consume-transform-produce",
+        source,
+        sink,
+        f"g-{uuid.uuid4().hex[:8]}",
+        timeout=120,
+    )
+    assert sorted(seen["output.read_committed"].split(",")) == sorted(
+        f"{i % 2}:V{i}" for i in range(20)
+    )
+    assert seen["committed.offsets"] == "0:10,1:10"
+    assert len(seen["output.read_uncommitted"].split(",")) == 20 + int(seen["aborted"])
 
 
 def test_a_second_instance_fences_the_first(txn_cluster: Cluster) -> None:
