@@ -2,20 +2,24 @@
 (kill -9) and restarted mid-run: are the final counts exact?
 
     python -m bench.streams_eos [--systems kafka,kbroker] [--lines 6000] [--rate 300]
+                                [--instances 2] [--kill-instance-at 0.8]
 
 For each system, on a fresh ZooKeeper and three fresh brokers (Kafka 3.9.1 in ZooKeeper mode
 or ``kbroker serve``, the same settings): Kafka Streams 3.9.1 (bench/kafka/fetch-streams.sh;
-bench/java/StreamsWordCount.java, one application thread) counts the words of lines an
-idempotent producer writes at a steady rate. A third of the way through, the broker that
-coordinates the application's transactions is killed; it is restarted a third later, while
-lines keep coming. Once every line is written and the output's counts read with
-read_committed stop moving, the application is stopped and the output read again from the
-start: each word's last count must be its number in the input, and at read_committed no
-count may exceed it or fail to rise above the word's count before (a result applied twice
-or lost). Also reported: the output records committed while the victim was down, records
-of aborted transactions (what read_uncommitted readers see more), the stream threads that
-died, the time to exact counts and the victim's restart. Results print one line per system
-and append as JSON lines to bench/results/streams_eos.jsonl.
+bench/java/StreamsWordCount.java; two instances of one thread by default, no record cache,
+so every count goes out) counts the words of lines an idempotent producer writes at a
+steady rate. A third of the way through, the broker that coordinates the application's
+transactions is killed; it is restarted a third later, while lines keep coming; at 80% the
+first instance of the application is killed (kill -9) and started again on its state. Once
+every line is written and the output's counts read with read_committed stop moving, the
+application is stopped and the output read again from the start: each word's last count
+must be its number in the input, and at read_committed no count may exceed it or fail to
+rise above the word's count before (a result applied twice or lost); without a cache there
+must be one committed record per word of the input (each word's counts are 1, 2, 3, ...).
+Also reported: the output records committed while the victim was down, records of aborted
+transactions (what read_uncommitted readers see more), the stream threads that died, the
+time to exact counts and the victim's restart. Results print one line per system and
+append as JSON lines to bench/results/streams_eos.jsonl.
 
 `run_word_count` is the run itself, on any cluster the caller can kill and restart a broker
 of; tests/cluster/test_streams_eos.py runs a short one.
@@ -72,7 +76,8 @@ class Plan:
     vocabulary of ``vocabulary``) at ``rate`` lines/s, counted by ``instances`` instances
     of the application (a group of as many members, the input's partitions shared among
     them); the victim is killed after ``kill_at`` of the lines and restarted after
-    ``restart_at``."""
+    ``restart_at``; after ``instance_kill_at`` of them (when not negative) the first
+    instance is killed (kill -9) and started again at once on its state folder."""
 
     lines: int = 6000
     rate: float = 300.0
@@ -83,6 +88,10 @@ class Plan:
     settle_timeout: float = 120.0
     seed: int = 1
     instances: int = 1
+    instance_kill_at: float = -1.0
+    # The application's statestore.cache.max.bytes: 0 sends every count on at once, so a
+    # word's committed counts must be exactly 1, 2, ... its number in the input.
+    cache_bytes: int = 0
 
 
 def corpus(plan: Plan) -> list[str]:
@@ -130,7 +139,9 @@ class Outcome:
 class StreamsApp:
     """The word-count application's JVM, its stdout read by a thread."""
 
-    def __init__(self, bootstrap: str, app_id: str, source: str, sink: str, work: Path) -> None:
+    def __init__(
+        self, bootstrap: str, app_id: str, source: str, sink: str, work: Path, cache_bytes: int
+    ) -> None:
         work.mkdir(parents=True, exist_ok=True)
         cmd = java_command(
             SOURCE,
@@ -141,6 +152,7 @@ class StreamsApp:
             sink,
             str(work / "state"),
             "3",
+            str(cache_bytes),
             jvm_opts=STREAMS_JVM_OPTS,
         )
         self.log = work / "streams.log"
@@ -170,6 +182,12 @@ class StreamsApp:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the application is not RUNNING: {self.states}\n{self.tail()}")
             time.sleep(0.1)
+
+    def kill(self) -> None:
+        """kill -9 (its open transaction is left to the coordinator and its successor)."""
+        self.proc.kill()
+        self.proc.wait(30)
+        self._reader.join(5)
 
     def stop(self, timeout: float = 40) -> None:
         if self.proc.poll() is None:
@@ -359,7 +377,8 @@ def run_word_count(
     lines = corpus(plan)
     expected = Counter(w for line in lines for w in line.split())
     work.mkdir(parents=True, exist_ok=True)
-    apps: list[StreamsApp] = []
+    apps: list[StreamsApp] = []  # the running instances
+    every_app: list[StreamsApp] = []  # and those killed
     watcher = Watcher(client, sink)
     fault_errors: list[BaseException] = []
     victim = -1
@@ -379,10 +398,20 @@ def run_word_count(
             fault_errors.append(exc)
 
     try:
-        for i in range(plan.instances):
-            apps.append(
-                StreamsApp(",".join(addresses.values()), app_id, source, sink, work / f"app{i}")
+
+        def start(i: int) -> StreamsApp:
+            app = StreamsApp(
+                ",".join(addresses.values()),
+                app_id,
+                source,
+                sink,
+                work / f"app{i}",
+                plan.cache_bytes,
             )
+            every_app.append(app)
+            return app
+
+        apps.extend(start(i) for i in range(plan.instances))
         for app in apps:
             app.wait_running(90)
         say(f"{system}: the application is running after {time.monotonic() - started:.1f}s")
@@ -394,6 +423,10 @@ def run_word_count(
                 time.sleep(pause)
             producer.produce(source, value=line.encode(), partition=i % PARTITIONS)
             producer.poll(0)
+            if plan.instance_kill_at >= 0 and i == int(plan.instance_kill_at * plan.lines):
+                say(f"{system}: kill -9 of the application's first instance, started again")
+                apps[0].kill()
+                apps[0] = start(0)
             if fault is None and i >= plan.kill_at * plan.lines:
                 victim = _wait(
                     lambda: transaction_coordinator(addresses, app_id),
@@ -434,7 +467,11 @@ def run_word_count(
         application_id=app_id,
         source=source,
         sink=sink,
-        exact=not wrong and over == 0 and committed.regressions == 0,
+        exact=not wrong
+        and over == 0
+        and committed.regressions == 0
+        # Without a cache every count is sent: one committed record per word of the input.
+        and (plan.cache_bytes > 0 or committed.records == sum(expected.values())),
         lines=len(lines),
         words=sum(expected.values()),
         wrong=dict(sorted(wrong.items())[:20]),
@@ -442,13 +479,13 @@ def run_word_count(
         regressions=committed.regressions,
         committed_records=committed.records,
         aborted_records=everything.records - committed.records,
-        thread_errors=[e for app in apps for e in app.errors],
+        thread_errors=[e for app in every_app for e in app.errors],
         victim=victim,
         committed_while_down=watcher.between(fault_times["killed"], fault_times["back"]),
         exact_after_s=exact_after_s,
         restart_s=round(fault_times["back"] - fault_times["restarting"], 1),
         total_s=round(time.monotonic() - started, 1),
-        states=[s for app in apps for s in app.states],
+        states=[s for app in every_app for s in app.states],
     )
 
 
@@ -504,10 +541,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=Plan.rate)
     parser.add_argument("--seed", type=int, default=Plan.seed)
     parser.add_argument("--instances", type=int, default=2, help="of the application [2]")
+    parser.add_argument(
+        "--kill-instance-at",
+        type=float,
+        default=0.8,
+        help="kill -9 the first instance after this fraction of the lines (<0: never) [0.8]",
+    )
     args = parser.parse_args(argv)
     if not streams_available():
         subprocess.run([str(REPO / "bench" / "kafka" / "fetch-streams.sh")], check=True)
-    plan = Plan(lines=args.lines, rate=args.rate, seed=args.seed, instances=args.instances)
+    plan = Plan(
+        lines=args.lines,
+        rate=args.rate,
+        seed=args.seed,
+        instances=args.instances,
+        instance_kill_at=args.kill_instance_at,
+    )
 
     def say(text: str) -> None:
         print(f"[streams_eos] {text}", file=sys.stderr, flush=True)

@@ -3,7 +3,9 @@
 // the output topic, keyed by the word. Runs until SIGTERM (the shutdown hook closes the
 // application). Prints "state=<STATE>" on each state change and "thread.error=<exception>"
 // when a stream thread dies (it is replaced), as "name=value" lines on stdout. Usage:
-//   StreamsWordCount <bootstrap> <application.id> <input> <output> <state.dir> <replicas>
+//   StreamsWordCount <bootstrap> <application.id> <input> <output> <state.dir> <replicas> <cache>
+// <cache>: statestore.cache.max.bytes; 0 sends every count on at once (no cache folding
+// updates together), so each word's counts are 1, 2, 3, ... in the output.
 
 import java.time.Duration;
 import java.util.Arrays;
@@ -31,6 +33,7 @@ public final class StreamsWordCount {
         p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, Integer.parseInt(args[5]));
         p.put(StreamsConfig.topicPrefix("min.insync.replicas"), args[5].equals("1") ? "1" : "2");
         p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
+        p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, Long.parseLong(args[6]));
         p.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         p.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         // A lost broker is noticed and a rebalance settles within seconds.
