@@ -1,8 +1,11 @@
 """Kafka Streams 3.9.1's word count with processing.guarantee=exactly_once_v2 on a 3-broker
 ZooKeeper cluster, the broker coordinating its transactions killed (kill -9) and restarted
-while lines keep coming: the counts read with read_committed are exact at the end, and no
-count ever went past a word's number in the input. Kafka 3.9.1's cluster first (proving
-the test), then kbroker's, with the same settings.
+while lines keep coming: the counts read with read_committed are exact at the end, and with
+no record cache each word's committed counts are exactly 1, 2, ... its number in the input
+(none repeated, none lost, none past it). Afterwards Kafka's kafka-transactions tool lists
+the application's transactional id at its coordinator and finds no hanging transaction on
+the partitions it wrote. Kafka 3.9.1's cluster first (proving the test), then kbroker's,
+with the same settings.
 
 A short run of bench/streams_eos.py (`run_word_count`); the long one is
 ``python -m bench.streams_eos``.
@@ -78,6 +81,7 @@ def test_streams_word_count_exactly_once_through_a_broker_kill(
     assert outcome.exact_after_s is not None, outcome
     assert outcome.wrong == {}, outcome
     assert (outcome.over_counts, outcome.regressions) == (0, 0), outcome
+    assert outcome.committed_records == outcome.words, outcome
     assert outcome.exact
 
     # Kafka's kafka-transactions tool afterwards: the application's transactional id is
