@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages.admin import DescribeProducersRequest
 from kbroker.protocol.messages.group import FindCoordinatorRequest
 from kbroker.protocol.messages.txn import DescribeTransactionsRequest
 from kbroker.tools.client import BrokerClient, ClientError
@@ -230,6 +231,56 @@ def test_the_java_client_across_brokers(txn_cluster: Cluster) -> None:
     )
     assert seen["committed.offsets"] == "0:10,1:10"
     assert len(seen["output.read_uncommitted"].split(",")) == 20 + int(seen["aborted"])
+
+
+def test_every_replica_describes_the_producers_of_its_partition(txn_cluster: Cluster) -> None:
+    """DescribeProducers is answered by followers too (kafka-transactions' --broker-id, and
+    find-hanging for each partition a broker holds): each replica names the producers it
+    rebuilt from what it replicated, an open transaction's first offset among them."""
+    c = txn_cluster
+    topic = new_topic(c)
+    done, hanging = transactional(c, f"done-{topic}"), transactional(c, f"open-{topic}")
+    done.begin_transaction()
+    done.produce(topic, value=b"d0", partition=0)
+    done.commit_transaction(60)
+    hanging.begin_transaction()
+    hanging.produce(topic, value=b"o0", partition=0)
+    assert hanging.flush(60) == 0
+    md = AdminClient(c.client()).list_topics(topic, timeout=10).topics[topic].partitions[0]
+    request = DescribeProducersRequest(
+        topics=[DescribeProducersRequest.Topic(name=topic, partition_indexes=[0, 7])]
+    )
+
+    def producers(broker_id: int) -> Any:
+        """(the answer for partition 0 as a set of producers, partition 7's error)."""
+        with BrokerClient(c.nodes[broker_id].bootstrap, 10) as client:
+            answer = client.request(ApiKey.DESCRIBE_PRODUCERS, 0, request)
+        ((p0, p7),) = [t.partitions for t in answer.topics]
+        assert p0.error_code == ErrorCode.NONE, (broker_id, ErrorCode(p0.error_code))
+        rows = {
+            (
+                p.producer_id,
+                p.producer_epoch,
+                p.last_sequence,
+                p.last_timestamp,
+                p.coordinator_epoch,
+                p.current_txn_start_offset,
+            )
+            for p in p0.active_producers
+        }
+        return rows, ErrorCode(p7.error_code)
+
+    # The followers catch up with the marker and the open batch (the high watermark).
+    leader = wait_for(
+        lambda: len(rows := producers(md.leader)[0]) == 2 and rows, "the leader's producers"
+    )
+    assert sorted(r[5] for r in leader) == [-1, 2]  # d0 at 0, its marker at 1, o0 at 2
+    for replica in md.replicas:
+        assert wait_for(
+            lambda r=replica: producers(r)[0] == leader, f"broker {replica}'s producers"
+        )
+        assert producers(replica)[1] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    hanging.abort_transaction(60)
 
 
 def test_a_second_instance_fences_the_first(txn_cluster: Cluster) -> None:
