@@ -15,6 +15,7 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
+import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -226,7 +227,11 @@ public final class TxnClient {
             action.run();
             return "none";
         } catch (KafkaException e) {
-            return e.getClass().getSimpleName();
+            // A plain KafkaException: an error the client has no exception of its own for;
+            // its message names the broker's error.
+            return e.getClass() == KafkaException.class
+                    ? "KafkaException: " + e.getMessage()
+                    : e.getClass().getSimpleName();
         } catch (Exception e) {
             Throwable cause = e.getCause() == null ? e : e.getCause();
             return cause.getClass().getSimpleName();
@@ -239,8 +244,9 @@ public final class TxnClient {
 
     /**
      * Zombie fencing: a second producer with the same transactional id fences the first,
-     * whose open transaction is aborted; and a transaction left open past its
-     * transaction.timeout.ms is aborted by the coordinator, its producer fenced.
+     * whose open transaction is aborted; a transaction left open past its
+     * transaction.timeout.ms is aborted by the coordinator, its producer fenced; an
+     * administrator fences a transactional id; a timeout above the broker's maximum.
      */
     static void fencing(String bootstrap, String topic) throws Exception {
         String id = "java-fence-" + topic;
@@ -260,6 +266,18 @@ public final class TxnClient {
             Thread.sleep(4000);
             out("slow.commit", failure(slow::commitTransaction));
         }
+        // An administrator fences a transactional id (Admin.fenceProducers, as Kafka Connect
+        // does before its exactly-once source tasks start): the open transaction is aborted
+        // and its producer fenced.
+        try (KafkaProducer<String, String> fenced = transactional(bootstrap, id + "-admin", 60000);
+                Admin admin = Admin.create(Map.of("bootstrap.servers", bootstrap))) {
+            fenced.beginTransaction();
+            send(fenced, topic, values("admin", 2));
+            out("admin.fence", failure(() -> admin.fenceProducers(List.of(id + "-admin")).all().get()));
+            out("admin.commit", failure(fenced::commitTransaction));
+        }
+        // A transaction timeout above the broker's transaction.max.timeout.ms (15 minutes).
+        out("too.long.init", failure(() -> transactional(bootstrap, id + "-long", 900_001)));
         out("read_committed", readAll(bootstrap, topic, "read_committed"));
         out("read_uncommitted", readAll(bootstrap, topic, "read_uncommitted"));
     }

@@ -5,7 +5,9 @@ The Java client (kafka-clients 3.9.1, driven by tests/java/TxnClient.java, one J
 scenario group): transactional produce with commit and abort, read_committed readers never
 seeing aborted or open data while read_uncommitted ones do; a consume-transform-produce loop
 with sendOffsetsToTransaction; zombie fencing (ProducerFencedException for the older of two
-producers of one transactional id) and a transaction aborted by its timeout.
+producers of one transactional id, and for one an administrator fences with
+Admin.fenceProducers), a transaction aborted by its timeout, and a timeout above the
+broker's maximum (INVALID_TRANSACTION_TIMEOUT).
 
 Kafka's kafka-transactions tool (TransactionsCommand 3.9.1): list (with its filters),
 describe, describe-producers and find-hanging on transactions of real producers.
@@ -131,9 +133,17 @@ def test_java_zombie_fencing_and_transaction_timeout(bootstrap: str) -> None:
     seen = txn_client(bootstrap, "fencing", new_topic(bootstrap))
     assert seen["old.commit"] == "ProducerFencedException"
     assert seen["slow.commit"] == "ProducerFencedException"
-    old, new, slow = items("old", 2), items("new", 2), items("slow", 2)
+    assert seen["admin.fence"] == "none"
+    assert seen["admin.commit"] == "ProducerFencedException"
+    # The Java client reports INVALID_TRANSACTION_TIMEOUT by the error's description.
+    assert seen["too.long.init"] == (
+        "KafkaException: Unexpected error in InitProducerIdResponse; The transaction timeout "
+        "is larger than the maximum value allowed by the broker (as configured by "
+        "transaction.max.timeout.ms)."
+    )
+    old, new, slow, admin = items("old", 2), items("new", 2), items("slow", 2), items("admin", 2)
     assert seen["read_committed"] == by_partition(new)
-    assert seen["read_uncommitted"] == by_partition(old + new + slow)
+    assert seen["read_uncommitted"] == by_partition(old + new + slow + admin)
 
 
 # -- Kafka's kafka-transactions tool ------------------------------------------------------
