@@ -23,6 +23,7 @@ __all__ = [
     "VerifyReport",
     "__version__",
     "build_batch",
+    "check_stored_batches",
     "crc32c",
     "decode_records",
     "end_txn_marker_batch",
@@ -86,6 +87,9 @@ def validate_batches(
     inspect_compressed: bool = False,
     max_decompressed_bytes: int = ...,
     require_keys: bool = False,
+) -> list[BatchInfo]: ...
+def check_stored_batches(
+    data: bytes | bytearray | memoryview, max_decompressed_bytes: int = ...
 ) -> list[BatchInfo]: ...
 def recompress_batches(
     data: bytes | bytearray | memoryview,
@@ -206,6 +210,10 @@ class CleanStats:
     def records_removed(self) -> int: ...
     @property
     def tombstones_dropped(self) -> int: ...
+    @property
+    def aborted_records_removed(self) -> int: ...
+    @property
+    def markers_removed(self) -> int: ...
     @property
     def empty_batches(self) -> int: ...
     @property

@@ -210,6 +210,49 @@ fn validate_batches(
     })
 }
 
+/// Checks every batch in `data` (concatenated v2 batches) as the log may
+/// hold them (`records::check_stored_batch`: compaction's gaps and empty
+/// batches allowed). Raises on the first bad one; one BatchInfo per batch.
+#[pyfunction]
+#[pyo3(signature = (data, max_decompressed_bytes = 64 << 20))]
+fn check_stored_batches(
+    py: Python<'_>,
+    data: ByteView,
+    max_decompressed_bytes: usize,
+) -> PyResult<Vec<BatchInfo>> {
+    let data = data.as_slice();
+    let work = || -> Result<Vec<BatchInfo>, Error> {
+        let mut out = Vec::new();
+        for (position, size) in records::split_batches(data)? {
+            let info = records::check_stored_batch(
+                &data[position..position + size],
+                max_decompressed_bytes,
+            )?;
+            out.push(BatchInfo {
+                position,
+                size,
+                base_offset: info.base_offset,
+                last_offset_delta: info.last_offset_delta,
+                records: info.records_count,
+                first_timestamp: info.first_timestamp,
+                max_timestamp: info.max_timestamp,
+                producer_id: info.producer_id,
+                producer_epoch: info.producer_epoch,
+                base_sequence: info.base_sequence,
+                codec: info.codec as u8,
+                is_transactional: info.is_transactional,
+                is_control: info.is_control,
+            });
+        }
+        Ok(out)
+    };
+    Ok(if data.len() > GIL_RELEASE_BYTES {
+        py.detach(work)?
+    } else {
+        work()?
+    })
+}
+
 /// Rewrites validated batches so their records are compressed with `codec`
 /// (a codec id, 0 = none), for a topic's compression.type: a batch already
 /// in it is copied unchanged, any other is recompressed with a new CRC.
@@ -669,6 +712,8 @@ struct CleanStats {
     records_read: u64,
     records_removed: u64,
     tombstones_dropped: u64,
+    aborted_records_removed: u64,
+    markers_removed: u64,
     empty_batches: u64,
     unreadable_batches: u64,
     map_entries: usize,
@@ -690,6 +735,8 @@ impl From<CoreCleanStats> for CleanStats {
             records_read: c.records_read,
             records_removed: c.records_removed,
             tombstones_dropped: c.tombstones_dropped,
+            aborted_records_removed: c.aborted_records_removed,
+            markers_removed: c.markers_removed,
             empty_batches: c.empty_batches,
             unreadable_batches: c.unreadable_batches,
             map_entries: c.map_entries,
@@ -1126,6 +1173,7 @@ fn _kbroker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add_function(wrap_pyfunction!(crc32c, m)?)?;
     m.add_function(wrap_pyfunction!(validate_batches, m)?)?;
+    m.add_function(wrap_pyfunction!(check_stored_batches, m)?)?;
     m.add_function(wrap_pyfunction!(recompress_batches, m)?)?;
     m.add_function(wrap_pyfunction!(decode_records, m)?)?;
     m.add_function(wrap_pyfunction!(build_batch, m)?)?;

@@ -437,6 +437,50 @@ pub fn check_batch_integrity(batch: &[u8]) -> Result<BatchHeader> {
     Ok(h)
 }
 
+/// Checks one batch as the log may hold it (what `kbroker dump-log` reads):
+/// [`check_batch_integrity`], then its records, decompressed within
+/// `max_decompressed`: they parse exactly to the end, their number is
+/// recordsCount, and their offset deltas rise within lastOffsetDelta (the
+/// cleaner leaves gaps and empty batches, which a producer may not send);
+/// a control batch's records have control keys.
+pub fn check_stored_batch(batch: &[u8], max_decompressed: usize) -> Result<BatchInfo> {
+    let h = check_batch_integrity(batch)?;
+    let codec = Codec::from_attributes(h.attributes)?;
+    let info = BatchInfo::new(&h, codec);
+    if h.records_count == 0 {
+        return Ok(info);
+    }
+    let region = records_region(batch, max_decompressed)?;
+    let mut n: i64 = 0;
+    let mut previous = -1i64;
+    for r in iter_records(&region) {
+        let r = r?;
+        n += 1;
+        if n > h.records_count as i64 {
+            return corrupt!("records continue past recordsCount {}", h.records_count);
+        }
+        let delta = r.offset_delta as i64;
+        if delta <= previous || delta > h.last_offset_delta as i64 {
+            return corrupt!(
+                "record {} has offsetDelta {delta}, not above {previous} and within lastOffsetDelta {}",
+                n - 1,
+                h.last_offset_delta
+            );
+        }
+        previous = delta;
+        if h.is_control() {
+            parse_control_key(r.key)?;
+        }
+    }
+    if n != h.records_count as i64 {
+        return corrupt!(
+            "recordsCount is {} but the batch holds {n} records",
+            h.records_count
+        );
+    }
+    Ok(info)
+}
+
 /// Fully validates one batch as received from a producer (`batch` holds
 /// exactly one batch). In order:
 ///
@@ -1337,6 +1381,44 @@ impl BatchBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stored_batches_may_have_gaps_and_be_empty_but_not_disordered() {
+        // What the cleaner writes: records 0 and 3 of 5 kept, under a
+        // delete horizon; an empty batch keeping its offsets.
+        let mut b = BatchBuilder::new(Codec::Lz4, 10, 1_000)
+            .producer(4, 0, 0)
+            .retain_last_offset_delta(4)
+            .delete_horizon(9_000);
+        b.push_at(0, 1_000, Some(b"a"), Some(b"1"), NO_HEADERS);
+        b.push_at(3, 1_000, Some(b"b"), None::<&[u8]>, NO_HEADERS);
+        let gapped = b.build().unwrap();
+        assert!(validate_batch(&gapped, &ValidateOptions::default()).is_err());
+        let info = check_stored_batch(&gapped, 1 << 20).unwrap();
+        assert_eq!((info.records_count, info.last_offset_delta), (2, 4));
+        let empty = BatchBuilder::new(Codec::None, 10, 1_000)
+            .producer(4, 0, 0)
+            .transactional(true)
+            .control(true)
+            .retain_last_offset_delta(0)
+            .build()
+            .unwrap();
+        assert_eq!(
+            check_stored_batch(&empty, 1 << 20).unwrap().records_count,
+            0
+        );
+        // A record past lastOffsetDelta is not what a log holds.
+        let mut b = BatchBuilder::new(Codec::None, 0, 1_000).retain_last_offset_delta(5);
+        b.push_at(0, 1_000, Some(b"a"), Some(b"1"), NO_HEADERS);
+        b.push_at(5, 1_000, Some(b"b"), Some(b"1"), NO_HEADERS);
+        let mut bad = b.build().unwrap();
+        assert!(check_stored_batch(&bad, 1 << 20).is_ok());
+        bad[LAST_OFFSET_DELTA..LAST_OFFSET_DELTA + 4].copy_from_slice(&1i32.to_be_bytes());
+        let crc = crate::crc32c::crc32c(&bad[ATTRIBUTES..]);
+        bad[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        let err = check_stored_batch(&bad, 1 << 20).unwrap_err().to_string();
+        assert!(err.contains("offsetDelta 5"), "{err}");
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import DescribeProducersRequest
+from kbroker.protocol.messages.core import MetadataRequest
 from kbroker.protocol.messages.group import FindCoordinatorRequest
 from kbroker.protocol.messages.txn import DescribeTransactionsRequest
 from kbroker.tools.client import BrokerClient, ClientError
@@ -77,15 +78,24 @@ def new_topic(c: Cluster) -> str:
     )
     futures[name].result(60)
 
-    def whole() -> bool:
-        md = admin.list_topics(name, timeout=5).topics.get(name)
+    def whole(node: Any) -> bool:
+        # Asked of each broker: a client may ask any of them next.
+        client = BrokerClient(node.bootstrap, 10)
+        try:
+            request = MetadataRequest(
+                topics=[MetadataRequest.Topic(name=name)], allow_auto_topic_creation=False
+            )
+            (md,) = client.request(ApiKey.METADATA, 9, request).topics
+        finally:
+            client.close()
         return (
-            md is not None
+            md.error_code == ErrorCode.NONE
             and len(md.partitions) == PARTITIONS
-            and all(p.leader > 0 and len(p.isrs) == 3 for p in md.partitions.values())
+            and all(p.leader_id > 0 and len(p.isr_nodes) == 3 for p in md.partitions)
         )
 
-    wait_for(whole, f"every ISR of {name} whole", timeout=60)
+    for node in c.nodes.values():
+        wait_for(lambda n=node: whole(n), f"every ISR of {name} whole on {node}", timeout=60)
     return name
 
 

@@ -200,3 +200,23 @@ async def _aba(fx: Fixture) -> None:
     assert results[TP].error == E.INVALID_TXN_STATE
     assert fx.replicas.get_partition(TP).log.log_end_offset == 1  # type: ignore[union-attr]
     assert committed_read(fx.replicas)[:2] == (1, [])
+
+
+def test_the_cleaner_stops_at_the_last_stable_offset(tmp_path: Path) -> None:
+    run(tmp_path, _cleaner_bound)
+
+
+async def _cleaner_bound(fx: Fixture) -> None:
+    fx.add(TP)
+    plain = build_batch([(b"k", b"v", [])], timestamp=1)
+    assert fx.replicas.append_records({TP: plain}, -1, 1000).result()[TP].error == E.NONE
+    assert fx.replicas.cleanable_bound_of(TP) == 1  # the high watermark
+    done = fx.replicas.append_records({TP: txn_batch(0)}, -1, 1000)
+    assert done.result()[TP].error == E.NONE
+    assert fx.replicas.append_records({TP: plain}, -1, 1000).result()[TP].error == E.NONE
+    # The open transaction from offset 1 holds the bound below the high watermark.
+    assert fx.replicas.cleanable_bound_of(TP) == 1
+    assert await fx.replicas.write_txn_markers(marker(True, TP), 1000) == {TP: E.NONE}
+    assert fx.replicas.cleanable_bound_of(TP) == 5
+    # A log no partition serves has no producer state: it is not cleaned.
+    assert fx.replicas.cleanable_bound_of(TP1) == 0

@@ -84,6 +84,8 @@ SETTINGS = {
     "allow.everyone.if.no.acl.found": "true",
     "auto.create.topics.enable": "true",
     "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
 }
 ANONYMOUS = "User:ANONYMOUS"
@@ -686,6 +688,20 @@ def test_transaction_apis_need_the_transactional_ids_permissions(target: Target)
             EndTxnRequest(transactional_id=denied, producer_id=0, producer_epoch=0, committed=True),
         )
         assert ended.error_code == refused
+        # FindCoordinator makes __transaction_state (Kafka makes it on no other request).
+        wait_for(
+            lambda: (
+                w.request(
+                    ApiKey.FIND_COORDINATOR,
+                    4,
+                    FindCoordinatorRequest(key_type=1, coordinator_keys=[allowed]),
+                )
+                .coordinators[0]
+                .error_code
+                == ErrorCode.NONE
+            ),
+            "the transaction coordinator",
+        )
         # Write but no Describe: usable, but neither described nor listed.
         started = wait_for(
             lambda: (a := init_txn(w, hidden)).error_code not in (14, 15, 16) and a,

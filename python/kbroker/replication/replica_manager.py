@@ -266,11 +266,14 @@ class ReplicaManager:
     def cleanable_bound_of(self, tp: TopicPartition) -> int | None:
         """Where compaction of a partition's log stops: its last stable offset (the
         cleaner may only decide about transactions whose outcome is written and
-        replicated), bounded as `high_watermark_of` says for a log no partition serves."""
+        replicated: it takes every transactional record below the bound as committed
+        unless the log's aborted-transaction index says otherwise). A log no partition
+        serves has no producer state, so no known last stable offset: it is not
+        cleaned."""
         partition = self._partitions.get(tp)
         if partition is not None:
             return partition.last_stable_offset
-        return self.high_watermark_of(tp)
+        return 0
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
         """Every partition's high watermark, as checkpointed (on the event loop)."""
