@@ -3,8 +3,8 @@ and kbroker with the same settings: transactional batches sent at the byte level
 own client), WriteTxnMarkers sent as a transaction coordinator would, and what real
 clients then see: confluent-kafka consumers at read_committed and read_uncommitted,
 ListOffsets by isolation level, the fetch answer's last stable offset and aborted
-transactions, Kafka's own kafka-transactions tool (describe-producers, abort), and Kafka's
-errors for stale markers and bad input.
+transactions, Kafka's own kafka-transactions tool (describe-producers, find-hanging,
+abort), and Kafka's errors for stale markers and bad input.
 
 Both brokers run with transaction.partition.verification.enable=false: no transaction
 coordinator takes part here, so the batches' partitions are in no coordinator's
@@ -16,7 +16,6 @@ module.
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,7 +34,8 @@ from kbroker.protocol.messages.core import (
     ProduceRequest,
 )
 from kbroker.protocol.messages.inter_broker import WriteTxnMarkersRequest
-from tests.cluster.kafka_zk import kafka_zk_broker, require_kafka
+from tests.broker.transactions import kafka_transactions
+from tests.cluster.kafka_zk import kafka_zk_broker
 from tests.helpers import BrokerProcess, Wire, create_topic, knows_controller, topic_name, wait_for
 from tests.zookeeper import ZooKeeperServer
 
@@ -336,30 +336,6 @@ def test_bad_input_is_refused_and_writes_nothing(system: System, topic: str, wir
     assert latest(wire, topic, READ_UNCOMMITTED) == 0
 
 
-def kafka_transactions(bootstrap: str, *args: str) -> str:
-    """Kafka 3.9.1's kafka-transactions tool (TransactionsCommand) against ``bootstrap``."""
-    java, lib = require_kafka()
-    proc = subprocess.run(
-        [
-            java,
-            "-XX:TieredStopAtLevel=1",
-            "-XX:+UseSerialGC",
-            "-Dlog4j.configuration=file:/dev/null",
-            "-cp",
-            f"{lib}/*",
-            "org.apache.kafka.tools.TransactionsCommand",
-            "--bootstrap-server",
-            bootstrap,
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, f"kafka-transactions {args} failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
-
-
 def test_kafka_transactions_describes_producers_and_aborts_a_hanging_one(
     system: System, topic: str, wire: Wire
 ) -> None:
@@ -379,6 +355,17 @@ def test_kafka_transactions_describes_producers_and_aborts_a_hanging_one(
     assert rows[hanging.pid][1:4] == [str(hanging.epoch), "-1", "1"]
     assert rows[hanging.pid][5] == "2"
     assert latest(wire, topic, READ_COMMITTED) == 2
+    # No coordinator knows the hanging producer (ListTransactions by producer id finds no
+    # transactional id): find-hanging reports its open transaction, and only that one.
+    out = kafka_transactions(
+        system.bootstrap, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0"
+    )
+    # Topic Partition ProducerId ProducerEpoch CoordinatorEpoch StartOffset LastTimestamp
+    # Duration(min)
+    hung = [r.split() for r in out.splitlines()[1:] if r.strip()]
+    assert [r[:6] for r in hung] == [
+        [topic, "0", str(hanging.pid), str(hanging.epoch), "-1", "2"]
+    ], out
     # The operator's way out of a hanging transaction: the tool writes its ABORT marker
     # (WriteTxnMarkers to the leader, as a coordinator would).
     kafka_transactions(
@@ -390,3 +377,7 @@ def test_kafka_transactions_describes_producers_and_aborts_a_hanging_one(
         system.bootstrap, "describe-producers", "--topic", topic, "--partition", "0"
     )
     assert re.search(rf"^{hanging.pid}\s.*\sNone\s*$", out, re.M), out
+    out = kafka_transactions(
+        system.bootstrap, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0"
+    )
+    assert out.splitlines()[1:] == [], out

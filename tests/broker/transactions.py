@@ -1,9 +1,11 @@
 """Clients of transactional offset commits for tests, on either system: confluent-kafka's
 transactional producer and read_committed consumer, OffsetFetch with require_stable on the
-wire, and the consume-transform-produce loop of a stream processor."""
+wire, the consume-transform-produce loop of a stream processor, and Kafka's own
+kafka-transactions tool."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 from collections.abc import Mapping
@@ -15,6 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import FindCoordinatorRequest, OffsetFetchRequest
 from kbroker.tools.client import BrokerClient, ClientError
+from tests.cluster.kafka_zk import require_kafka
 from tests.helpers import wait_for
 
 E = ErrorCode
@@ -193,3 +196,38 @@ def produce_inputs(conf: Mapping[str, Any], topic: str, partitions: int, count: 
 
 def all_committed(bootstraps: list[str], group: str, topic: str, ends: Mapping[int, int]) -> bool:
     return settled(bootstraps, group, topic, list(ends)) == dict(ends)
+
+
+def run_kafka_transactions(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Kafka 3.9.1's kafka-transactions tool (TransactionsCommand) against ``bootstrap``."""
+    java, lib = require_kafka()
+    return subprocess.run(
+        [
+            java,
+            "-XX:TieredStopAtLevel=1",
+            "-XX:+UseSerialGC",
+            "-Dlog4j.configuration=file:/dev/null",
+            "-cp",
+            f"{lib}/*",
+            "org.apache.kafka.tools.TransactionsCommand",
+            "--bootstrap-server",
+            bootstrap,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def kafka_transactions(bootstrap: str, *args: str) -> str:
+    """What the kafka-transactions tool printed, once it succeeded."""
+    proc = run_kafka_transactions(bootstrap, *args)
+    assert proc.returncode == 0, f"kafka-transactions {args} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def tool_rows(out: str) -> list[list[str]]:
+    """The rows of a table the kafka-transactions tool printed (its header left out), each
+    split on whitespace."""
+    return [line.split() for line in out.splitlines()[1:] if line.strip()]

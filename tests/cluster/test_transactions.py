@@ -4,7 +4,8 @@ replicated three times with min.insync.replicas 2, so a transaction's coordinato
 partitions' leaders and the KIP-890 verification they ask for are on different brokers.
 
 A confluent-kafka transactional producer commits and aborts across partitions led by
-every broker (read_committed reads each transaction whole or not at all); a second
+every broker (read_committed reads each transaction whole or not at all), and so does
+Kafka's Java client, which also runs a consume-transform-produce loop; a second
 instance fences the first; a transaction open past its timeout is aborted and its producer
 fenced; and kill -9 of a transaction's coordinator mid-transaction leaves the producer
 able to commit through the new coordinator, which finds the transaction where the old one
@@ -16,6 +17,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -23,12 +25,15 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages.admin import DescribeProducersRequest
 from kbroker.protocol.messages.core import MetadataRequest
 from kbroker.protocol.messages.group import FindCoordinatorRequest
 from kbroker.protocol.messages.txn import DescribeTransactionsRequest
 from kbroker.tools.client import BrokerClient, ClientError
+from tests.cluster.kafka_zk import require_kafka
 from tests.cluster.nodes import SESSION_TIMEOUT_MS, SYSTEMS, Cluster, fresh_cluster
 from tests.helpers import wait_for
+from tests.java import run_java
 from tests.zookeeper import ZooKeeperServer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
@@ -203,6 +208,89 @@ def test_commits_and_aborts_across_partitions_led_by_every_broker(txn_cluster: C
     assert read(c, topic, committed=True) == committed
     assert read(c, topic, committed=False) == sorted(committed + aborted)
     wait_for(lambda: txn_state(c, txn) == "CompleteAbort", "the last abort to complete")
+
+
+def test_the_java_client_across_brokers(txn_cluster: Cluster) -> None:
+    """Kafka's Java client (tests/java/TxnClient.java) on the cluster: a committed, an
+    aborted and an open transaction at each isolation level, and consume-transform-produce
+    with sendOffsetsToTransaction (its group's coordinator, its transaction's and the
+    partitions' leaders on different brokers)."""
+    c = txn_cluster
+    _, lib = require_kafka()
+    topic = new_topic(c)
+    # TxnClient writes to partitions 0 and 1, round-robin.
+    seen = run_java("TxnClient", [lib], c.bootstrap, "commit-abort", topic)
+    a, b, o = ([f"{i % 2}:{x}{i}" for i in range(4)] for x in "abc")
+    in_order = partial(sorted, key=lambda item: int(item.partition(":")[0]))
+    assert seen["open.read_committed"] == ",".join(in_order(a))
+    assert seen["open.read_uncommitted"] == ",".join(in_order(a + b + o))
+    assert seen["after.read_committed"] == ",".join(in_order(a + o))
+    source, sink = new_topic(c), new_topic(c)
+    seen = run_java(
+        "TxnClient",
+        [lib],
+        c.bootstrap,
+        "consume-transform-produce",
+        source,
+        sink,
+        f"g-{uuid.uuid4().hex[:8]}",
+        timeout=120,
+    )
+    assert sorted(seen["output.read_committed"].split(",")) == sorted(
+        f"{i % 2}:V{i}" for i in range(20)
+    )
+    assert seen["committed.offsets"] == "0:10,1:10"
+    assert len(seen["output.read_uncommitted"].split(",")) == 20 + int(seen["aborted"])
+
+
+def test_every_replica_describes_the_producers_of_its_partition(txn_cluster: Cluster) -> None:
+    """DescribeProducers is answered by followers too (kafka-transactions' --broker-id, and
+    find-hanging for each partition a broker holds): each replica names the producers it
+    rebuilt from what it replicated, an open transaction's first offset among them."""
+    c = txn_cluster
+    topic = new_topic(c)
+    done, hanging = transactional(c, f"done-{topic}"), transactional(c, f"open-{topic}")
+    done.begin_transaction()
+    done.produce(topic, value=b"d0", partition=0)
+    done.commit_transaction(60)
+    hanging.begin_transaction()
+    hanging.produce(topic, value=b"o0", partition=0)
+    assert hanging.flush(60) == 0
+    md = AdminClient(c.client()).list_topics(topic, timeout=10).topics[topic].partitions[0]
+    request = DescribeProducersRequest(
+        topics=[DescribeProducersRequest.Topic(name=topic, partition_indexes=[0, 7])]
+    )
+
+    def producers(broker_id: int) -> Any:
+        """(the answer for partition 0 as a set of producers, partition 7's error)."""
+        with BrokerClient(c.nodes[broker_id].bootstrap, 10) as client:
+            answer = client.request(ApiKey.DESCRIBE_PRODUCERS, 0, request)
+        ((p0, p7),) = [t.partitions for t in answer.topics]
+        assert p0.error_code == ErrorCode.NONE, (broker_id, ErrorCode(p0.error_code))
+        rows = {
+            (
+                p.producer_id,
+                p.producer_epoch,
+                p.last_sequence,
+                p.last_timestamp,
+                p.coordinator_epoch,
+                p.current_txn_start_offset,
+            )
+            for p in p0.active_producers
+        }
+        return rows, ErrorCode(p7.error_code)
+
+    # The followers catch up with the marker and the open batch (the high watermark).
+    leader = wait_for(
+        lambda: len(rows := producers(md.leader)[0]) == 2 and rows, "the leader's producers"
+    )
+    assert sorted(r[5] for r in leader) == [-1, 2]  # d0 at 0, its marker at 1, o0 at 2
+    for replica in md.replicas:
+        assert wait_for(
+            lambda r=replica: producers(r)[0] == leader, f"broker {replica}'s producers"
+        )
+        assert producers(replica)[1] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    hanging.abort_transaction(60)
 
 
 def test_a_second_instance_fences_the_first(txn_cluster: Cluster) -> None:

@@ -1,19 +1,22 @@
-"""DescribeProducers (61): the producers each partition's leader knows, as Kafka answers
+"""DescribeProducers (61): the producers each replica of a partition knows, as Kafka answers
 kafka-transactions.sh describe-producers and find-hanging.
 
-For each producer of a partition this broker leads: its id and epoch, the last sequence
-it wrote, the time of its last write, the coordinator epoch of its last transaction
-marker, and the first offset of its open transaction here (-1: none). A partition is
-answered NOT_LEADER_OR_FOLLOWER when another broker leads it, UNKNOWN_TOPIC_OR_PARTITION
-when it does not exist; a topic with an illegal name INVALID_TOPIC_EXCEPTION. With an
-authorizer, each topic needs Read (TOPIC_AUTHORIZATION_FAILED), as in Kafka.
+For each producer of a partition this broker holds, as leader or follower (a follower's
+producer state is rebuilt from the batches and markers it replicates; Kafka answers from
+either, and the tool's ``--broker-id`` asks a given replica, which find-hanging does for
+every partition a broker holds): its id and epoch, the last sequence it wrote, the time
+of its last write, the coordinator epoch of its last transaction marker, and the first
+offset of its open transaction here (-1: none). A partition is answered
+NOT_LEADER_OR_FOLLOWER when it exists but this broker holds no replica of it,
+UNKNOWN_TOPIC_OR_PARTITION when it does not exist; a topic with an illegal name
+INVALID_TOPIC_EXCEPTION. With an authorizer, each topic needs Read
+(TOPIC_AUTHORIZATION_FAILED), as in Kafka.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kbroker.errors import PartitionError
 from kbroker.handlers.authorization import TOPIC, Op, refused
 from kbroker.log import TopicPartition
 from kbroker.log.log import TOPIC_NAME
@@ -36,15 +39,11 @@ def _error(index: int, code: ErrorCode, message: str | None = None) -> Any:
 
 
 def _partition(broker: Broker, tp: TopicPartition) -> Any:
-    try:
-        partition = broker.replica_manager.leader_partition(tp)
-    except PartitionError as exc:
-        code = exc.code
-        if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and (
-            broker.metadata_cache.partition_state(tp.topic, tp.partition) is not None
-        ):
-            code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # another broker holds it
-        return _error(tp.partition, code)
+    partition = broker.replica_manager.get_partition(tp)
+    if partition is None:
+        if broker.metadata_cache.partition_state(tp.topic, tp.partition) is not None:
+            return _error(tp.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER)  # other brokers'
+        return _error(tp.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     producers = [
         ProducerResponse(
             producer_id=pid,
