@@ -336,7 +336,6 @@ def drive_faults(cfg: RunConfig, c: FaultCluster, nemesis: Nemesis, rng: random.
 def workload_under_faults(
     cfg: RunConfig, c: FaultCluster, rec: Recorder, rng: random.Random
 ) -> list[str]:
-    problems: list[str] = []
     consumers = [
         ConsumerWorker(i, c.bootstrap, TOPIC, rec, GROUP, cfg.partitions)
         for i in range(cfg.group_members)
@@ -352,22 +351,45 @@ def workload_under_faults(
         w.start()
     time.sleep(5)  # the clients settle in
     drive_faults(cfg, c, Nemesis(c, rng, rec, TOPIC, cfg.partitions), rng)
+    return wind_down(cfg, c, rec, producers, consumers, join_s=60, catch_up_s=60)
+
+
+def wind_down(
+    cfg: RunConfig,
+    c: FaultCluster,
+    rec: Recorder,
+    producers: list[ProducerWorker] | list[TxnProducerWorker],
+    consumers: list[ConsumerWorker],
+    join_s: float,
+    catch_up_s: float,
+    isolations: tuple[str | None, ...] = (None,),
+) -> list[str]:
+    """After the faults: the cluster healthy again, a few seconds of writes on it, the
+    producers stopped (``join_s`` each), the consumers caught up with the end offsets
+    (``catch_up_s``) and their lag recorded, then a final read at each of
+    ``isolations`` (None: the client's default). The problems met on the way."""
+    problems: list[str] = []
     try:
         wait(lambda: healthy(c, cfg), "the cluster to heal", 120, 1)
     except TimeoutError as exc:
         problems.append(str(exc))
     time.sleep(5)  # writes on the healed cluster
-    for w in producers:
-        w.stopping.set()
-    for w in producers:
-        w.join(60)
-        if w.is_alive() or w.error is not None:
-            problems.append(f"{w.name} did not end cleanly: {w.error}")
+    for producer in producers:
+        producer.stopping.set()
+    for producer in producers:
+        producer.join(join_s)
+        if producer.is_alive() or producer.error is not None:
+            problems.append(f"{producer.name} did not end cleanly: {producer.error}")
     ends = end_offsets(c.bootstrap, TOPIC, cfg.partitions)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + catch_up_s
     for w in consumers:
         w.catch_up = (ends, deadline)
-    wait(lambda: all(w.behind is not None for w in consumers), "consumers to catch up", 90, 0.5)
+    wait(
+        lambda: all(w.behind is not None for w in consumers),
+        "consumers to catch up",
+        catch_up_s + 30,
+        0.5,
+    )
     behind = group_behind(c.bootstrap, GROUP, TOPIC, ends)
     rec.record("lag", process="group", behind={str(p): n for p, n in behind.items()})
     for w in consumers:
@@ -376,9 +398,11 @@ def workload_under_faults(
         w.join(30)
         if w.error is not None:
             problems.append(f"{w.name} failed: {w.error}")
-    missing = final_read(c.bootstrap, TOPIC, ends, rec)
-    if missing:
-        problems.append(f"the final read could not read {missing} (partition: records)")
+    for isolation in isolations:
+        missing = final_read(c.bootstrap, TOPIC, ends, rec, isolation=isolation)
+        if missing:
+            what = f"final {isolation} read" if isolation else "final read"
+            problems.append(f"the {what} could not read {missing} (partition: records)")
     rec.flush()
     return problems
 
@@ -390,7 +414,6 @@ def txn_workload_under_faults(
     group's members and an assigned reader), the nemesis aiming at the workload's
     transaction coordinators half of the time, then a final read at read_uncommitted and
     one at read_committed."""
-    problems: list[str] = []
     consumers = [
         ConsumerWorker(i, c.bootstrap, TOPIC, rec, GROUP, cfg.partitions, COMMITTED)
         for i in range(cfg.group_members)
@@ -411,37 +434,16 @@ def txn_workload_under_faults(
     state_partitions = int(cfg.settings.get("transaction.state.log.num.partitions", "50"))
     coordinators = coordinator_partitions(cfg.producers, state_partitions)
     drive_faults(cfg, c, Nemesis(c, rng, rec, TOPIC, cfg.partitions, coordinators), rng)
-    try:
-        wait(lambda: healthy(c, cfg), "the cluster to heal", 120, 1)
-    except TimeoutError as exc:
-        problems.append(str(exc))
-    time.sleep(5)  # transactions on the healed cluster
-    for w in producers:
-        w.stopping.set()
-    for w in producers:
-        w.join(150)  # an end call may take its timeout a few times over
-        if w.is_alive() or w.error is not None:
-            problems.append(f"{w.name} did not end cleanly: {w.error}")
-    ends = end_offsets(c.bootstrap, TOPIC, cfg.partitions)
-    # A transaction a dropped producer left open holds read_committed readers below the
-    # ends until the coordinator aborts it (its timeout, then the abort's markers).
-    deadline = time.monotonic() + 90
-    for w in consumers:
-        w.catch_up = (ends, deadline)
-    wait(lambda: all(w.behind is not None for w in consumers), "consumers to catch up", 120, 0.5)
-    behind = group_behind(c.bootstrap, GROUP, TOPIC, ends)
-    rec.record("lag", process="group", behind={str(p): n for p, n in behind.items()})
-    for w in consumers:
-        w.stopping.set()
-    for w in consumers:
-        w.join(30)
-        if w.error is not None:
-            problems.append(f"{w.name} failed: {w.error}")
-    for isolation in (UNCOMMITTED, COMMITTED):
-        missing = final_read(c.bootstrap, TOPIC, ends, rec, isolation=isolation)
-        if missing:
-            problems.append(
-                f"the final {isolation} read could not read {missing} (partition: records)"
-            )
-    rec.flush()
-    return problems
+    # An end call may take its timeout a few times over; a transaction a dropped producer
+    # left open holds read_committed readers below the ends until the coordinator aborts
+    # it (its timeout, then the abort's markers).
+    return wind_down(
+        cfg,
+        c,
+        rec,
+        producers,
+        consumers,
+        join_s=150,
+        catch_up_s=90,
+        isolations=(UNCOMMITTED, COMMITTED),
+    )

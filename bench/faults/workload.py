@@ -253,8 +253,21 @@ class ConsumerWorker(threading.Thread):
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int, timeout: float = 60) -> dict[int, int]:
-    """Every partition's high watermark, asked until each leader answers (``timeout``)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kbf-ends", **_QUIET})
+    """Every partition's high watermark, asked until each leader answers (``timeout``).
+
+    Asked at read_uncommitted: librdkafka's watermark query takes the client's isolation
+    level, and at its default (read_committed) the answer is the last stable offset,
+    which stays below the markers of a transaction whose commit was acknowledged a
+    moment ago (they are written after the answer): a final read to it would stop
+    short of records already acknowledged and read."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "kbf-ends",
+            "isolation.level": "read_uncommitted",
+            **_QUIET,
+        }
+    )
     try:
         ends: dict[int, int] = {}
         deadline = time.monotonic() + timeout
