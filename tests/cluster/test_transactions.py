@@ -6,9 +6,11 @@ partitions' leaders and the KIP-890 verification they ask for are on different b
 A confluent-kafka transactional producer commits and aborts across partitions led by
 every broker (read_committed reads each transaction whole or not at all); a second
 instance fences the first; a transaction open past its timeout is aborted and its producer
-fenced; and kill -9 of a transaction's coordinator mid-transaction leaves the producer
-able to commit through the new coordinator, which finds the transaction where the old one
-left it. One cluster of each system serves the module.
+fenced; kill -9 of the leader of one of a transaction's partitions mid-transaction leaves
+the new leader knowing the open transaction, which commits whole; and kill -9 of a
+transaction's coordinator mid-transaction leaves the producer able to commit through the
+new coordinator, which finds the transaction where the old one left it. One cluster of each
+system serves the module.
 """
 
 from __future__ import annotations
