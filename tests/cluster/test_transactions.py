@@ -7,9 +7,11 @@ A confluent-kafka transactional producer commits and aborts across partitions le
 every broker (read_committed reads each transaction whole or not at all), and so does
 Kafka's Java client, which also runs a consume-transform-produce loop; a second
 instance fences the first; a transaction open past its timeout is aborted and its producer
-fenced; and kill -9 of a transaction's coordinator mid-transaction leaves the producer
-able to commit through the new coordinator, which finds the transaction where the old one
-left it. One cluster of each system serves the module.
+fenced; kill -9 of the leader of one of a transaction's partitions mid-transaction leaves
+the new leader knowing the open transaction, which commits whole; and kill -9 of a
+transaction's coordinator mid-transaction leaves the producer able to commit through the
+new coordinator, which finds the transaction where the old one left it. One cluster of each
+system serves the module.
 """
 
 from __future__ import annotations
@@ -324,6 +326,56 @@ def test_a_timed_out_transaction_is_aborted_and_its_producer_fenced(txn_cluster:
     assert failed.value.args[0].code() in (KafkaError._FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
     assert read(c, topic, committed=True) == []
     assert read(c, topic, committed=False) == ["late0", "late1", "late2"]
+
+
+def test_a_partition_leader_killed_mid_transaction(txn_cluster: Cluster) -> None:
+    """kill -9 of the leader of one of a transaction's partitions (not its coordinator)
+    after its values were written: the new leader (a follower that copied them) knows the
+    open transaction, takes the commit's marker, and the transaction is read whole; the
+    next transaction's abort reaches it too. The victim comes back and catches up."""
+    c = txn_cluster
+    topic = new_topic(c)
+    txn = f"leader-{topic}"
+    p = transactional(c, txn)
+    coordinator = coordinator_of(c, txn)
+    admin = AdminClient(c.client())
+    leaders = {
+        part.id: part.leader
+        for part in admin.list_topics(topic, timeout=5).topics[topic].partitions.values()
+    }
+    victim_partition, victim = next((q, b) for q, b in sorted(leaders.items()) if b != coordinator)
+    p.begin_transaction()
+    send(p, topic, ["first0", "first1", "first2"])
+    p.commit_transaction(60)
+    p.begin_transaction()
+    send(p, topic, ["open0", "open1", "open2"])  # acks=all: the followers have them
+    c.nodes[victim].kill()
+    try:
+        # The commit's marker waits for a new leader of the victim's partition.
+        p.commit_transaction(SESSION_TIMEOUT_MS / 1000 + 60)
+        p.begin_transaction()
+        send(p, topic, ["late0", "late1", "late2"])
+        p.abort_transaction(60)
+
+        def led_elsewhere() -> bool:
+            md = admin.list_topics(topic, timeout=5).topics[topic].partitions[victim_partition]
+            return md.leader not in (-1, victim)
+
+        assert led_elsewhere()
+        expected = ["first0", "first1", "first2", "open0", "open1", "open2"]
+        assert read(c, topic, committed=True) == expected
+        assert read(c, topic, committed=False) == sorted([*expected, "late0", "late1", "late2"])
+    finally:
+        c.nodes[victim].launch()
+        c.nodes[victim].wait_started()
+
+    def whole() -> bool:
+        md = admin.list_topics(topic, timeout=5).topics[topic]
+        return all(len(part.isrs) == 3 for part in md.partitions.values())
+
+    wait_for(whole, "the victim back in every ISR", timeout=90)
+    # Its copy agrees: led by it again, the partition reads the same.
+    assert read(c, topic, committed=True) == expected
 
 
 def test_the_coordinator_killed_mid_transaction(txn_cluster: Cluster) -> None:
