@@ -4,6 +4,9 @@
                     [--reps N] [--only PREFIX,...] [--pin split|none] [--flush-messages M]
     python -m bench --security plaintext,ssl,sasl_ssl [--quick] [--reps N] ...
                                                  (the cost of TLS and SASL; Kafka 3.9.1)
+    python -m bench --transactions [--quick] [--reps N] [--transaction-producers P] ...
+                                                 (transactional produce, one node and RF 3;
+                                                  Kafka 3.9.1)
     python -m bench --report-only --out DIR      (re-render report.md and plots)
 
 Measures the disk first, then runs every workload of bench/workloads.py on
@@ -20,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import report, systems
+from . import cluster, report, systems
 from .harness import Options, run, sizes_for
 from .security import PROTOCOLS
 from .workloads import Sizes
@@ -100,6 +103,19 @@ def main(argv: list[str] | None = None) -> int:
         "workloads [results in bench/results/security]",
     )
     ap.add_argument(
+        "--transactions",
+        action="store_true",
+        help="transactions of 1, 100 and 10,000 records on a single node and on three brokers "
+        "(replication factor 3), instead of the other workloads [results in "
+        "bench/results/transactions]",
+    )
+    ap.add_argument(
+        "--transaction-producers",
+        type=int,
+        default=8,
+        help="transactional producer processes of each txn.* row [8]",
+    )
+    ap.add_argument(
         "--kafka-version",
         help=f"Apache Kafka version [{systems.KAFKA_VERSION}; "
         f"{SECURITY_KAFKA_VERSION} with --security]",
@@ -118,21 +134,35 @@ def main(argv: list[str] | None = None) -> int:
                 f"--security: {', '.join(unknown) or 'nothing given'}: choose from "
                 + ",".join(p.lower() for p in PROTOCOLS)
             )
-    kafka_version = args.kafka_version or (
-        SECURITY_KAFKA_VERSION if security else systems.KAFKA_VERSION
+    if security and args.transactions:
+        ap.error("--security and --transactions are separate runs: give one")
+    if args.transaction_producers <= 0:
+        ap.error("--transaction-producers: give a positive number")
+    # The three-broker transactional rows run Kafka in ZooKeeper mode: 3.9.1, the version
+    # kbroker's transactions are checked against; its single node is the same version.
+    kafka_version = (
+        cluster.KAFKA_ZK_VERSION
+        if args.transactions
+        else args.kafka_version or (SECURITY_KAFKA_VERSION if security else systems.KAFKA_VERSION)
     )
+    if args.transactions and args.kafka_version not in (None, kafka_version):
+        ap.error(f"--transactions compares with Kafka {kafka_version} only")
     results = Path(__file__).resolve().parent / "results"
     out = args.out or (
         Path(tempfile.gettempdir()) / "kbroker-bench-quick"
         if args.quick
         else results / "security"
         if security
+        else results / "transactions"
+        if args.transactions
         else results
     )
     if args.report_only:
         print(report.render(report.load(out / "results.jsonl"), out, plots=not args.no_plots))
         return 0
     names = [s.strip() for s in args.systems.split(",") if s.strip()]
+    if args.transactions and not cluster.ZOOKEEPER_JAR.exists():
+        ap.error("--transactions: the three-broker rows need ZooKeeper (deploy/setup.sh cluster)")
     if "kafka" in names and not systems.kafka_available(kafka_version):
         if args.quick:
             print(
@@ -179,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
             security=security,
             security_producers=args.security_producers,
             kafka_version=kafka_version,
+            transactions=args.transactions,
+            transaction_producers=args.transaction_producers,
         )
         try:
             rows = run(opts)

@@ -122,13 +122,16 @@ def start_broker(
     settings: dict[str, str] | None = None,
     cpus: set[int] | None = None,
     log_path: Path | None = None,
+    port: int | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Starts broker ``broker_id`` of ``system`` on ZooKeeper ``zk`` (with its chroot), data in
     ``root/SYSTEM-ID/data``; ``settings`` are added to (or override) the defaults below. Its
-    output goes to ``log_path`` [``root/SYSTEM-ID/broker.log``]; ``cpus`` pins it."""
-    port = free_port()
+    output goes to ``log_path`` [``root/SYSTEM-ID/broker.log``]; ``cpus`` pins it. ``port``:
+    the one it listens on [a free one]; given with the ``root`` of a broker that ran, it
+    starts that broker again on its data."""
+    port = free_port() if port is None else port
     home = root / f"{system}-{broker_id}"
-    home.mkdir(parents=True)
+    home.mkdir(parents=True, exist_ok=True)
     if system == "kbroker":
         defaults = {
             "zookeeper.session.timeout.ms": str(session_timeout_ms),

@@ -11,6 +11,11 @@ security instead: certificates made for the run (bench/security.py), and for
 each repetition one session per system, the first system alternating, on a
 broker with a listener of every protocol, running ``sec.*`` for each protocol
 asked (bench/workloads.py).
+
+With ``transactions`` the run is transactional produce instead
+(bench/transactions.py): for each repetition, a single-node session per
+system, then a session per system on three brokers (replication factor 3),
+each running transactions of 1, 100 and 10,000 records.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import disk, loadgen, systems
+from . import disk, loadgen, systems, transactions
 from .profile import perf_record
 from .security import Security
 from .workloads import (
@@ -39,6 +44,7 @@ from .workloads import (
     flush_session,
     rate_session,
     security_session,
+    transactions_session,
 )
 
 MB = 1_000_000  # throughput in MB/s is decimal, as Kafka's tools print it
@@ -62,6 +68,8 @@ class Options:
     security: list[str] | None = None
     security_producers: int = 2  # producer processes of the sec.* produce rows
     kafka_version: str = systems.KAFKA_VERSION
+    transactions: bool = False  # the txn.* rows instead of the other workloads
+    transaction_producers: int = 8  # transactional producer processes of each txn.* row
 
 
 def loadavg() -> list[float]:
@@ -122,9 +130,18 @@ class Runner:
         return self.opts.only is None or any(w.name.startswith(p) for p in self.opts.only)
 
     @contextmanager
-    def broker(self, system: str, settings: dict[str, str]) -> Iterator[systems.Broker]:
+    def broker(
+        self, system: str, settings: dict[str, str], replicas: int = 1
+    ) -> Iterator[systems.Broker]:
+        """One broker, or with ``replicas`` 3 three brokers on a ZooKeeper of their own."""
         log = self.opts.out / "logs" / f"{system}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
+        if replicas > 1:
+            with transactions.three_brokers(
+                system, self.opts.data_root, self.broker_cpus, log.parent
+            ) as cluster:
+                yield cluster
+            return
         extra: dict[str, Any] = {"security": self.security}
         if system == "kafka":
             extra["version"] = self.opts.kafka_version
@@ -147,13 +164,26 @@ class Runner:
         settings: dict[str, str],
         policy: str,
         rate: float = 0,
+        replicas: int = 1,
     ) -> None:
         todo = [w for w in workloads if self.wanted(w)]
         if not todo:
             return
         topics: dict[str, str] = {}
-        with self.broker(system, settings) as b:
-            self.warm_up(b)
+        with self.broker(system, settings, replicas) as b:
+            if all(w.kind == "transactions" for w in todo):
+                # Each size for a third of a row's time: the JIT (three JVMs on one core in
+                # the RF 3 session), the transaction state topic and its coordinators.
+                sizes = self.opts.sizes
+                transactions.warm_up(
+                    b,
+                    replicas,
+                    sizes.warmup_records // 20,
+                    todo[0].producers,
+                    sizes.transaction_seconds / 3,
+                )
+            else:
+                self.warm_up(b)
             tls = self.negotiated(b)
             for w in todo:
                 with self.profiled(b, f"{system}-rep{rep}-{w.name}"):
@@ -172,6 +202,13 @@ class Runner:
                         else ""
                     )
                     + (f"  e2e p99 {row['e2e_p99_ms']} ms" if "e2e_p99_ms" in row else "")
+                    + (
+                        f"  {row['transactions_s']:,.0f} txn/s  commit p50 "
+                        f"{row['commit_p50_ms']} ms p99 {row['commit_p99_ms']} ms  visible "
+                        f"{row['visible_records']:,}  CPU {row['broker_cpu_s_per_gb']} s/GB"
+                        if "commit_p50_ms" in row
+                        else ""
+                    )
                 )
 
     def client(self, protocol: str) -> dict[str, str]:
@@ -210,7 +247,15 @@ class Runner:
         if w.kind == "consume":
             topic = topics[w.source]
         else:
-            loadgen.create_topic(address, topic, w.partitions, client=client)
+            loadgen.create_topic(
+                address,
+                topic,
+                w.partitions,
+                w.replicas,
+                transactions.topic_config(w.replicas),
+                60,
+                client=client,
+            )
             topics[w.name] = topic
         probe_topic = f"probe-{uuid.uuid4().hex[:6]}"
         if w.probe:
@@ -261,6 +306,33 @@ class Runner:
                     consumed_records_s=round(c.records / c.elapsed),
                     consumed_mb_s=round(c.records * w.record_bytes / c.elapsed / MB, 1),
                 )
+            elif w.kind == "transactions":
+                t = loadgen.produce_transactions(
+                    address,
+                    topic,
+                    w.partitions,
+                    w.records,
+                    w.transaction_records,
+                    w.record_bytes,
+                    w.producers,
+                    w.seconds,
+                    # The brokers' CPU from the moment the producers start: not their
+                    # InitProducerId calls and connections.
+                    on_start=lambda: before.update(b.usage()),
+                    client=client,
+                )
+                records, elapsed, client_cpu = t.records, t.elapsed, t.client_cpu_s
+                row.update(
+                    errors=t.errors,
+                    records_per_transaction=w.transaction_records,
+                    replicas=w.replicas,
+                    transactions=t.transactions,
+                    transactions_s=round(t.transactions / t.elapsed, 1),
+                    failed_transactions=t.failed_transactions,
+                    # Until every follower holds every record and marker (0 on one node).
+                    caught_up_s=transactions.settle(b, topic, w.partitions),
+                )
+                latencies["commit_ms"] = t.commit_ms
             elif w.kind == "e2e":
                 t0 = time.perf_counter()
                 time.sleep(w.seconds)
@@ -270,6 +342,17 @@ class Runner:
             after = b.usage()
             if probe is not None:
                 latencies = probe.stop()
+        if w.kind == "transactions":
+            row["visible_records"] = transactions.committed_visible(address, topic, records)
+            if isinstance(b, transactions.ThreeBrokers):
+                row["broker_peak_rss_mb_each"] = b.peak_rss_each()
+            row["broker_cpu_ms_per_transaction"] = (
+                round(
+                    (after.get("cpu_s", 0) - before.get("cpu_s", 0)) / row["transactions"] * 1e3, 3
+                )
+                if row["transactions"]
+                else None
+            )
         broker_cpu = after.get("cpu_s", 0) - before.get("cpu_s", 0)
         mb_s = records * w.record_bytes / elapsed / MB if records else 0.0
         n_client = len(self.client_cpus or os.sched_getaffinity(0))
@@ -305,6 +388,7 @@ class Runner:
             },
             **latency_summary("publish", latencies.get("publish_ms", [])),
             **latency_summary("e2e", latencies.get("e2e_ms", [])),
+            **latency_summary("commit", latencies.get("commit_ms", [])),
             "loadavg": loadavg(),
         }
         return row
@@ -329,7 +413,14 @@ def run(opts: Options) -> list[dict[str, Any]]:
     s = opts.sizes
     progress = Progress(0)
     runner = Runner(opts, emit, progress)
-    if opts.security is not None:
+    if opts.transactions:
+        per_rep = [
+            w
+            for replicas in (1, 3)
+            for w in transactions_session(s, replicas, opts.transaction_producers)
+            if runner.wanted(w)
+        ]
+    elif opts.security is not None:
         per_rep = [
             w
             for w in security_session(s, opts.security, 1, opts.security_producers)
@@ -356,6 +447,7 @@ def run(opts: Options) -> list[dict[str, Any]]:
             "python": sys.version.split()[0],
             "time": time.strftime("%Y-%m-%d %H:%M:%S"),
             "security": opts.security,
+            "transactions": opts.transactions,
         }
     )
     progress.say(f"disk: {json.dumps(runner.disk)}")
@@ -366,6 +458,14 @@ def run(opts: Options) -> list[dict[str, Any]]:
             for system in order:
                 sec_rows = security_session(s, opts.security, rep, opts.security_producers)
                 runner.session(system, rep, sec_rows, {}, "page cache")
+        return rows
+    if opts.transactions:
+        for rep in range(1, s.reps + 1):
+            order = opts.systems if rep % 2 else list(reversed(opts.systems))
+            for replicas in (1, 3):
+                for system in order:
+                    txn_rows = transactions_session(s, replicas, opts.transaction_producers)
+                    runner.session(system, rep, txn_rows, {}, "page cache", replicas=replicas)
         return rows
     flush = {"log.flush.interval.messages": str(opts.flush_messages)}
     for rep in range(1, s.reps + 1):

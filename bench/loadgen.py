@@ -8,6 +8,9 @@
   pipe that the harness counts; `-e` ends it at the end of every partition.
   Python's per-message objects cap a confluent-kafka consumer at ~0.4 GB/s
   of 1 KiB records on one core, below what either broker serves.
+* Transactional producers (`produce_transactions`): confluent-kafka again,
+  one process and transactional id each, committing transactions of n
+  records one after another and timing each ``commit_transaction()``.
 * Latency probe: one process with a linger-0 producer and a consumer on a
   topic of its own, sending timestamped records at a fixed rate while the
   load runs (linger 1 ms): publish latency (send to acknowledgement) and end-to-end
@@ -26,11 +29,13 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import queue
 import struct
 import subprocess
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,6 +224,189 @@ def produce(
     )
 
 
+# -- transactional producers ---------------------------------------------------
+
+
+def _transactional_proc(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    count: int,
+    per_transaction: int,
+    size: int,
+    max_seconds: float,
+    transactional_id: str,
+    client: dict[str, str],
+    ready: Any,
+    go: Any,
+    out: Any,
+) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    os.nice(5)
+    errors = 0
+
+    def on_error(err: Any, msg: Any) -> None:
+        nonlocal errors
+        errors += 1
+
+    conf = {k: v for k, v in PRODUCER_CONF.items() if k != "enable.idempotence"}
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            **conf,
+            **client,
+            "acks": "all",  # a transactional producer is idempotent: acks=all
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": 60_000,
+            "on_delivery": on_error,
+        }
+    )
+    p.list_topics(topic, timeout=30)
+    p.init_transactions(60)
+    payload = os.urandom(size)
+    produce, poll = p.produce, p.poll
+    commit_ms: list[float] = []
+    failed = 0
+    ready.release()
+    go.wait()
+    cpu0 = _cpu_seconds()
+    start = time.perf_counter()
+    deadline = start + max_seconds if max_seconds > 0 else float("inf")
+    committed = 0
+    # Record i of the producer goes to partition i % partitions: a transaction of n records
+    # spans min(n, partitions) partitions, and consecutive one-record transactions rotate.
+    i = 0
+    while committed < count and time.perf_counter() < deadline:
+        p.begin_transaction()
+        for _ in range(per_transaction):
+            while True:
+                try:
+                    produce(topic, payload, partition=i % partitions)
+                    break
+                except BufferError:  # the client's queue is full: let it drain
+                    poll(0.002)
+            i += 1
+        poll(0)
+        t0 = time.perf_counter()
+        try:
+            p.commit_transaction(120)
+        except KafkaException as exc:
+            failed += 1
+            if exc.args[0].txn_requires_abort():
+                p.abort_transaction(120)
+                continue
+            raise
+        commit_ms.append((time.perf_counter() - t0) * 1000)
+        committed += per_transaction
+    end = time.perf_counter()
+    cpu = _cpu_seconds() - cpu0
+    out.put(
+        {
+            "start": start,
+            "end": end,
+            "records": committed,
+            "transactions": len(commit_ms),
+            "failed_transactions": failed,
+            "errors": errors,
+            "commit_ms": commit_ms,
+            "cpu_s": cpu,
+        }
+    )
+
+
+@dataclass
+class TransactionsResult:
+    records: int  # committed
+    transactions: int  # committed
+    failed_transactions: int  # aborted after an error the client could abort on
+    elapsed: float
+    errors: int  # failed deliveries
+    client_cpu_s: float
+    commit_ms: list[float]  # each commit_transaction() call, every producer
+
+
+def produce_transactions(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    records: int,
+    per_transaction: int,
+    size: int,
+    producers: int,
+    max_seconds: float = 0,
+    on_start: Callable[[], None] | None = None,
+    client: dict[str, str] | None = None,
+) -> TransactionsResult:
+    """Transactions of ``per_transaction`` records of ``size`` bytes from ``producers``
+    processes (confluent-kafka, a transactional id each, acks=all), up to ``records`` in all;
+    a producer begins no transaction after ``max_seconds`` (0: no limit), so a slow system
+    commits fewer. Each times its ``commit_transaction()`` calls. ``on_start`` as in
+    `produce`."""
+    per = max(1, records // producers // per_transaction) * per_transaction
+    ready = CTX.Semaphore(0)
+    go = CTX.Event()
+    out: Any = CTX.Queue()
+    run = uuid.uuid4().hex[:8]
+    procs = [
+        CTX.Process(
+            target=_transactional_proc,
+            daemon=True,
+            args=(
+                bootstrap,
+                topic,
+                partitions,
+                per,
+                per_transaction,
+                size,
+                max_seconds,
+                f"bench-{run}-{n}",
+                client or {},
+                ready,
+                go,
+                out,
+            ),
+        )
+        for n in range(producers)
+    ]
+    try:
+        for proc in procs:
+            proc.start()
+        for _ in procs:
+            _await_ready(ready, procs, "a transactional producer", timeout=120)
+        if on_start is not None:
+            on_start()
+        go.set()
+        results = [_get_result(out, procs, max_seconds + 300) for _ in procs]
+    finally:
+        _reap(procs)
+    return TransactionsResult(
+        records=sum(r["records"] for r in results),
+        transactions=sum(r["transactions"] for r in results),
+        failed_transactions=sum(r["failed_transactions"] for r in results),
+        elapsed=max(r["end"] for r in results) - min(r["start"] for r in results),
+        errors=sum(r["errors"] for r in results),
+        client_cpu_s=sum(r["cpu_s"] for r in results),
+        commit_ms=[ms for r in results for ms in r["commit_ms"]],
+    )
+
+
+def _get_result(out: Any, procs: list[Any], timeout: float) -> dict[str, Any]:
+    """The next result a process puts on ``out``; an error as soon as one has failed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result: dict[str, Any] = out.get(timeout=0.5)
+            return result
+        except queue.Empty:
+            if any(p.exitcode not in (None, 0) for p in procs):
+                raise RuntimeError(
+                    f"a load process failed (exit codes {[p.exitcode for p in procs]})"
+                ) from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no result within {timeout:.0f} s") from None
+
+
 def _await_ready(ready: Any, procs: list[Any], what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not ready.acquire(timeout=0.2):
@@ -230,6 +418,8 @@ def _await_ready(ready: Any, procs: list[Any], what: str, timeout: float = 60) -
 
 def _reap(procs: list[Any]) -> None:
     for proc in procs:
+        if proc.pid is None:  # never started (an earlier one failed to)
+            continue
         proc.join(10)
         if proc.is_alive():
             proc.kill()

@@ -10,7 +10,7 @@ from typing import Any
 
 from .harness import QUANTILES
 
-THROUGHPUT_KINDS = ("produce", "rate", "prodcons", "consume")
+THROUGHPUT_KINDS = ("produce", "rate", "prodcons", "consume", "transactions")
 TARGET_RATIO = 1.2
 # Over TLS (and SASL_SSL), kbroker's produce throughput against Kafka's.
 SECURE_TARGET_RATIO = 1.5
@@ -109,7 +109,7 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
         "|---|---|" + "---:|" * (3 * len(systems)),
     ]
     for name, per in by.items():
-        for prefix in ("publish", "e2e"):
+        for prefix in ("publish", "e2e", "commit"):
             if not any(f"{prefix}_p50_ms" in r for rs in per.values() for r in rs):
                 continue
             cells = []
@@ -158,6 +158,7 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
         "",
     ]
     lines += _security(by, systems)
+    lines += _transactions(by, systems)
     if a == "kbroker" and b == "kafka":
         lines += _targets(by, disk)
     if plots:
@@ -216,8 +217,9 @@ def _targets(by: dict[str, dict[str, list[dict[str, Any]]]], disk: dict[str, Any
                 verdict[0],
                 verdict[1],
             )
-    if all(name.startswith("sec.") for name in by):
-        return [*out, ""]  # a security run: the other targets are for the other workloads
+    if all(name.startswith(("sec.", "txn.")) for name in by):
+        # A security or transactions run: the other targets are for the other workloads.
+        return [*out, ""]
     rate = by.get("omb.rate50", {})
     pk, pf = (
         _med(rate.get("kbroker", []), "publish_p99_ms"),
@@ -344,6 +346,72 @@ def _security(by: dict[str, dict[str, list[dict[str, Any]]]], systems: list[str]
     return [*out, ""]
 
 
+def _visible(rows: list[dict[str, Any]]) -> str:
+    """``all`` when a read_committed consumer saw exactly the committed records in every
+    repetition; otherwise what it saw against what was committed, per repetition."""
+    if all(r.get("visible_records") == r["records"] for r in rows):
+        return "all"
+    return ", ".join(f"{r.get('visible_records')} of {r['records']}" for r in rows)
+
+
+def _transactions(by: dict[str, dict[str, list[dict[str, Any]]]], systems: list[str]) -> list[str]:
+    """Transactional produce: per setup (one node, RF 3) and transaction size, each system's
+    throughput, broker CPU and commit latency, then kbroker against Kafka."""
+    names = [n for n in by if n.startswith("txn.")]
+    if not names:
+        return []
+    out = [
+        "## Transactions",
+        "",
+        "Each row: transactional producers (confluent-kafka, one process and transactional id "
+        "each, acks=all) commit transactions of the given number of 1 KiB records one after "
+        "another, spread over 6 partitions. CPU s/GB and ms/txn: broker CPU seconds (three "
+        "brokers summed on RF 3, until every follower holds every record and marker) per GB "
+        "of record values and per transaction; commit = one `commit_transaction()` call; "
+        "visible = a read_committed consumer read exactly the committed records afterwards.",
+        "",
+        "| setup | records/txn | system | records/s | txn/s | MB/s | broker CPU s/GB | "
+        "broker CPU ms/txn | commit p50 ms | commit p99 ms | producers' CPU util | visible |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name in names:
+        setup = name.split(".")[1]
+        for system in systems:
+            rs = by[name].get(system, [])
+            if not rs:
+                continue
+            out.append(
+                f"| {setup} | {rs[0]['records_per_transaction']:,} | {system} | "
+                f"{_fmt(_med(rs, 'records_s'))} | {_fmt(_med(rs, 'transactions_s'))} | "
+                f"{_fmt(_med(rs, 'mb_s'))} | {_fmt(_med(rs, 'broker_cpu_s_per_gb'), 2)} | "
+                f"{_fmt(_med(rs, 'broker_cpu_ms_per_transaction'), 2)} | "
+                f"{_fmt(_med(rs, 'commit_p50_ms'), 2)} | {_fmt(_med(rs, 'commit_p99_ms'), 2)} | "
+                f"{_fmt(_med(rs, 'client_cpu_util'), 2)} | {_visible(rs)} |"
+            )
+    if "kbroker" in systems and "kafka" in systems:
+        out += [
+            "",
+            "| setup | records/txn | kbroker/Kafka records/s | Kafka/kbroker broker CPU s/GB | "
+            "Kafka/kbroker commit p50 |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name in names:
+            k, f = by[name].get("kbroker", []), by[name].get("kafka", [])
+            if not k or not f:
+                continue
+            ratios = [
+                _ratio(_med(k, "records_s"), _med(f, "records_s")),
+                _ratio(_med(f, "broker_cpu_s_per_gb"), _med(k, "broker_cpu_s_per_gb")),
+                _ratio(_med(f, "commit_p50_ms"), _med(k, "commit_p50_ms")),
+            ]
+            out.append(
+                f"| {name.split('.')[1]} | {k[0]['records_per_transaction']:,} | "
+                + " | ".join(_fmt(x, 2) for x in ratios)
+                + " |"
+            )
+    return [*out, ""]
+
+
 def _plots(
     by: dict[str, dict[str, list[dict[str, Any]]]], systems: list[str], out: Path
 ) -> list[Path]:
@@ -382,7 +450,7 @@ def _plots(
     panels = [
         (n, p)
         for n, per in by.items()
-        for p in ("publish", "e2e")
+        for p in ("publish", "e2e", "commit")
         if any(f"{p}_quantiles_ms" in r for rs in per.values() for r in rs)
     ]
     if panels:

@@ -17,6 +17,11 @@
   same 1 KiB produce at full speed over a PLAINTEXT, an SSL and a SASL_SSL
   (PLAIN) listener of one broker, then a catch-up read of one of those
   topics over each.
+* ``txn.*``    transactional produce (``python -m bench --transactions``):
+  transactions of 1, 100 and 10,000 records of 1 KiB from several
+  transactional producers, committed one after another by each, on a single
+  node (``txn.single.*``) and on three brokers with replication factor 3
+  (``txn.rf3.*``).
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ class Workload:
     source: str = ""  # consume: the workload whose topic is read
     probe: bool = False  # run the latency probe alongside
     security: str = "PLAINTEXT"  # the listener's security protocol the clients use
+    transaction_records: int = 0  # transactions: records per transaction
+    replicas: int = 1  # the topic's replication factor
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,10 @@ class Sizes:
     warmup_records: int  # untimed, at the start of every broker session
     security_records: int  # per protocol, in the security session
     security_record_bytes: int = 1024
+    # Transactions: records in all for transactions of 1, 100 and 10,000 records (each row
+    # stops beginning transactions after ``transaction_seconds``).
+    transaction_records: tuple[int, int, int] = (40_000, 2_000_000, 2_000_000)
+    transaction_seconds: float = 10
 
 
 # FULL: ~11 minutes for two systems on 2 vCPUs; QUICK: about a minute.
@@ -76,6 +87,8 @@ QUICK = Sizes(
     reps=1,
     warmup_records=20_000,
     security_records=40_000,
+    transaction_records=(400, 20_000, 80_000),
+    transaction_seconds=4,
 )
 
 
@@ -204,3 +217,31 @@ def security_session(
         for protocol in order
     ]
     return produce + consume
+
+
+# Records per transaction of the txn.* rows.
+TRANSACTION_SIZES = (1, 100, 10_000)
+TRANSACTION_PARTITIONS = 6
+
+
+def transactions_session(s: Sizes, replicas: int = 1, producers: int = 8) -> list[Workload]:
+    """Transactions of 1, 100 and 10,000 records of 1 KiB from ``producers`` transactional
+    producers, each committing its transactions one after another, to a topic of 6 partitions
+    with ``replicas`` replicas (3: min.insync.replicas 2); record i of a producer goes to
+    partition i % 6, so a transaction of n records spans min(n, 6) partitions."""
+    setup = "single" if replicas == 1 else f"rf{replicas}"
+    return [
+        Workload(
+            f"txn.{setup}.t{n}",
+            "transactions",
+            1024,
+            TRANSACTION_PARTITIONS,
+            producers=producers,
+            acks="all",
+            records=records,
+            seconds=s.transaction_seconds,
+            transaction_records=n,
+            replicas=replicas,
+        )
+        for n, records in zip(TRANSACTION_SIZES, s.transaction_records, strict=True)
+    ]

@@ -5,7 +5,8 @@
 #   deploy/setup.sh cluster   also ZooKeeper (Debian's package), for deploy/local-cluster.sh
 #   deploy/setup.sh test      also the test tools, real Kafka clients, the benchmark's
 #                             Apache Kafka jars (bench/kafka/fetch.sh; 3.9.1 too, for
-#                             the ZooKeeper-mode tests of tests/cluster), PySpark and
+#                             the ZooKeeper-mode tests of tests/cluster, and Kafka
+#                             Streams: bench/kafka/fetch-streams.sh), PySpark and
 #                             Spark's Kafka connector jars (python -m kbroker.spark)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +56,8 @@ if [ "$extras" = "test" ]; then
         bench/kafka/fetch.sh || say "could not fetch Apache Kafka: the benchmark test runs kbroker alone"
         # Kafka 3.9.1, the last release with ZooKeeper mode: the reference of tests/cluster.
         bench/kafka/fetch.sh 3.9.1 || say "could not fetch Apache Kafka 3.9.1: its compatibility tests skip"
+        # Kafka Streams 3.9.1 for the exactly-once word count (bench/streams_eos.py, tests/cluster).
+        bench/kafka/fetch-streams.sh || say "could not fetch Kafka Streams: its test skips"
     else
         say "no java/mvn: the benchmark test runs kbroker alone"
     fi

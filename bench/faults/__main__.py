@@ -1,7 +1,9 @@
-"""python -m bench.faults [--system kbroker|kafka] [--minutes 30] [--seed N] [--each-once] ...
+"""python -m bench.faults [--system kbroker|kafka] [--workload idempotent|txn] [--minutes 30] ...
 
 Runs a cluster in network namespaces under faults (see bench/faults/nemesis.py) with a
-recording workload, checks the history, and writes history.jsonl, anomalies.json,
+recording workload (idempotent producers, bench/faults/workload.py, or transactional
+ones with read_committed readers, bench/faults/txn_workload.py), checks the history
+(bench/faults/checker.py, bench/faults/txn_checker.py), and writes history.jsonl, anomalies.json,
 summary.txt and timeline.png to a results folder. Exit status: 0 when the checker
 found nothing (or, with acks=1 or unclean election, whatever it found: those runs
 report the loss rather than fail), 1 on an anomaly or when the run's process died (a
@@ -50,7 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--brokers", type=int, choices=(3, 5), default=3)
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--producers", type=int, default=3)
-    ap.add_argument("--rate", type=float, default=100.0, help="sends/s per producer [100]")
+    ap.add_argument(
+        "--workload",
+        choices=("idempotent", "txn"),
+        default="idempotent",
+        help="idempotent producers, or transactional ones committing and aborting "
+        "transactions across partitions under read_committed readers [idempotent]",
+    )
+    ap.add_argument(
+        "--rate",
+        type=float,
+        help="sends/s per producer [100]; with --workload txn transactions/s per producer [10]",
+    )
     ap.add_argument("--acks", choices=("all", "1"), default="all")
     ap.add_argument("--unclean", action="store_true", help="unclean.leader.election.enable")
     ap.add_argument("--hold", type=_range, default=(5.0, 20.0), help="fault length [5,20] s")
@@ -63,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--verbose", "-v", action="store_true")
     args = ap.parse_args(argv)
+    if args.workload == "txn" and args.acks != "all":
+        ap.error("--workload txn: a transactional producer writes with acks=all only")
     if args.sweep:
         from bench.faults.disk import sweep_mounts
         from bench.faults.net import sweep
@@ -101,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         brokers=args.brokers,
         partitions=args.partitions,
         producers=args.producers,
-        rate=args.rate,
+        rate=args.rate if args.rate is not None else (10.0 if args.workload == "txn" else 100.0),
+        workload=args.workload,
         acks=args.acks,
         unclean=args.unclean,
         faults=args.faults,

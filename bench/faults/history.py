@@ -26,6 +26,13 @@ Kinds of event, each a JSON object with ``kind`` and ``t``:
 - ``lag``: a consumer's position against the end offsets, sampled at the end of
   the run once the cluster is healthy again: ``process``, ``behind``
   ({partition: records not yet read}).
+- ``txn`` (the transactional workload, ``bench/faults/txn_workload.py``): one
+  transaction, written when its end is known: ``process``, ``txn`` (unique in the
+  run), ``intent`` (``commit``/``abort``), ``outcome`` (``committed``, ``aborted`` or
+  ``unknown``), ``acked``, ``values`` ({value: partition}), ``offsets`` ({value:
+  offset} of the delivered ones), ``t0``, ``t_end`` (when the end was asked, or null),
+  ``error``. Its reads and final reads carry ``isolation`` (``read_committed`` or
+  ``read_uncommitted``), and so does each ``ends`` event.
 - ``nemesis``: a fault starting or ending. ``fault`` (its kind, e.g. ``kill``,
   ``pause``, ``isolate``), ``phase`` (``start`` or ``end``), ``target`` (what
   it hit, e.g. ``broker-2`` or ``zk-1``), ``detail`` (free text).
@@ -40,7 +47,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-KINDS = ("send", "read", "final", "ends", "lag", "nemesis")
+KINDS = ("send", "read", "final", "ends", "lag", "nemesis", "txn")
 OUTCOMES = ("ok", "fail", "unknown")
 
 

@@ -20,6 +20,12 @@ Kinds:
   stepped back to the true time at the end (``bench/faults/clock.py``: only that
   process's wall clock moves, not its monotonic clock nor anyone else's). The
   ZooKeeper nodes' clocks are left alone.
+
+With ``coordinators`` (the transactional workload: the ``__transaction_state``
+partitions of its transactional ids), every kind that picks a broker picks the leader of
+one of them, a transaction coordinator, half of the time, so kill -9, SIGSTOP,
+isolation, a split and the rest hit coordinators mid-transaction; the fault's ``detail``
+says so.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from bench.faults.cluster import FaultCluster
 from bench.faults.history import Recorder
 
 log = logging.getLogger("bench.faults")
+
+TXN_STATE_TOPIC = "__transaction_state"
 
 KINDS = (
     "kill",
@@ -63,15 +71,21 @@ class Nemesis:
         recorder: Recorder,
         topic: str,
         partitions: int,
+        coordinators: list[int] | None = None,
     ) -> None:
         self.c = cluster
         self.rng = rng
         self.rec = recorder
         self.topic = topic
         self.partitions = partitions
+        self.coordinators = coordinators or []
+        self._picked = ""  # why the last broker was picked, when it was a coordinator
 
     def start(self, kind: str) -> Fault:
+        self._picked = ""
         fault = getattr(self, "_" + kind.replace("-", "_"))()
+        if self._picked:
+            fault.detail += f"; {self._picked}"
         self.rec.record(
             "nemesis", fault=kind, phase="start", target=fault.target, detail=fault.detail
         )
@@ -88,6 +102,14 @@ class Nemesis:
     # -- targets ----------------------------------------------------------------------
 
     def _broker(self) -> str:
+        # Without coordinators no extra draw: a seed replays the runs it always did.
+        if self.coordinators and self.rng.random() < 0.5:
+            partition = self.rng.choice(self.coordinators)
+            state = self.c.partition_state(TXN_STATE_TOPIC, partition)
+            leader = state["leader"] if state else -1
+            if leader > 0 and self.c.broker_name(leader) in self.c.brokers:
+                self._picked = f"coordinator: leader of {TXN_STATE_TOPIC}-{partition}"
+                return self.c.broker_name(leader)
         return self.rng.choice(sorted(self.c.brokers))
 
     def _leader(self) -> tuple[str, int]:

@@ -13,6 +13,8 @@ from matplotlib.figure import Figure
 from bench.faults.checker import fault_intervals
 
 SEND_COLORS = {"ok": "tab:green", "fail": "tab:red", "unknown": "tab:orange"}
+# The transactional workload's transactions, by outcome, on the same axes.
+SEND_COLORS |= {"committed": "tab:green", "aborted": "tab:gray"}
 FAULT_COLORS = ("tab:red", "tab:purple", "tab:blue", "tab:brown", "tab:pink", "tab:olive")
 
 
@@ -25,8 +27,9 @@ def _per_second(times: list[float], seconds: int) -> list[int]:
 
 
 def timeline(events: Iterable[dict[str, Any]], path: Path, title: str) -> None:
-    """Writes the PNG to ``path``: top, sends per second by outcome; below, records read
-    per second; each fault a shaded span over both, labeled ``kind target``."""
+    """Writes the PNG to ``path``: top, sends (or transactions) per second by outcome;
+    below, records read per second; each fault a shaded span over both, labeled ``kind
+    target``."""
     sends: dict[str, list[float]] = {o: [] for o in SEND_COLORS}
     reads: list[float] = []
     nemesis: list[dict[str, Any]] = []
@@ -36,7 +39,7 @@ def timeline(events: Iterable[dict[str, Any]], path: Path, title: str) -> None:
         if not isinstance(t, int | float):
             continue
         kind = e.get("kind")
-        if kind == "send":
+        if kind in ("send", "txn"):
             sends.setdefault(str(e.get("outcome")), []).append(t)
         elif kind == "read":
             reads.append(t)
@@ -50,7 +53,7 @@ def timeline(events: Iterable[dict[str, Any]], path: Path, title: str) -> None:
     FigureCanvasAgg(fig)
     top, bottom = fig.subplots(2, 1, sharex=True)
     fig.suptitle(title)
-    top.set_ylabel("sends / s")
+    top.set_ylabel("sends or transactions / s")
     bottom.set_ylabel("records read / s")
     bottom.set_xlabel("seconds since start")
     if t_first == math.inf:

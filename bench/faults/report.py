@@ -8,9 +8,10 @@ from pathlib import Path
 from bench.faults.checker import Report
 from bench.faults.history import read_history
 from bench.faults.plot import timeline
+from bench.faults.txn_checker import TxnReport
 
 
-def write_results(folder: Path, report: Report, events_path: Path, label: str) -> None:
+def write_results(folder: Path, report: Report | TxnReport, events_path: Path, label: str) -> None:
     """Writes ``anomalies.json``, ``summary.txt`` and ``timeline.png`` into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     data = {"label": label, **report.to_json()}

@@ -29,6 +29,8 @@ from bench.faults.nemesis import KINDS, Nemesis
 from bench.faults.net import Network, SubnetInUse
 from bench.faults.postmortem import KeptData, explain_duplicates
 from bench.faults.report import write_results
+from bench.faults.txn_checker import COMMITTED, UNCOMMITTED, TxnReport, check_txn
+from bench.faults.txn_workload import TxnProducerWorker, coordinator_partitions
 from bench.faults.workload import (
     PRODUCER_LOG,
     ConsumerWorker,
@@ -57,6 +59,9 @@ class RunConfig:
     readers: int = 1
     acks: str = "all"
     unclean: bool = False
+    # "idempotent" (bench/faults/workload.py) or "txn" (bench/faults/txn_workload.py:
+    # ``rate`` is then transactions per second, per producer).
+    workload: str = "idempotent"
     faults: list[str] = field(default_factory=lambda: list(KINDS))
     # Every kind once, in a seeded order, rather than at random until ``seconds`` pass.
     each_once: bool = False
@@ -71,14 +76,18 @@ class RunConfig:
         """The default settings: any anomaly fails the run. Otherwise it is reported."""
         return self.acks == "all" and not self.unclean
 
+    @property
+    def txn(self) -> bool:
+        return self.workload == "txn"
+
     def label(self) -> str:
         extra = "" if self.strict else f" acks={self.acks}" + (" unclean" if self.unclean else "")
-        return f"{self.system} seed={self.seed}{extra}"
+        return f"{self.system} seed={self.seed}{' txn' if self.txn else ''}{extra}"
 
 
 @dataclass
 class Outcome:
-    report: Report
+    report: Report | TxnReport
     folder: Path
     problems: list[str]  # harness-level trouble: the cluster did not heal, a client died
 
@@ -96,6 +105,7 @@ def results_folder(cfg: RunConfig, run_id: str) -> Path:
     same second) each get their own."""
     variant = "" if cfg.acks == "all" else f"-acks{cfg.acks}"
     variant += "-unclean" if cfg.unclean else ""
+    variant += "-txn" if cfg.txn else ""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     folder = cfg.out / f"{cfg.system}-seed{cfg.seed}{variant}-{stamp}-{run_id}"
     cfg.out.mkdir(parents=True, exist_ok=True)
@@ -149,9 +159,16 @@ def run(cfg: RunConfig, run_id: str | None = None) -> Outcome:
             wait(lambda: healthy(c, cfg), "the topic's replicas in sync", 60, 0.5)
             rec = stack.enter_context(Recorder(folder / "history.jsonl"))
             stack.enter_context(producer_log(folder / "producers.log"))
-            problems += workload_under_faults(cfg, c, rec, rng)
-        report = check(read_history(folder / "history.jsonl"))
-        if report.duplicates:
+            if cfg.txn:
+                problems += txn_workload_under_faults(cfg, c, rec, rng)
+            else:
+                problems += workload_under_faults(cfg, c, rec, rng)
+        report: Report | TxnReport
+        if cfg.txn:
+            report = check_txn(read_history(folder / "history.jsonl"))
+        else:
+            report = check(read_history(folder / "history.jsonl"))
+        if isinstance(report, Report) and report.duplicates:
             explained = explain_duplicates(report.duplicates, KeptData(folder / "nodes", TOPIC))
             report.duplicates_explained = explained
             report.client_resent = explained["counts"]["new_epoch"]
@@ -284,26 +301,10 @@ def healthy(c: FaultCluster, cfg: RunConfig) -> bool:
     return True
 
 
-def workload_under_faults(
-    cfg: RunConfig, c: FaultCluster, rec: Recorder, rng: random.Random
-) -> list[str]:
-    problems: list[str] = []
-    consumers = [
-        ConsumerWorker(i, c.bootstrap, TOPIC, rec, GROUP, cfg.partitions)
-        for i in range(cfg.group_members)
-    ] + [
-        ConsumerWorker(i, c.bootstrap, TOPIC, rec, None, cfg.partitions) for i in range(cfg.readers)
-    ]
-    # An idempotent producer needs acks=all (librdkafka refuses one with acks=1).
-    producers = [
-        ProducerWorker(i, c.bootstrap, TOPIC, cfg.rate, rec, cfg.acks, cfg.acks == "all")
-        for i in range(cfg.producers)
-    ]
-    for w in [*consumers, *producers]:
-        w.start()
-    nemesis = Nemesis(c, rng, rec, TOPIC, cfg.partitions)
+def drive_faults(cfg: RunConfig, c: FaultCluster, nemesis: Nemesis, rng: random.Random) -> None:
+    """The faults one after the other, for ``cfg.seconds`` (or each kind once), then the
+    cluster healed."""
     try:
-        time.sleep(5)  # the clients settle in
         started = time.monotonic()
         kinds = list(cfg.faults)
         if cfg.each_once:
@@ -330,22 +331,65 @@ def workload_under_faults(
         heal(c)
         raise
     heal(c)
+
+
+def workload_under_faults(
+    cfg: RunConfig, c: FaultCluster, rec: Recorder, rng: random.Random
+) -> list[str]:
+    consumers = [
+        ConsumerWorker(i, c.bootstrap, TOPIC, rec, GROUP, cfg.partitions)
+        for i in range(cfg.group_members)
+    ] + [
+        ConsumerWorker(i, c.bootstrap, TOPIC, rec, None, cfg.partitions) for i in range(cfg.readers)
+    ]
+    # An idempotent producer needs acks=all (librdkafka refuses one with acks=1).
+    producers = [
+        ProducerWorker(i, c.bootstrap, TOPIC, cfg.rate, rec, cfg.acks, cfg.acks == "all")
+        for i in range(cfg.producers)
+    ]
+    for w in [*consumers, *producers]:
+        w.start()
+    time.sleep(5)  # the clients settle in
+    drive_faults(cfg, c, Nemesis(c, rng, rec, TOPIC, cfg.partitions), rng)
+    return wind_down(cfg, c, rec, producers, consumers, join_s=60, catch_up_s=60)
+
+
+def wind_down(
+    cfg: RunConfig,
+    c: FaultCluster,
+    rec: Recorder,
+    producers: list[ProducerWorker] | list[TxnProducerWorker],
+    consumers: list[ConsumerWorker],
+    join_s: float,
+    catch_up_s: float,
+    isolations: tuple[str | None, ...] = (None,),
+) -> list[str]:
+    """After the faults: the cluster healthy again, a few seconds of writes on it, the
+    producers stopped (``join_s`` each), the consumers caught up with the end offsets
+    (``catch_up_s``) and their lag recorded, then a final read at each of
+    ``isolations`` (None: the client's default). The problems met on the way."""
+    problems: list[str] = []
     try:
         wait(lambda: healthy(c, cfg), "the cluster to heal", 120, 1)
     except TimeoutError as exc:
         problems.append(str(exc))
     time.sleep(5)  # writes on the healed cluster
-    for w in producers:
-        w.stopping.set()
-    for w in producers:
-        w.join(60)
-        if w.is_alive() or w.error is not None:
-            problems.append(f"{w.name} did not end cleanly: {w.error}")
+    for producer in producers:
+        producer.stopping.set()
+    for producer in producers:
+        producer.join(join_s)
+        if producer.is_alive() or producer.error is not None:
+            problems.append(f"{producer.name} did not end cleanly: {producer.error}")
     ends = end_offsets(c.bootstrap, TOPIC, cfg.partitions)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + catch_up_s
     for w in consumers:
         w.catch_up = (ends, deadline)
-    wait(lambda: all(w.behind is not None for w in consumers), "consumers to catch up", 90, 0.5)
+    wait(
+        lambda: all(w.behind is not None for w in consumers),
+        "consumers to catch up",
+        catch_up_s + 30,
+        0.5,
+    )
     behind = group_behind(c.bootstrap, GROUP, TOPIC, ends)
     rec.record("lag", process="group", behind={str(p): n for p, n in behind.items()})
     for w in consumers:
@@ -354,8 +398,52 @@ def workload_under_faults(
         w.join(30)
         if w.error is not None:
             problems.append(f"{w.name} failed: {w.error}")
-    missing = final_read(c.bootstrap, TOPIC, ends, rec)
-    if missing:
-        problems.append(f"the final read could not read {missing} (partition: records)")
+    for isolation in isolations:
+        missing = final_read(c.bootstrap, TOPIC, ends, rec, isolation=isolation)
+        if missing:
+            what = f"final {isolation} read" if isolation else "final read"
+            problems.append(f"the {what} could not read {missing} (partition: records)")
     rec.flush()
     return problems
+
+
+def txn_workload_under_faults(
+    cfg: RunConfig, c: FaultCluster, rec: Recorder, rng: random.Random
+) -> list[str]:
+    """The transactional workload: transactional producers, read_committed consumers (the
+    group's members and an assigned reader), the nemesis aiming at the workload's
+    transaction coordinators half of the time, then a final read at read_uncommitted and
+    one at read_committed."""
+    consumers = [
+        ConsumerWorker(i, c.bootstrap, TOPIC, rec, GROUP, cfg.partitions, COMMITTED)
+        for i in range(cfg.group_members)
+    ] + [
+        ConsumerWorker(i, c.bootstrap, TOPIC, rec, None, cfg.partitions, COMMITTED)
+        for i in range(cfg.readers)
+    ]
+    producers = [
+        TxnProducerWorker(i, c.bootstrap, TOPIC, cfg.partitions, cfg.rate, rec, cfg.seed)
+        for i in range(cfg.producers)
+    ]
+    for w in [*consumers, *producers]:
+        w.start()
+    # Faults begin once every producer has its transactional id's coordinator (the
+    # __transaction_state topic exists: the nemesis can find the coordinators).
+    wait(lambda: all(w.transactions > 0 for w in producers), "the first transactions", 120, 0.5)
+    time.sleep(2)
+    state_partitions = int(cfg.settings.get("transaction.state.log.num.partitions", "50"))
+    coordinators = coordinator_partitions(cfg.producers, state_partitions)
+    drive_faults(cfg, c, Nemesis(c, rng, rec, TOPIC, cfg.partitions, coordinators), rng)
+    # An end call may take its timeout a few times over; a transaction a dropped producer
+    # left open holds read_committed readers below the ends until the coordinator aborts
+    # it (its timeout, then the abort's markers).
+    return wind_down(
+        cfg,
+        c,
+        rec,
+        producers,
+        consumers,
+        join_s=150,
+        catch_up_s=90,
+        isolations=(UNCOMMITTED, COMMITTED),
+    )

@@ -158,6 +158,7 @@ class ConsumerWorker(threading.Thread):
         recorder: Recorder,
         group: str | None,
         partitions: int,
+        isolation: str | None = None,
     ) -> None:
         name = f"group-{index}" if group else f"reader-{index}"
         super().__init__(name=name, daemon=True)
@@ -166,6 +167,8 @@ class ConsumerWorker(threading.Thread):
         self.rec = recorder
         self.group = group
         self.partitions = partitions
+        # None: the client's default (librdkafka's is read_committed), not recorded.
+        self.isolation = isolation
         self.session = 0
         self.read = 0
         self.stopping = threading.Event()
@@ -185,6 +188,7 @@ class ConsumerWorker(threading.Thread):
                 "session.timeout.ms": 10000,
                 "heartbeat.interval.ms": 1000,
                 "reconnect.backoff.max.ms": 1000,
+                **({"isolation.level": self.isolation} if self.isolation else {}),
                 **_QUIET,
             }
         )
@@ -229,6 +233,7 @@ class ConsumerWorker(threading.Thread):
                         partition=msg.partition(),
                         offset=msg.offset(),
                         value=msg.value().decode(errors="replace"),
+                        **({"isolation": self.isolation} if self.isolation else {}),
                     )
                 if self.catch_up is not None and self.behind is None:
                     ends, deadline = self.catch_up
@@ -248,8 +253,21 @@ class ConsumerWorker(threading.Thread):
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int, timeout: float = 60) -> dict[int, int]:
-    """Every partition's high watermark, asked until each leader answers (``timeout``)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kbf-ends", **_QUIET})
+    """Every partition's high watermark, asked until each leader answers (``timeout``).
+
+    Asked at read_uncommitted: librdkafka's watermark query takes the client's isolation
+    level, and at its default (read_committed) the answer is the last stable offset,
+    which stays below the markers of a transaction whose commit was acknowledged a
+    moment ago (they are written after the answer): a final read to it would stop
+    short of records already acknowledged and read."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "kbf-ends",
+            "isolation.level": "read_uncommitted",
+            **_QUIET,
+        }
+    )
     try:
         ends: dict[int, int] = {}
         deadline = time.monotonic() + timeout
@@ -281,18 +299,31 @@ def group_behind(bootstrap: str, group: str, topic: str, ends: dict[int, int]) -
 
 
 def final_read(
-    bootstrap: str, topic: str, ends: dict[int, int], recorder: Recorder, timeout: float = 120
+    bootstrap: str,
+    topic: str,
+    ends: dict[int, int],
+    recorder: Recorder,
+    timeout: float = 120,
+    isolation: str | None = None,
 ) -> dict[int, int]:
     """Reads every partition from its start up to ``ends`` and records each record as
-    ``final``; returns what could not be read within ``timeout`` (partition -> records
-    short), empty when all was read."""
-    recorder.record("ends", ends={str(p): o for p, o in ends.items()})
+    ``final`` (with ``isolation`` when one is given: ``read_committed`` stops at the last
+    stable offset, so it reaches ``ends`` once no transaction is open below them);
+    returns what could not be read within ``timeout`` (partition -> records short),
+    empty when all was read."""
+    recorder.record(
+        "ends",
+        ends={str(p): o for p, o in ends.items()},
+        **({"isolation": isolation} if isolation else {}),
+    )
+    tag = {"isolation": isolation} if isolation else {}
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"kbf-final-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            **({"isolation.level": isolation} if isolation else {}),
             **_QUIET,
         }
     )
@@ -316,6 +347,7 @@ def final_read(
                     partition=p,
                     offset=msg.offset(),
                     value=msg.value().decode(errors="replace"),
+                    **tag,
                 )
             next_offset[p] = msg.offset() + 1
             if next_offset[p] >= ends[p]:

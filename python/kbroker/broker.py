@@ -77,6 +77,10 @@ from kbroker.topics import (
     NewTopic,
     collision_key,
 )
+from kbroker.txn import TransactionCoordinator
+from kbroker.txn.marker_writer import BrokerMarkerWriter
+from kbroker.txn.peers import PeerConnections
+from kbroker.txn.verifier import CoordinatorVerifier
 
 log = logging.getLogger("kbroker")
 
@@ -116,6 +120,12 @@ class Broker:
         self.servers: dict[str, Server] = {}
         self.producer_ids: ProducerIds
         self.coordinator = GroupCoordinator(self)
+        # The transaction coordinator, and its connections to the other brokers (markers,
+        # and the partitions' KIP-890 verification).
+        self.txn_peers = PeerConnections(self.broker_id, self.metadata_cache, self.inter_broker)
+        self.txn_coordinator = TransactionCoordinator(
+            self, BrokerMarkerWriter(self, self.txn_peers)
+        )
         # The ACL authorizer (authorizer.class.name), or None: nothing is checked.
         self.authorizer = AclAuthorizer.from_config(config)
         # The client quotas, fed (as `credentials`) from users' and clients' configs
@@ -268,7 +278,14 @@ class Broker:
             )
         topic_id = ids.pop() if ids else uuid.uuid4()
         internal = name in INTERNAL_TOPICS
-        configs = dict(self.coordinator.internal_topic_configs(name)) if internal else {}
+        configs = (
+            {
+                **self.coordinator.internal_topic_configs(name),
+                **self.txn_coordinator.internal_topic_configs(name),
+            }
+            if internal
+            else {}
+        )
         count = max(found) + 1
         self.metadata.create_topic(
             name,
@@ -303,6 +320,15 @@ class Broker:
             self.broker_id, self.logs, self.topic_config, metrics=self.metrics
         )
         self.replica_manager.add_listener(self.coordinator.on_leadership_change)
+        self.replica_manager.add_listener(self.txn_coordinator.on_leadership_change)
+        # Markers on __consumer_offsets end the transactional offset commits they hold.
+        self.replica_manager.add_marker_listener(self.coordinator.on_txn_marker)
+        # KIP-890: a partition asks the transaction coordinator before it opens a
+        # producer's transaction there.
+        self.replica_manager.set_txn_verifier(
+            CoordinatorVerifier(self, self.txn_coordinator, self.txn_peers),
+            lambda: self.config.get_bool("transaction.partition.verification.enable"),
+        )
 
     def open_cluster_storage(self) -> None:
         """Opens (recovering) every partition log of a cluster member.
@@ -442,6 +468,7 @@ class Broker:
             self.open_storage()
         # Before the listener: early group requests see the load in progress.
         await self.coordinator.start()
+        await self.txn_coordinator.start()
         limits = ServerLimits(
             max_request_bytes=self.config.get_int("socket.request.max.bytes"),
             max_queued_request_bytes=self.config.get_int("queued.max.request.bytes"),
@@ -464,7 +491,7 @@ class Broker:
         cleaner = LogCleaner(
             self.logs,
             lambda: CleanerSettings.from_broker(self.config),
-            self._high_watermark,
+            lambda tp: self.replica_manager.cleanable_bound_of(tp),
             on_pass=None if self.metrics is None else self._cleaner_pass,
         )
         self._background.append(
@@ -504,6 +531,8 @@ class Broker:
         # Then: members waiting in JoinGroup/SyncGroup are answered NOT_COORDINATOR,
         # waiting fetches and produces are answered now, not at their timeouts.
         await self.coordinator.stop()
+        await self.txn_coordinator.stop()
+        await self.txn_peers.close()
         if self.cluster is not None:
             await self.cluster.leave()
         if self.servers:

@@ -953,10 +953,78 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         "transactional.id.expiration.ms",
         _S.INT,
         604800000,
-        "Idle transactional ids expire after this.",
+        "A transactional id whose state has not changed for this long, with no transaction "
+        "open, is forgotten (its producer id and epoch with it).",
         min=1,
-        unsupported="not supported yet: transactions are not (transactional producers are "
-        "refused), so there is no transactional id to expire; remove the setting",
+        read_only=True,
+    ),
+    Setting(
+        "transaction.max.timeout.ms",
+        _S.INT,
+        900000,
+        "Largest transaction.timeout.ms a producer may ask for (INVALID_TRANSACTION_TIMEOUT "
+        "otherwise).",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        _S.INT,
+        10000,
+        "How often transactions open longer than their timeout are looked for (and aborted, "
+        "their producer fenced).",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        _S.INT,
+        3600000,
+        "How often transactional ids past transactional.id.expiration.ms are looked for.",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "transaction.state.log.num.partitions",
+        _S.INT,
+        50,
+        "Partitions of __transaction_state.",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "transaction.state.log.replication.factor",
+        _S.SHORT,
+        3,
+        "Replicas of __transaction_state (one on a single node; a cluster with fewer live "
+        "brokers refuses transactions until there are enough).",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "transaction.state.log.min.isr",
+        _S.INT,
+        2,
+        "min.insync.replicas of __transaction_state (at most its replication factor on a "
+        "single node).",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "transaction.state.log.segment.bytes",
+        _S.INT,
+        104857600,
+        "Segment size of __transaction_state.",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "transaction.state.log.load.buffer.size",
+        _S.INT,
+        5242880,
+        "Bytes read at a time while loading __transaction_state.",
+        min=1,
+        read_only=True,
     ),
     Setting(
         "producer.id.expiration.ms",
@@ -972,6 +1040,13 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         600000,
         "How often idle producers are looked for (producer.id.expiration.ms).",
         min=1,
+    ),
+    Setting(
+        "transaction.partition.verification.enable",
+        _S.BOOLEAN,
+        True,
+        "KIP-890: a partition leader asks the transaction coordinator whether a partition is "
+        "in a producer's transaction before it appends the transaction's first batch there.",
     ),
     Setting(
         "metrics.listeners",

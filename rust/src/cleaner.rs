@@ -3,10 +3,16 @@
 //!
 //! One pass of [`Log::clean`]:
 //! 1. finds the cleanable range: the closed segments below the first one
-//!    that is too young (min.compaction.lag.ms) or reaches past the high
-//!    watermark. The range splits at the cleaner checkpoint into a clean
+//!    that is too young (min.compaction.lag.ms) or reaches past the bound
+//!    the caller gives (the partition's last stable offset, itself at most
+//!    the high watermark: so every transaction with data in the range has
+//!    ended, as in Kafka, where the first uncleanable offset is at most the
+//!    LSO). The range splits at the cleaner checkpoint into a clean
 //!    head (cleaned before: every key at most once) and a dirty tail;
-//! 2. builds an offset map, key -> last offset, over the dirty tail. The map
+//! 2. builds an offset map, key -> last offset, over the dirty tail, leaving
+//!    out markers and the records of aborted transactions (known from the
+//!    segments' `.txnindex` entries); committed transactional records count
+//!    like any others. The map
 //!    has a fixed memory budget (log.cleaner.dedupe.buffer.size); when it
 //!    fills up the pass stops mapping there and the next pass goes on from
 //!    that offset, so a log with more keys than fit is cleaned in passes;
@@ -18,7 +24,14 @@
 //!    uncompressed batch when its producer's state or the group's end offset
 //!    needs it. Tombstones get a delete horizon (KIP-534: now +
 //!    delete.retention.ms, stored as firstTimestamp with attribute bit 6) the
-//!    first time they are cleaned and are dropped by a pass after it;
+//!    first time they are cleaned and are dropped by a pass after it.
+//!    Transactions are cleaned as Kafka's cleaner does: the records of
+//!    aborted transactions go; a COMMIT or ABORT marker stays while its
+//!    transaction has data in the log, then gets a delete horizon the same
+//!    way and goes after it; the cleaned segment's `.txnindex` keeps the
+//!    entries of aborted transactions whose markers stay for their data,
+//!    and drops the others. A producer's last data batch and last batch
+//!    stay, if only as empty batches (producer state);
 //! 4. swaps each cleaned group in, one at a time, without blocking readers
 //!    (they keep their `Arc<Segment>` snapshots) and holding the writer lock
 //!    only for the renames.
@@ -50,19 +63,19 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, TryLockError};
 use std::time::{Duration, Instant};
 
-use crate::cleaner_state::{remove_group_files, suffixed, CLEANED_SUFFIX, NO_HORIZON, SWAP_SUFFIX};
+use crate::cleaner_state::{
+    remove_group_files, suffixed, CLEANED_SUFFIX, GROUP_SUFFIXES, NO_HORIZON, SWAP_SUFFIX,
+};
 use crate::compression::Codec;
 use crate::error::{Error, Result};
 use crate::log::{Log, LogConfig};
 use crate::records::{
-    check_crc, iter_records, records_region, BatchBuilder, BatchHeader, Record,
+    check_crc, end_txn_marker, iter_records, records_region, BatchBuilder, BatchHeader, Record,
     DELETE_HORIZON_MASK, HEADER_SIZE,
 };
-use crate::segment::{
-    BatchInfo, SealedSegmentBuilder, Segment, INDEX_SUFFIX, LOG_SUFFIX, MAX_SEGMENT_SIZE,
-    TIME_INDEX_SUFFIX,
-};
+use crate::segment::{BatchInfo, SealedSegmentBuilder, Segment, LOG_SUFFIX, MAX_SEGMENT_SIZE};
 use crate::statefile::sync_dir;
+use crate::txn_index::AbortedTxn;
 
 /// Bytes one offset map slot takes: two 64-bit key hashes and the offset.
 pub const MAP_SLOT_BYTES: usize = 24;
@@ -130,6 +143,10 @@ pub struct CleanStats {
     pub records_read: u64,
     pub records_removed: u64,
     pub tombstones_dropped: u64,
+    /// Records of aborted transactions removed.
+    pub aborted_records_removed: u64,
+    /// Transaction markers removed (or emptied) past their delete horizon.
+    pub markers_removed: u64,
     /// Batches left with no record but kept for their producer state or
     /// offsets.
     pub empty_batches: u64,
@@ -238,6 +255,76 @@ impl OffsetMap {
             _ => None,
         }
     }
+}
+
+// -- transactions ---------------------------------------------------------------
+
+/// The aborted transactions of the cleanable range, from the segments'
+/// `.txnindex` entries, by producer. A data batch of producer P belongs to
+/// an aborted transaction when an entry of P spans its base offset: a
+/// producer has at most one transaction open, so its entries never overlap.
+#[derive(Default)]
+struct AbortedTxns {
+    /// Entries per producer, by first offset.
+    by_producer: HashMap<i64, Vec<AbortedTxn>>,
+}
+
+impl AbortedTxns {
+    fn new(entries: Vec<AbortedTxn>) -> AbortedTxns {
+        let mut by_producer: HashMap<i64, Vec<AbortedTxn>> = HashMap::new();
+        for e in entries {
+            by_producer.entry(e.producer_id).or_default().push(e);
+        }
+        for list in by_producer.values_mut() {
+            list.sort_unstable_by_key(|e| e.first_offset);
+            list.dedup();
+        }
+        AbortedTxns { by_producer }
+    }
+
+    /// The entry of `producer`'s transaction holding `offset`, if aborted.
+    fn spanning(&self, producer: i64, offset: i64) -> Option<&AbortedTxn> {
+        let list = self.by_producer.get(&producer)?;
+        let i = list.partition_point(|e| e.first_offset <= offset);
+        list[..i].last().filter(|e| offset <= e.last_offset)
+    }
+
+    /// Whether a data batch `h` is part of an aborted transaction.
+    fn is_aborted(&self, h: &BatchHeader) -> bool {
+        h.is_transactional()
+            && !h.is_control()
+            && self.spanning(h.producer_id, h.base_offset).is_some()
+    }
+
+    /// The entry whose ABORT marker is at `marker_offset`.
+    fn ended_by(&self, producer: i64, marker_offset: i64) -> Option<AbortedTxn> {
+        self.spanning(producer, marker_offset)
+            .filter(|e| e.last_offset == marker_offset)
+            .copied()
+    }
+}
+
+/// What the rewrite has seen of each producer's transactions so far, in log
+/// order (one walk from the log start per pass, across groups).
+#[derive(Default)]
+struct TxnWalk {
+    /// Producers with a transactional data batch (kept, emptied or dropped
+    /// in this pass) since their last marker: that marker must stay, as the
+    /// transaction still has data in the log (or had until this pass, which
+    /// may yet not be swapped in). The flag says whether any of it remains
+    /// after this pass.
+    with_data: HashMap<i64, bool>,
+}
+
+/// The last batches of a producer a pass saw: the last data batch carries
+/// its last sequence (idempotence), the last batch overall its epoch and
+/// whether a transaction is open; both stay, if only as empty batches.
+#[derive(Clone, Copy)]
+struct ProducerLast {
+    /// Last offset of its latest data batch (-1: none seen).
+    data: i64,
+    /// Last offset of its latest batch, data or marker.
+    any: i64,
 }
 
 // -- throttling and reading ---------------------------------------------------
@@ -351,8 +438,9 @@ impl<'a> SegmentBatches<'a> {
 /// What a pass knows when it filters a batch.
 struct FilterCtx<'a> {
     map: &'a OffsetMap,
-    /// Producer id -> last offset of its latest batch seen by the pass.
-    producers: &'a HashMap<i64, i64>,
+    /// Producer id -> its last batches seen by the pass.
+    producers: &'a HashMap<i64, ProducerLast>,
+    aborted: &'a AbortedTxns,
     first_dirty: i64,
     now_ms: i64,
     delete_retention_ms: i64,
@@ -378,6 +466,13 @@ struct BatchOutcome {
     tombstones_dropped: u64,
     empty: bool,
     unreadable: bool,
+    /// Records of aborted transactions removed.
+    aborted_removed: u64,
+    /// A transaction marker removed (or emptied) past its delete horizon.
+    marker_removed: bool,
+    /// The aborted transaction this batch's ABORT marker ends, when the
+    /// cleaned segment's `.txnindex` must keep it.
+    index_entry: Option<AbortedTxn>,
 }
 
 impl BatchOutcome {
@@ -390,44 +485,235 @@ impl BatchOutcome {
             tombstones_dropped: 0,
             empty: false,
             unreadable: false,
+            aborted_removed: 0,
+            marker_removed: false,
+            index_entry: None,
         }
     }
 }
 
-/// An empty batch standing for `h`: same offsets, producer fields and
-/// timestamps, no records and no compression (a codec bit over an empty
-/// payload is what clients cannot decode; Kafka writes these uncompressed).
+/// An empty batch standing for `h`: same offsets, producer fields,
+/// transactional and control bits and timestamps, no records and no
+/// compression (a codec bit over an empty payload is what clients cannot
+/// decode; Kafka writes these uncompressed).
 fn empty_batch(h: &BatchHeader) -> Result<Vec<u8>> {
     BatchBuilder::new(Codec::None, h.base_offset, h.max_timestamp)
         .producer(h.producer_id, h.producer_epoch, h.base_sequence)
         .partition_leader_epoch(h.partition_leader_epoch)
+        .transactional(h.is_transactional())
+        .control(h.is_control())
         .log_append_time(h.is_log_append_time())
         .retain_last_offset_delta(h.last_offset_delta)
         .build()
 }
 
-/// Whether a batch left empty must stay: the group's last batch (it pins the
-/// group's end offset), or its producer's latest batch (it carries the
-/// producer's last sequence, which idempotence needs after a restart).
-fn keep_empty(h: &BatchHeader, ctx: &FilterCtx<'_>, last_of_group: bool) -> bool {
-    last_of_group
-        || (h.producer_id >= 0
-            && ctx
-                .producers
-                .get(&h.producer_id)
-                .is_none_or(|&last| last <= h.last_offset()))
+/// Why a batch left empty stays.
+#[derive(PartialEq)]
+enum EmptyKeep {
+    /// It goes.
+    No,
+    /// Its producer's latest data batch (it carries the producer's last
+    /// sequence, which idempotence needs after a restart) or latest batch of
+    /// any kind (its epoch, and whether a transaction is open); a producer
+    /// the pass did not track keeps all of its batches.
+    Producer,
+    /// Only to pin the group's end offset (the group's last batch).
+    Pin,
+}
+
+fn keep_empty(h: &BatchHeader, ctx: &FilterCtx<'_>, last_of_group: bool) -> EmptyKeep {
+    let for_producer = h.producer_id >= 0
+        && ctx.producers.get(&h.producer_id).is_none_or(|last| {
+            last.any <= h.last_offset() || (!h.is_control() && last.data <= h.last_offset())
+        });
+    if for_producer {
+        EmptyKeep::Producer
+    } else if last_of_group {
+        EmptyKeep::Pin
+    } else {
+        EmptyKeep::No
+    }
+}
+
+/// The outcome for a batch none of whose records stay: dropped, or kept as
+/// an empty batch when [`keep_empty`] says so. A batch kept only as the
+/// group's end pin carries no producer: it must not look like a transaction
+/// still open (or a marker) to whoever rebuilds producer state from the log.
+fn emptied(
+    h: &BatchHeader,
+    ctx: &FilterCtx<'_>,
+    last_of_group: bool,
+    mut out: BatchOutcome,
+) -> BatchOutcome {
+    let keep = keep_empty(h, ctx, last_of_group);
+    let neutral = h.producer_id < 0 && !h.is_transactional() && !h.is_control();
+    let built = match keep {
+        EmptyKeep::No => {
+            out.action = Filtered::Drop;
+            return out;
+        }
+        EmptyKeep::Producer | EmptyKeep::Pin
+            if h.records_count == 0 && (keep == EmptyKeep::Producer || neutral) =>
+        {
+            out.action = Filtered::Keep;
+            return out;
+        }
+        EmptyKeep::Producer => empty_batch(h),
+        EmptyKeep::Pin => BatchBuilder::new(Codec::None, h.base_offset, h.max_timestamp)
+            .partition_leader_epoch(h.partition_leader_epoch)
+            .log_append_time(h.is_log_append_time())
+            .retain_last_offset_delta(h.last_offset_delta)
+            .build(),
+    };
+    match built {
+        Ok(b) => {
+            out.action = Filtered::Rewrite(b);
+            out.empty = true;
+            out
+        }
+        Err(_) => BatchOutcome {
+            unreadable: true,
+            ..BatchOutcome::keep()
+        },
+    }
+}
+
+/// A transaction marker (control batch), as Kafka's cleaner treats it: it
+/// stays while its transaction still has data in the log (seen by this
+/// pass), and with it the `.txnindex` entry of an aborted one; once none is
+/// left the entry goes, the marker gets a delete horizon (now +
+/// delete.retention.ms, so consumers part way through the transaction still
+/// see it end) and a pass after the horizon removes it (down to an empty
+/// batch if it is its producer's last).
+fn filter_marker(
+    batch: &[u8],
+    h: &BatchHeader,
+    ctx: &FilterCtx<'_>,
+    walk: &mut TxnWalk,
+    last_of_group: bool,
+) -> BatchOutcome {
+    let data = walk.with_data.remove(&h.producer_id);
+    let entry = ctx.aborted.ended_by(h.producer_id, h.last_offset());
+    if let Some(remains) = data {
+        // When this pass removed all of the transaction's data, the next
+        // pass may start the marker's delete horizon: it is due at once
+        // rather than when the log is next dirty enough.
+        return BatchOutcome {
+            index_entry: entry,
+            horizon: (!remains).then_some(ctx.now_ms),
+            ..BatchOutcome::keep()
+        };
+    }
+    if check_crc(batch).is_err() {
+        // An unreadable batch is kept whole, and so is its entry.
+        return BatchOutcome {
+            index_entry: entry,
+            unreadable: true,
+            ..BatchOutcome::keep()
+        };
+    }
+    if h.records_count == 0 {
+        // Emptied by an earlier pass, past its horizon.
+        return emptied(h, ctx, last_of_group, BatchOutcome::keep());
+    }
+    // Only COMMIT and ABORT markers are known; any other control record is
+    // kept whole (Kafka keeps what it does not know too).
+    if end_txn_marker(batch, ctx.max_decompressed).is_none() {
+        return BatchOutcome {
+            index_entry: entry,
+            ..BatchOutcome::keep()
+        };
+    }
+    let old_horizon = (h.attributes & DELETE_HORIZON_MASK != 0).then_some(h.first_timestamp);
+    let horizon = old_horizon.unwrap_or_else(|| ctx.now_ms.saturating_add(ctx.delete_retention_ms));
+    if ctx.now_ms >= horizon {
+        let out = BatchOutcome {
+            records: h.records_count.max(0) as u64,
+            removed: h.records_count.max(0) as u64,
+            marker_removed: true,
+            ..BatchOutcome::keep()
+        };
+        return emptied(h, ctx, last_of_group, out);
+    }
+    let mut out = BatchOutcome {
+        horizon: Some(horizon),
+        ..BatchOutcome::keep()
+    };
+    if old_horizon.is_some() {
+        return out;
+    }
+    // First seen without data: rewritten to carry the horizon.
+    let rewritten = records_region(batch, ctx.max_decompressed).and_then(|region| {
+        let recs = iter_records(&region).collect::<Result<Vec<_>>>()?;
+        let mut b = BatchBuilder::new(Codec::None, h.base_offset, h.max_timestamp)
+            .producer(h.producer_id, h.producer_epoch, h.base_sequence)
+            .partition_leader_epoch(h.partition_leader_epoch)
+            .transactional(h.is_transactional())
+            .control(true)
+            .log_append_time(h.is_log_append_time())
+            .retain_last_offset_delta(h.last_offset_delta)
+            .delete_horizon(horizon);
+        for r in &recs {
+            let ts = h.first_timestamp.wrapping_add(r.timestamp_delta);
+            b.push_at(r.offset_delta, ts, r.key, r.value, &r.headers);
+        }
+        b.build()
+    });
+    match rewritten {
+        Ok(bytes) => out.action = Filtered::Rewrite(bytes),
+        Err(_) => {
+            out.horizon = None;
+            out.unreadable = true;
+        }
+    }
+    out
 }
 
 fn filter_batch(
     batch: &[u8],
     h: &BatchHeader,
     ctx: &FilterCtx<'_>,
+    walk: &mut TxnWalk,
     last_of_group: bool,
 ) -> BatchOutcome {
-    // Control batches and transactional data stay whole until transactions
-    // (and their markers' cleanup) exist.
-    if h.is_control() || h.is_transactional() {
-        return BatchOutcome::keep();
+    if h.is_control() {
+        return filter_marker(batch, h, ctx, walk, last_of_group);
+    }
+    let out = filter_data(batch, h, ctx, last_of_group);
+    if h.is_transactional() {
+        // Whether a batch of the transaction stays as such (an empty batch
+        // pinning a group's end carries no producer).
+        let remains = match &out.action {
+            Filtered::Keep => true,
+            Filtered::Drop => false,
+            Filtered::Rewrite(b) => BatchHeader::parse(b).map_or(true, |n| n.is_transactional()),
+        };
+        *walk.with_data.entry(h.producer_id).or_insert(false) |= remains;
+    }
+    out
+}
+
+/// A data batch: its records filtered by key (and all of them removed for
+/// an aborted transaction).
+fn filter_data(
+    batch: &[u8],
+    h: &BatchHeader,
+    ctx: &FilterCtx<'_>,
+    last_of_group: bool,
+) -> BatchOutcome {
+    // is_aborted holds only for transactional data; committed transactional
+    // records are compacted by key like any others.
+    if ctx.aborted.is_aborted(h) {
+        // Nothing of an aborted transaction is ever read again (its marker
+        // stays while this batch may: see filter_marker).
+        let n = h.records_count.max(0) as u64;
+        let out = BatchOutcome {
+            records: n,
+            removed: n,
+            aborted_removed: n,
+            ..BatchOutcome::keep()
+        };
+        return emptied(h, ctx, last_of_group, out);
     }
     let unreadable = || BatchOutcome {
         unreadable: true,
@@ -437,13 +723,7 @@ fn filter_batch(
         return unreadable();
     }
     if h.records_count == 0 {
-        if keep_empty(h, ctx, last_of_group) {
-            return BatchOutcome::keep();
-        }
-        return BatchOutcome {
-            action: Filtered::Drop,
-            ..BatchOutcome::keep()
-        };
+        return emptied(h, ctx, last_of_group, BatchOutcome::keep());
     }
     let Ok(region) = records_region(batch, ctx.max_decompressed) else {
         return unreadable();
@@ -491,18 +771,7 @@ fn filter_batch(
         return out;
     }
     if kept.is_empty() {
-        if keep_empty(h, ctx, last_of_group) {
-            match empty_batch(h) {
-                Ok(b) => {
-                    out.action = Filtered::Rewrite(b);
-                    out.empty = true;
-                }
-                Err(_) => return unreadable(),
-            }
-        } else {
-            out.action = Filtered::Drop;
-        }
-        return out;
+        return emptied(h, ctx, last_of_group, out);
     }
     let Ok(codec) = Codec::from_attributes(h.attributes) else {
         return unreadable();
@@ -510,6 +779,7 @@ fn filter_batch(
     let mut b = BatchBuilder::new(codec, h.base_offset, h.max_timestamp)
         .producer(h.producer_id, h.producer_epoch, h.base_sequence)
         .partition_leader_epoch(h.partition_leader_epoch)
+        .transactional(h.is_transactional())
         .log_append_time(h.is_log_append_time())
         .retain_last_offset_delta(h.last_offset_delta);
     if has_tombstone {
@@ -541,7 +811,7 @@ enum GroupOutcome {
 
 fn rename_group(dir: &Path, base: i64, from: &str, to: &str) -> Result<()> {
     // The log file last: its new name is what recovery goes by.
-    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
+    for suffix in GROUP_SUFFIXES {
         fs::rename(
             suffixed(dir, base, suffix, from),
             suffixed(dir, base, suffix, to),
@@ -677,12 +947,21 @@ impl Log {
         // Phase 1: the offset map over the dirty range.
         let mut map = OffsetMap::with_budget(cfg.dedupe_buffer_bytes, cfg.load_factor);
         let mut producers = HashMap::new();
+        // The aborted transactions with data below the first uncleanable
+        // offset, wherever their markers are (Kafka's collectAbortedTransactions
+        // reads on past the range until no later one can start below it).
+        // The caller's bound (the last stable offset) means every
+        // transaction with data in the range has ended.
+        let aborted = AbortedTxns::new(
+            self.collect_aborted_txns(self.log_start_offset(), info.first_uncleanable_offset),
+        );
         let Some(map_end) = self.build_offset_map(
             cleanable,
             info.first_dirty_offset,
             info.first_uncleanable_offset,
             &mut map,
             &mut producers,
+            &aborted,
             cfg,
             &mut throttle,
         )?
@@ -702,16 +981,19 @@ impl Log {
         let ctx = FilterCtx {
             map: &map,
             producers: &producers,
+            aborted: &aborted,
             first_dirty: info.first_dirty_offset,
             now_ms,
             delete_retention_ms: lc.delete_retention_ms.max(0),
             max_decompressed: cfg.max_decompressed_bytes,
         };
         let mut horizon = NO_HORIZON;
+        let mut walk = TxnWalk::default();
         for group in group_segments(&cleanable[..n], lc.max_segment_bytes()) {
             match self.clean_group(
                 group,
                 &ctx,
+                &mut walk,
                 &lc,
                 cfg,
                 &mut throttle,
@@ -754,10 +1036,30 @@ impl Log {
         first_dirty: i64,
         end: i64,
         map: &mut OffsetMap,
-        producers: &mut HashMap<i64, i64>,
+        producers: &mut HashMap<i64, ProducerLast>,
+        aborted: &AbortedTxns,
         cfg: &CleanerConfig,
         throttle: &mut Throttle,
     ) -> Result<Option<i64>> {
+        // The clean head's producers, from batch headers alone: a producer
+        // that has not written since the last pass still has its last
+        // batches there, and only with them known can the older ones go.
+        for seg in cleanable.iter().filter(|s| s.base_offset() < first_dirty) {
+            let limit = seg.size();
+            let mut pos = 0;
+            while pos < limit {
+                if self.is_closed() {
+                    return Ok(None);
+                }
+                let h = seg.header_at(pos, limit)?;
+                if h.base_offset >= first_dirty {
+                    break;
+                }
+                track_producer(producers, &h);
+                pos += h.total_size() as u64;
+                throttle.account(HEADER_SIZE as u64);
+            }
+        }
         for seg in cleanable.iter().filter(|s| s.next_offset() > first_dirty) {
             let limit = seg.size();
             let from = if seg.base_offset() >= first_dirty {
@@ -777,17 +1079,14 @@ impl Log {
                 if self.is_closed() {
                     return Ok(None);
                 }
-                if h.producer_id >= 0
-                    && (producers.len() < MAX_TRACKED_PRODUCERS
-                        || producers.contains_key(&h.producer_id))
-                {
-                    let last = producers.entry(h.producer_id).or_insert(h.last_offset());
-                    *last = (*last).max(h.last_offset());
+                if h.last_offset() >= first_dirty {
+                    track_producer(producers, &h);
                 }
-                // Keys of batches the cleaner keeps whole are not mapped:
-                // nothing may be removed on their account.
+                // Keys of markers, of aborted transactions' records (the
+                // pass removes them) and of batches it keeps whole are not
+                // mapped: nothing may be removed on their account.
                 if h.is_control()
-                    || h.is_transactional()
+                    || aborted.is_aborted(&h)
                     || h.records_count == 0
                     || check_crc(batch).is_err()
                 {
@@ -822,6 +1121,7 @@ impl Log {
         &self,
         group: &[Arc<Segment>],
         ctx: &FilterCtx<'_>,
+        walk: &mut TxnWalk,
         lc: &LogConfig,
         cfg: &CleanerConfig,
         throttle: &mut Throttle,
@@ -839,7 +1139,7 @@ impl Log {
             .create(true)
             .truncate(true)
             .open(&log_path)?;
-        let written = self.write_cleaned(&file, &old, ctx, lc, cfg, throttle, stats, horizon);
+        let written = self.write_cleaned(&file, &old, ctx, walk, lc, cfg, throttle, stats, horizon);
         let (builder, changed) = match written {
             Ok(Some(w)) => w,
             Ok(None) => {
@@ -887,6 +1187,7 @@ impl Log {
         file: &File,
         old: &[(Arc<Segment>, u64)],
         ctx: &FilterCtx<'_>,
+        walk: &mut TxnWalk,
         lc: &LogConfig,
         cfg: &CleanerConfig,
         throttle: &mut Throttle,
@@ -896,6 +1197,10 @@ impl Log {
         let mut builder = SealedSegmentBuilder::new(old[0].0.base_offset(), lc.segment_config());
         let mut out = BufWriter::with_capacity(cfg.io_buffer_bytes.max(4096), file);
         let mut changed = false;
+        // The old group's aborted-transaction entries; the cleaned one keeps
+        // those whose transactions still have data (see filter_marker).
+        let old_entries: usize = old.iter().map(|(s, _)| s.txn_index().len()).sum();
+        let mut kept_entries = 0usize;
         for (i, (seg, size)) in old.iter().enumerate() {
             let mut batches = SegmentBatches::new(seg, 0, *size, cfg.io_buffer_bytes);
             let mut accounted = 0;
@@ -909,7 +1214,15 @@ impl Log {
                     return Ok(None);
                 }
                 let last_of_group = i + 1 == old.len() && pos + batch.len() as u64 == *size;
-                let o = filter_batch(batch, &h, ctx, last_of_group);
+                let o = filter_batch(batch, &h, ctx, walk, last_of_group);
+                if let Some(entry) = o.index_entry {
+                    if !matches!(o.action, Filtered::Drop) {
+                        builder.add_aborted_txn(entry);
+                        kept_entries += 1;
+                    }
+                }
+                stats.aborted_records_removed += o.aborted_removed;
+                stats.markers_removed += o.marker_removed as u64;
                 stats.records_read += o.records;
                 stats.records_removed += o.removed;
                 stats.tombstones_dropped += o.tombstones_dropped;
@@ -950,10 +1263,27 @@ impl Log {
             }
             stats.bytes_read += batches.bytes_read;
         }
+        changed |= kept_entries != old_entries;
         out.flush()?;
         drop(out);
         file.sync_data()?;
         Ok(Some((builder, changed)))
+    }
+}
+
+/// Notes `h` among its producer's last batches (within the tracking bound).
+fn track_producer(producers: &mut HashMap<i64, ProducerLast>, h: &BatchHeader) {
+    if h.producer_id < 0
+        || (producers.len() >= MAX_TRACKED_PRODUCERS && !producers.contains_key(&h.producer_id))
+    {
+        return;
+    }
+    let last = producers
+        .entry(h.producer_id)
+        .or_insert(ProducerLast { data: -1, any: -1 });
+    last.any = last.any.max(h.last_offset());
+    if !h.is_control() {
+        last.data = last.data.max(h.last_offset());
     }
 }
 
@@ -996,6 +1326,33 @@ mod tests {
         assert_eq!(m.get(b"k4"), Some(4));
         assert_eq!(m.get(b"absent"), None);
         assert_eq!(m.slots.len() * 8, 64 * MAP_SLOT_BYTES);
+    }
+
+    #[test]
+    fn aborted_txns_span_their_producers_data_and_end_at_their_marker() {
+        let t = |pid, first, last| AbortedTxn {
+            producer_id: pid,
+            first_offset: first,
+            last_offset: last,
+            last_stable_offset: last + 1,
+        };
+        let a = AbortedTxns::new(vec![t(2, 20, 25), t(1, 10, 15), t(1, 30, 31), t(1, 10, 15)]);
+        assert_eq!(a.by_producer[&1].len(), 2);
+        for (pid, offset, want) in [
+            (1, 9, false),
+            (1, 10, true),
+            (1, 15, true),
+            (1, 16, false),
+            (1, 30, true),
+            (1, 20, false),
+            (2, 20, true),
+            (3, 20, false),
+        ] {
+            assert_eq!(a.spanning(pid, offset).is_some(), want, "{pid} {offset}");
+        }
+        assert_eq!(a.ended_by(1, 15), Some(t(1, 10, 15)));
+        assert_eq!(a.ended_by(1, 14), None);
+        assert_eq!(a.ended_by(2, 15), None);
     }
 
     #[test]

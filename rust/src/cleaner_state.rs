@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::records::{BatchHeader, HEADER_SIZE};
 use crate::segment::{file_name, parse_file_name, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use crate::statefile::{read_state_file, remove_if_present, sync_dir};
+use crate::txn_index::TXN_INDEX_SUFFIX;
 
 /// Files of a cleaned group still being written (dropped on open).
 pub const CLEANED_SUFFIX: &str = ".cleaned";
@@ -32,8 +33,19 @@ pub(crate) fn suffixed(dir: &Path, base: i64, suffix: &str, extra: &str) -> Path
     dir.join(format!("{}{extra}", file_name(base, suffix)))
 }
 
+/// The files of a cleaned group, in the order they are renamed: the log
+/// file last, as its name is what recovery goes by. A group always has a
+/// transaction index file (empty when no aborted transaction is left), so
+/// recovery can tell a renamed one from an old one.
+pub(crate) const GROUP_SUFFIXES: [&str; 4] = [
+    INDEX_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    LOG_SUFFIX,
+];
+
 pub(crate) fn remove_group_files(dir: &Path, base: i64, extra: &str) {
-    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
+    for suffix in GROUP_SUFFIXES {
         // Best effort: a leftover is dropped on the next open anyway.
         let _ = fs::remove_file(suffixed(dir, base, suffix, extra));
     }
@@ -113,7 +125,8 @@ pub fn recover_swaps(dir: &Path) -> Result<()> {
             Some((base, s)) if s == format!("{LOG_SUFFIX}{SWAP_SUFFIX}") => log_swaps.push(base),
             Some((base, s))
                 if s == format!("{INDEX_SUFFIX}{SWAP_SUFFIX}")
-                    || s == format!("{TIME_INDEX_SUFFIX}{SWAP_SUFFIX}") =>
+                    || s == format!("{TIME_INDEX_SUFFIX}{SWAP_SUFFIX}")
+                    || s == format!("{TXN_INDEX_SUFFIX}{SWAP_SUFFIX}") =>
             {
                 index_swaps.push((base, entry.path()))
             }
@@ -139,13 +152,13 @@ pub fn recover_swaps(dir: &Path) -> Result<()> {
         };
         // The old group: every segment from `base` below the swap's end.
         for &old in logs.iter().filter(|&&b| b > base && b < next) {
-            for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
+            for suffix in GROUP_SUFFIXES {
                 remove_if_present(&dir.join(file_name(old, suffix)))?;
             }
         }
         remove_if_present(&dir.join(file_name(base, LOG_SUFFIX)))?;
         // An index whose swap is gone was renamed already: it is the new one.
-        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX] {
             let from = suffixed(dir, base, suffix, SWAP_SUFFIX);
             if from.exists() {
                 fs::rename(&from, dir.join(file_name(base, suffix)))?;

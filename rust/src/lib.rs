@@ -16,6 +16,7 @@ pub mod records;
 pub mod segment;
 pub mod sendfile;
 pub mod statefile;
+pub mod txn_index;
 pub mod varint;
 pub mod verify;
 

@@ -32,14 +32,15 @@ use crate::crc32c::crc32c_delta;
 use crate::epoch_cache::{self, EpochCache, EpochEntry};
 use crate::error::{Error, Result};
 use crate::records::{
-    check_crc, BatchHeader, ATTRIBUTES, BASE_OFFSET, CRC, HEADER_SIZE, MAX_TIMESTAMP,
-    PARTITION_LEADER_EPOCH, TIMESTAMP_TYPE_MASK,
+    check_crc, end_txn_marker, BatchHeader, ATTRIBUTES, BASE_OFFSET, CRC, HEADER_SIZE,
+    MAX_TIMESTAMP, PARTITION_LEADER_EPOCH, TIMESTAMP_TYPE_MASK,
 };
 use crate::segment::{
-    parse_file_name, BatchInfo, LoadMode, Segment, SegmentConfig, INDEX_SUFFIX, LOG_SUFFIX,
-    MAX_SEGMENT_SIZE, TIME_INDEX_SUFFIX,
+    parse_file_name, BatchInfo, LoadMode, Scanner, Segment, SegmentConfig, INDEX_SUFFIX,
+    LOG_SUFFIX, MAX_SEGMENT_SIZE, TIME_INDEX_SUFFIX,
 };
 use crate::statefile::{read_state_file, remove_if_present, sync_dir};
+use crate::txn_index::{AbortedTxn, Collected, TXN_INDEX_SUFFIX};
 
 pub const RECOVERY_POINT_FILE: &str = "recovery-point";
 pub const LOG_START_OFFSET_FILE: &str = "log-start-offset";
@@ -145,7 +146,15 @@ pub struct ProducerBatch {
     pub base_sequence: i32,
     pub is_transactional: bool,
     pub is_control: bool,
+    /// A transaction marker's control type (0 ABORT, 1 COMMIT) and
+    /// coordinator epoch; -1 and -1 for any other batch.
+    pub control_type: i16,
+    pub coordinator_epoch: i32,
 }
+
+/// Bound on the decompressed size of a control batch read for its marker
+/// (markers are one small uncompressed record).
+const MARKER_MAX_DECOMPRESSED: usize = 1 << 20;
 
 /// What an append did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -254,6 +263,9 @@ pub struct Log {
     /// The leader-epoch cache. Changed under the writer lock (after its
     /// checkpoint is written); read without it.
     epochs: RwLock<EpochCache>,
+    /// Some segment has held an aborted transaction since the log opened:
+    /// read_committed reads of a log that never had one skip the indexes.
+    had_aborted_txns: AtomicBool,
 }
 
 fn write_checkpoint(dir: &Path, name: &str, value: i64) -> Result<()> {
@@ -283,6 +295,9 @@ pub enum RecoveryKind {
     RebuiltIndexes,
     /// A checkpoint file could not be read and was treated as missing.
     BadCheckpoint,
+    /// A segment's aborted-transaction index was cut at a bad entry (the
+    /// partition replays its markers from the log to restore it).
+    CutTxnIndex,
 }
 
 impl RecoveryKind {
@@ -293,6 +308,7 @@ impl RecoveryKind {
             RecoveryKind::Reset => "reset",
             RecoveryKind::RebuiltIndexes => "rebuilt-indexes",
             RecoveryKind::BadCheckpoint => "bad-checkpoint",
+            RecoveryKind::CutTxnIndex => "cut-txn-index",
         }
     }
 }
@@ -334,7 +350,12 @@ fn read_checkpoint(dir: &Path, name: &str, notes: &mut Vec<RecoveryNote>) -> Res
 }
 
 fn remove_segment_files(dir: &Path, base: i64) -> Result<()> {
-    for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+    for suffix in [
+        LOG_SUFFIX,
+        INDEX_SUFFIX,
+        TIME_INDEX_SUFFIX,
+        TXN_INDEX_SUFFIX,
+    ] {
         remove_if_present(&dir.join(crate::segment::file_name(base, suffix)))?;
     }
     Ok(())
@@ -449,7 +470,7 @@ impl Log {
             }
             match parse_file_name(name) {
                 Some((base, LOG_SUFFIX)) => bases.push(base),
-                Some((base, INDEX_SUFFIX | TIME_INDEX_SUFFIX)) => {
+                Some((base, INDEX_SUFFIX | TIME_INDEX_SUFFIX | TXN_INDEX_SUFFIX)) => {
                     index_files.push((base, entry.path()))
                 }
                 _ => {}
@@ -488,6 +509,16 @@ impl Log {
             }
             let seg = loaded.segment;
             let is_last = i + 1 == bases.len();
+            if let Some(problem) = &loaded.txn_index_problem {
+                notes.push(RecoveryNote {
+                    kind: RecoveryKind::CutTxnIndex,
+                    segment: base,
+                    position: 0,
+                    offset: base,
+                    bytes: 0,
+                    detail: problem.clone(),
+                });
+            }
             if let Some(t) = &loaded.truncation {
                 notes.push(RecoveryNote {
                     kind: RecoveryKind::Truncated,
@@ -581,6 +612,7 @@ impl Log {
         let epochs = load_epoch_cache(dir, &segments, replay_from, log_start, log_end, &mut notes)?;
 
         let empty = segments.iter().all(|s| s.is_empty());
+        let had_aborted_txns = segments.iter().any(|s| !s.txn_index().is_empty());
         // A damaged checkpoint file is rewritten, a missing one may stay so.
         let rp_file_present = dir.join(RECOVERY_POINT_FILE).exists();
         let log = Log {
@@ -606,6 +638,7 @@ impl Log {
             cleaner_first_dirty: AtomicI64::new(cleaner_first_dirty),
             cleaner_horizon: AtomicI64::new(cleaner_horizon),
             cleaning: Mutex::new(()),
+            had_aborted_txns: AtomicBool::new(had_aborted_txns),
             recovery: notes,
             epochs: RwLock::new(epochs),
         };
@@ -898,7 +931,7 @@ impl Log {
         let mut infos = Vec::with_capacity(headers.len());
         let mut records: u64 = 0;
         let mut producer_batches = Vec::new();
-        for (i, (_, h)) in headers.iter().enumerate() {
+        for (i, (start, h)) in headers.iter().enumerate() {
             let base = match mode {
                 Mode::Leader { .. } => next,
                 Mode::Follower if i == 0 && h.base_offset < next => {
@@ -923,6 +956,12 @@ impl Log {
                 return Err(Error::InvalidRecord("offset overflow".into()));
             };
             if h.producer_id >= 0 {
+                let (control_type, coordinator_epoch) = if h.is_control() {
+                    let batch = &batches[*start..start + h.total_size()];
+                    end_txn_marker(batch, MARKER_MAX_DECOMPRESSED).unwrap_or((-1, -1))
+                } else {
+                    (-1, -1)
+                };
                 producer_batches.push(ProducerBatch {
                     base_offset: base,
                     last_offset: last,
@@ -932,6 +971,8 @@ impl Log {
                     base_sequence: h.base_sequence,
                     is_transactional: h.is_transactional(),
                     is_control: h.is_control(),
+                    control_type,
+                    coordinator_epoch,
                 });
             }
             infos.push(BatchInfo {
@@ -1577,6 +1618,156 @@ impl Log {
     /// What recovery did when the log was opened.
     pub fn recovery_notes(&self) -> &[RecoveryNote] {
         &self.recovery
+    }
+
+    // -- aborted transactions ---------------------------------------------------
+
+    /// Records an aborted transaction in the index of the segment that holds
+    /// its marker (`txn.last_offset`, which must be in the log). An entry for
+    /// the same marker already there stays as it is. Returns whether it added.
+    pub fn add_aborted_txn(&self, txn: AbortedTxn) -> Result<bool> {
+        let _w = self.lock_writer();
+        self.check_open()?;
+        let segs = self.snapshot();
+        let at = segs.partition_point(|s| s.base_offset() <= txn.last_offset);
+        let seg = match at.checked_sub(1).map(|i| &segs[i]) {
+            Some(seg) if txn.last_offset < seg.next_offset() => seg,
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "no segment holds marker offset {} (log [{}, {}))",
+                    txn.last_offset,
+                    self.log_start_offset(),
+                    self.log_end_offset()
+                )))
+            }
+        };
+        let added = seg.txn_index().add(txn)?;
+        self.had_aborted_txns.store(true, Ordering::Release);
+        Ok(added)
+    }
+
+    /// The aborted transactions a read_committed reader from `start` needs
+    /// up to `upper` (Kafka's `collectAbortedTransactions`): those whose
+    /// marker is at or after `start` and whose first offset is below `upper`,
+    /// searched from the segment holding `start` on, in marker order.
+    pub fn collect_aborted_txns(&self, start: i64, upper: i64) -> Vec<AbortedTxn> {
+        if !self.had_aborted_txns.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let segs = self.snapshot();
+        let from = segs
+            .partition_point(|s| s.base_offset() <= start)
+            .saturating_sub(1);
+        let mut found = Collected::default();
+        for seg in &segs[from..] {
+            seg.txn_index().collect(start, upper, &mut found);
+            if found.complete {
+                break;
+            }
+        }
+        found.txns
+    }
+
+    /// [`Log::collect_aborted_txns`] for a read of `slice` from `start`: up
+    /// to the offset after the slice's last batch.
+    pub fn aborted_txns_for_slice(&self, start: i64, slice: &LogSlice) -> Result<Vec<AbortedTxn>> {
+        if !self.had_aborted_txns.load(Ordering::Acquire) {
+            return Ok(Vec::new());
+        }
+        let seg = &slice.segment;
+        let end = slice.position + slice.length as u64;
+        let size = seg.size();
+        let upper = if end < size {
+            seg.header_at(end, size)?.base_offset
+        } else {
+            seg.next_offset()
+        };
+        Ok(self.collect_aborted_txns(start, upper))
+    }
+
+    /// The batches that carry a producer id from the one holding `from` on,
+    /// in log order, for rebuilding producer state: at most `max_batches`
+    /// of them, and the offset to go on from (the log end when done). Only
+    /// headers are read, and a marker's one record.
+    pub fn producer_batches_from(
+        &self,
+        from: i64,
+        max_batches: usize,
+    ) -> Result<(Vec<ProducerBatch>, i64)> {
+        let segs = self.snapshot();
+        let end = self.log_end_offset();
+        let first = segs
+            .partition_point(|s| s.base_offset() <= from)
+            .saturating_sub(1);
+        let mut out = Vec::new();
+        let mut next = from;
+        for seg in &segs[first..] {
+            let limit = seg.size();
+            let Some((start, _)) = seg.find_batch(next, limit)? else {
+                continue;
+            };
+            let file = seg.file()?;
+            let mut scanner = Scanner::new(&file, limit);
+            let mut pos = start;
+            while pos < limit {
+                if out.len() >= max_batches {
+                    return Ok((out, next));
+                }
+                let Some(bytes) = scanner.get(pos, HEADER_SIZE)? else {
+                    return crate::corrupt!(
+                        "segment {}: batch header at {pos} runs past the end",
+                        seg.base_offset()
+                    );
+                };
+                let h = BatchHeader::parse(bytes)?;
+                let size = h.total_size();
+                if h.producer_id >= 0 && h.last_offset() >= from {
+                    let (control_type, coordinator_epoch) = if h.is_control() {
+                        let Some(batch) = scanner.get(pos, size)? else {
+                            return crate::corrupt!(
+                                "segment {}: batch at {pos} runs past the end",
+                                seg.base_offset()
+                            );
+                        };
+                        end_txn_marker(batch, MARKER_MAX_DECOMPRESSED).unwrap_or((-1, -1))
+                    } else {
+                        (-1, -1)
+                    };
+                    out.push(ProducerBatch {
+                        base_offset: h.base_offset,
+                        last_offset: h.last_offset(),
+                        max_timestamp: h.max_timestamp,
+                        producer_id: h.producer_id,
+                        producer_epoch: h.producer_epoch,
+                        base_sequence: h.base_sequence,
+                        is_transactional: h.is_transactional(),
+                        is_control: h.is_control(),
+                        control_type,
+                        coordinator_epoch,
+                    });
+                }
+                next = next.max(h.last_offset() + 1);
+                pos += size as u64;
+            }
+        }
+        Ok((out, end.max(next)))
+    }
+
+    /// fsync of every transaction index with entries not yet synced (before a
+    /// producer-state snapshot that counts on them).
+    pub fn sync_txn_indexes(&self) -> Result<()> {
+        for seg in self.snapshot().iter() {
+            seg.txn_index().flush()?;
+        }
+        Ok(())
+    }
+
+    /// Every aborted transaction of the log, in marker order (tools, tests).
+    pub fn aborted_txns(&self) -> Vec<AbortedTxn> {
+        self.snapshot()
+            .iter()
+            .flat_map(|s| s.txn_index().entries())
+            .collect()
     }
 
     // -- leader epochs ----------------------------------------------------------

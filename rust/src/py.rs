@@ -25,6 +25,7 @@ use crate::log::{
 };
 use crate::records::{self, BatchBuilder, ValidateOptions};
 use crate::sendfile::{self, SendOutcome};
+use crate::txn_index::AbortedTxn;
 
 create_exception!(
     _kbroker,
@@ -209,6 +210,49 @@ fn validate_batches(
     })
 }
 
+/// Checks every batch in `data` (concatenated v2 batches) as the log may
+/// hold them (`records::check_stored_batch`: compaction's gaps and empty
+/// batches allowed). Raises on the first bad one; one BatchInfo per batch.
+#[pyfunction]
+#[pyo3(signature = (data, max_decompressed_bytes = 64 << 20))]
+fn check_stored_batches(
+    py: Python<'_>,
+    data: ByteView,
+    max_decompressed_bytes: usize,
+) -> PyResult<Vec<BatchInfo>> {
+    let data = data.as_slice();
+    let work = || -> Result<Vec<BatchInfo>, Error> {
+        let mut out = Vec::new();
+        for (position, size) in records::split_batches(data)? {
+            let info = records::check_stored_batch(
+                &data[position..position + size],
+                max_decompressed_bytes,
+            )?;
+            out.push(BatchInfo {
+                position,
+                size,
+                base_offset: info.base_offset,
+                last_offset_delta: info.last_offset_delta,
+                records: info.records_count,
+                first_timestamp: info.first_timestamp,
+                max_timestamp: info.max_timestamp,
+                producer_id: info.producer_id,
+                producer_epoch: info.producer_epoch,
+                base_sequence: info.base_sequence,
+                codec: info.codec as u8,
+                is_transactional: info.is_transactional,
+                is_control: info.is_control,
+            });
+        }
+        Ok(out)
+    };
+    Ok(if data.len() > GIL_RELEASE_BYTES {
+        py.detach(work)?
+    } else {
+        work()?
+    })
+}
+
 /// Rewrites validated batches so their records are compressed with `codec`
 /// (a codec id, 0 = none), for a topic's compression.type: a batch already
 /// in it is copied unchanged, any other is recompressed with a new CRC.
@@ -308,6 +352,27 @@ fn build_batch<'py>(
         builder.push(ts, key.as_deref(), value.as_deref(), &headers);
     }
     let bytes = py.detach(|| builder.build())?;
+    Ok(PyBytes::new(py, &bytes))
+}
+
+/// A transaction marker batch (COMMIT or ABORT) of a producer, written by
+/// the coordinator epoch given; the leader assigns its offset.
+#[pyfunction]
+fn end_txn_marker_batch<'py>(
+    py: Python<'py>,
+    producer_id: i64,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+    committed: bool,
+    timestamp: i64,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let bytes = records::end_txn_marker_batch(
+        producer_id,
+        producer_epoch,
+        coordinator_epoch,
+        committed,
+        timestamp,
+    )?;
     Ok(PyBytes::new(py, &bytes))
 }
 
@@ -647,6 +712,8 @@ struct CleanStats {
     records_read: u64,
     records_removed: u64,
     tombstones_dropped: u64,
+    aborted_records_removed: u64,
+    markers_removed: u64,
     empty_batches: u64,
     unreadable_batches: u64,
     map_entries: usize,
@@ -668,6 +735,8 @@ impl From<CoreCleanStats> for CleanStats {
             records_read: c.records_read,
             records_removed: c.records_removed,
             tombstones_dropped: c.tombstones_dropped,
+            aborted_records_removed: c.aborted_records_removed,
+            markers_removed: c.markers_removed,
             empty_batches: c.empty_batches,
             unreadable_batches: c.unreadable_batches,
             map_entries: c.map_entries,
@@ -692,6 +761,8 @@ struct ProducerBatch {
     base_sequence: i32,
     is_transactional: bool,
     is_control: bool,
+    control_type: i16,
+    coordinator_epoch: i32,
 }
 
 impl From<CoreProducerBatch> for ProducerBatch {
@@ -705,6 +776,8 @@ impl From<CoreProducerBatch> for ProducerBatch {
             base_sequence: b.base_sequence,
             is_transactional: b.is_transactional,
             is_control: b.is_control,
+            control_type: b.control_type,
+            coordinator_epoch: b.coordinator_epoch,
         }
     }
 }
@@ -856,6 +929,81 @@ impl Log {
                 .read(offset, max_bytes, max_offset, min_one_batch)
         })?;
         Ok(slice.map(|inner| LogSlice { inner }))
+    }
+
+    /// Records an aborted transaction in the index of its marker's segment;
+    /// False when that marker's entry is there already.
+    fn add_aborted_txn(
+        &self,
+        py: Python<'_>,
+        producer_id: i64,
+        first_offset: i64,
+        last_offset: i64,
+        last_stable_offset: i64,
+    ) -> PyResult<bool> {
+        let txn = AbortedTxn {
+            producer_id,
+            first_offset,
+            last_offset,
+            last_stable_offset,
+        };
+        Ok(py.detach(|| self.inner.add_aborted_txn(txn))?)
+    }
+
+    /// (producer id, first offset) of the transactions aborted between
+    /// `start` and `upper` (see the core's `collect_aborted_txns`).
+    fn collect_aborted_txns(&self, start: i64, upper: i64) -> Vec<(i64, i64)> {
+        self.inner
+            .collect_aborted_txns(start, upper)
+            .iter()
+            .map(|t| (t.producer_id, t.first_offset))
+            .collect()
+    }
+
+    /// (producer id, first offset) of the transactions a read_committed
+    /// reader of `slice`, read from `start`, must know were aborted.
+    fn aborted_txns_for_slice(&self, start: i64, slice: &LogSlice) -> PyResult<Vec<(i64, i64)>> {
+        Ok(self
+            .inner
+            .aborted_txns_for_slice(start, &slice.inner)?
+            .iter()
+            .map(|t| (t.producer_id, t.first_offset))
+            .collect())
+    }
+
+    /// fsync of the transaction indexes written since their last sync.
+    fn sync_txn_indexes(&self, py: Python<'_>) -> PyResult<()> {
+        Ok(py.detach(|| self.inner.sync_txn_indexes())?)
+    }
+
+    /// Every entry of the aborted-transaction indexes: (producer id, first
+    /// offset, last offset, last stable offset), in marker order.
+    fn aborted_txns(&self) -> Vec<(i64, i64, i64, i64)> {
+        self.inner
+            .aborted_txns()
+            .iter()
+            .map(|t| {
+                (
+                    t.producer_id,
+                    t.first_offset,
+                    t.last_offset,
+                    t.last_stable_offset,
+                )
+            })
+            .collect()
+    }
+
+    /// Up to `max_batches` batches with a producer id from the one holding
+    /// `from_offset` on, and the offset to go on from (the log end when done).
+    fn producer_batches_from(
+        &self,
+        py: Python<'_>,
+        from_offset: i64,
+        max_batches: usize,
+    ) -> PyResult<(Vec<ProducerBatch>, i64)> {
+        let (batches, next) =
+            py.detach(|| self.inner.producer_batches_from(from_offset, max_batches))?;
+        Ok((batches.into_iter().map(ProducerBatch::from).collect(), next))
     }
 
     fn offset_for_timestamp(&self, py: Python<'_>, timestamp: i64) -> PyResult<Option<(i64, i64)>> {
@@ -1025,9 +1173,11 @@ fn _kbroker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add_function(wrap_pyfunction!(crc32c, m)?)?;
     m.add_function(wrap_pyfunction!(validate_batches, m)?)?;
+    m.add_function(wrap_pyfunction!(check_stored_batches, m)?)?;
     m.add_function(wrap_pyfunction!(recompress_batches, m)?)?;
     m.add_function(wrap_pyfunction!(decode_records, m)?)?;
     m.add_function(wrap_pyfunction!(build_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(end_txn_marker_batch, m)?)?;
     m.add_function(wrap_pyfunction!(py_sendfile, m)?)?;
     m.add_function(wrap_pyfunction!(set_max_open_files, m)?)?;
     m.add_function(wrap_pyfunction!(max_open_files, m)?)?;

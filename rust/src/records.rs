@@ -437,6 +437,50 @@ pub fn check_batch_integrity(batch: &[u8]) -> Result<BatchHeader> {
     Ok(h)
 }
 
+/// Checks one batch as the log may hold it (what `kbroker dump-log` reads):
+/// [`check_batch_integrity`], then its records, decompressed within
+/// `max_decompressed`: they parse exactly to the end, their number is
+/// recordsCount, and their offset deltas rise within lastOffsetDelta (the
+/// cleaner leaves gaps and empty batches, which a producer may not send);
+/// a control batch's records have control keys.
+pub fn check_stored_batch(batch: &[u8], max_decompressed: usize) -> Result<BatchInfo> {
+    let h = check_batch_integrity(batch)?;
+    let codec = Codec::from_attributes(h.attributes)?;
+    let info = BatchInfo::new(&h, codec);
+    if h.records_count == 0 {
+        return Ok(info);
+    }
+    let region = records_region(batch, max_decompressed)?;
+    let mut n: i64 = 0;
+    let mut previous = -1i64;
+    for r in iter_records(&region) {
+        let r = r?;
+        n += 1;
+        if n > h.records_count as i64 {
+            return corrupt!("records continue past recordsCount {}", h.records_count);
+        }
+        let delta = r.offset_delta as i64;
+        if delta <= previous || delta > h.last_offset_delta as i64 {
+            return corrupt!(
+                "record {} has offsetDelta {delta}, not above {previous} and within lastOffsetDelta {}",
+                n - 1,
+                h.last_offset_delta
+            );
+        }
+        previous = delta;
+        if h.is_control() {
+            parse_control_key(r.key)?;
+        }
+    }
+    if n != h.records_count as i64 {
+        return corrupt!(
+            "recordsCount is {} but the batch holds {n} records",
+            h.records_count
+        );
+    }
+    Ok(info)
+}
+
 /// Fully validates one batch as received from a producer (`batch` holds
 /// exactly one batch). In order:
 ///
@@ -572,6 +616,58 @@ pub fn end_txn_marker_value(coordinator_epoch: i32) -> [u8; 6] {
     let mut v = [0u8; 6];
     v[2..].copy_from_slice(&coordinator_epoch.to_be_bytes());
     v
+}
+
+/// A transaction marker as a control batch (Kafka's
+/// `MemoryRecords.withEndTransactionMarker`): offset 0 (the leader assigns
+/// it), transactional, no sequence, uncompressed, one record whose key is
+/// the control key and whose value carries the coordinator epoch.
+pub fn end_txn_marker_batch(
+    producer_id: i64,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+    committed: bool,
+    timestamp: i64,
+) -> Result<Vec<u8>> {
+    let kind = if committed {
+        CONTROL_COMMIT
+    } else {
+        CONTROL_ABORT
+    };
+    let mut b = BatchBuilder::new(Codec::None, 0, timestamp)
+        .producer(producer_id, producer_epoch, NO_SEQUENCE)
+        .transactional(true)
+        .control(true);
+    b.push(
+        timestamp,
+        Some(&control_key(kind)),
+        Some(&end_txn_marker_value(coordinator_epoch)),
+        NO_HEADERS,
+    );
+    b.build()
+}
+
+/// What the transaction marker in a control batch says: (control type,
+/// coordinator epoch). None when the batch (the whole batch, at the start
+/// of `batch`) is no control batch, holds no record (compaction emptied
+/// it), or its first record is no readable COMMIT or ABORT marker. Markers
+/// are written uncompressed; a compressed one is read within
+/// `max_decompressed` bytes.
+pub fn end_txn_marker(batch: &[u8], max_decompressed: usize) -> Option<(i16, i32)> {
+    let (h, batch) = whole_batch(batch).ok()?;
+    if !h.is_control() || h.records_count <= 0 {
+        return None;
+    }
+    let region = records_region(batch, max_decompressed).ok()?;
+    let record = iter_records(&region).next()?.ok()?;
+    let (_, kind) = parse_control_key(record.key).ok()?;
+    if kind != CONTROL_ABORT && kind != CONTROL_COMMIT {
+        return None;
+    }
+    // Value: version (int16), coordinator epoch (int32); a later version
+    // may add fields after them (Kafka reads newer versions the same way).
+    let value = record.value.filter(|v| v.len() >= 6)?;
+    Some((kind, be_i32(value, 2)))
 }
 
 /// `(version, type)` of a control record's key. Unknown types are allowed
@@ -1285,6 +1381,44 @@ impl BatchBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stored_batches_may_have_gaps_and_be_empty_but_not_disordered() {
+        // What the cleaner writes: records 0 and 3 of 5 kept, under a
+        // delete horizon; an empty batch keeping its offsets.
+        let mut b = BatchBuilder::new(Codec::Lz4, 10, 1_000)
+            .producer(4, 0, 0)
+            .retain_last_offset_delta(4)
+            .delete_horizon(9_000);
+        b.push_at(0, 1_000, Some(b"a"), Some(b"1"), NO_HEADERS);
+        b.push_at(3, 1_000, Some(b"b"), None::<&[u8]>, NO_HEADERS);
+        let gapped = b.build().unwrap();
+        assert!(validate_batch(&gapped, &ValidateOptions::default()).is_err());
+        let info = check_stored_batch(&gapped, 1 << 20).unwrap();
+        assert_eq!((info.records_count, info.last_offset_delta), (2, 4));
+        let empty = BatchBuilder::new(Codec::None, 10, 1_000)
+            .producer(4, 0, 0)
+            .transactional(true)
+            .control(true)
+            .retain_last_offset_delta(0)
+            .build()
+            .unwrap();
+        assert_eq!(
+            check_stored_batch(&empty, 1 << 20).unwrap().records_count,
+            0
+        );
+        // A record past lastOffsetDelta is not what a log holds.
+        let mut b = BatchBuilder::new(Codec::None, 0, 1_000).retain_last_offset_delta(5);
+        b.push_at(0, 1_000, Some(b"a"), Some(b"1"), NO_HEADERS);
+        b.push_at(5, 1_000, Some(b"b"), Some(b"1"), NO_HEADERS);
+        let mut bad = b.build().unwrap();
+        assert!(check_stored_batch(&bad, 1 << 20).is_ok());
+        bad[LAST_OFFSET_DELTA..LAST_OFFSET_DELTA + 4].copy_from_slice(&1i32.to_be_bytes());
+        let crc = crate::crc32c::crc32c(&bad[ATTRIBUTES..]);
+        bad[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        let err = check_stored_batch(&bad, 1 << 20).unwrap_err().to_string();
+        assert!(err.contains("offsetDelta 5"), "{err}");
+    }
     use proptest::prelude::*;
 
     #[test]
@@ -1734,6 +1868,36 @@ mod tests {
             parse_control_key(Some(&control_key(CONTROL_COMMIT))).unwrap(),
             (0, 1)
         );
+    }
+
+    #[test]
+    fn end_txn_markers_round_trip() {
+        for committed in [true, false] {
+            let b = end_txn_marker_batch(42, 3, 17, committed, T0).unwrap();
+            let info = validate_batch(&b, &opts()).unwrap();
+            assert!(info.is_control && info.is_transactional);
+            assert_eq!((info.producer_id, info.producer_epoch), (42, 3));
+            assert_eq!(info.base_sequence, NO_SEQUENCE);
+            let kind = if committed {
+                CONTROL_COMMIT
+            } else {
+                CONTROL_ABORT
+            };
+            assert_eq!(end_txn_marker(&b, 1 << 20), Some((kind, 17)));
+        }
+        // A data batch, an unknown control type and a short value are no marker.
+        assert_eq!(end_txn_marker(&simple(Codec::None, 2), 1 << 20), None);
+        let mut b = BatchBuilder::new(Codec::None, 0, T0).control(true);
+        b.push(T0, Some(&control_key(5)), Some(&[0u8; 6]), NO_HEADERS);
+        assert_eq!(end_txn_marker(&b.build().unwrap(), 1 << 20), None);
+        let mut b = BatchBuilder::new(Codec::None, 0, T0).control(true);
+        b.push(
+            T0,
+            Some(&control_key(CONTROL_COMMIT)),
+            Some(&[0u8; 5]),
+            NO_HEADERS,
+        );
+        assert_eq!(end_txn_marker(&b.build().unwrap(), 1 << 20), None);
     }
 
     #[test]

@@ -28,6 +28,7 @@ use crate::index::{
 use crate::records::{
     check_crc, first_offset_with_timestamp_at_or_after, BatchHeader, HEADER_SIZE,
 };
+use crate::txn_index::{AbortedTxn, TxnIndex, TXN_INDEX_SUFFIX};
 
 pub const LOG_SUFFIX: &str = ".log";
 pub const INDEX_SUFFIX: &str = ".index";
@@ -107,6 +108,8 @@ pub struct Loaded {
     /// Every batch was checked, CRC included (asked for, or the trusted
     /// data turned out to be damaged).
     pub recovered: bool,
+    /// Why the aborted-transaction index was cut, when it was.
+    pub txn_index_problem: Option<String>,
 }
 
 /// Accumulates index entries while walking batches in log order: one
@@ -167,6 +170,7 @@ pub struct Segment {
     interval: AtomicU64,
     offset_index: OffsetIndex,
     time_index: TimeIndex,
+    txn_index: TxnIndex,
 }
 
 impl std::fmt::Debug for Segment {
@@ -398,6 +402,10 @@ impl Segment {
             interval: AtomicU64::new(cfg.index_interval_bytes),
             offset_index: Index::new(index_path, cfg.index_bytes, offsets.0, offsets.1),
             time_index: Index::new(time_path, cfg.index_bytes, times.0, times.1),
+            txn_index: TxnIndex::with_entries(
+                dir.join(file_name(base_offset, TXN_INDEX_SUFFIX)),
+                Vec::new(),
+            ),
         }
     }
 
@@ -407,7 +415,8 @@ impl Segment {
         let log = FileSlot::new(log_path.clone(), open_rw(&log_path, true)?);
         open_rw(&index_path, true)?;
         open_rw(&time_path, true)?;
-        let seg = Self::assemble(dir, base_offset, log, cfg, (Vec::new(), 0), (Vec::new(), 0));
+        let mut seg = Self::assemble(dir, base_offset, log, cfg, (Vec::new(), 0), (Vec::new(), 0));
+        seg.txn_index = TxnIndex::create(dir.join(file_name(base_offset, TXN_INDEX_SUFFIX)))?;
         seg.dirty.store(true, Ordering::Relaxed);
         Ok(seg)
     }
@@ -416,6 +425,25 @@ impl Segment {
     /// is the lowest base offset its first batch may have (the previous
     /// segment's next offset).
     pub fn load(
+        dir: &Path,
+        base_offset: i64,
+        cfg: SegmentConfig,
+        mode: LoadMode,
+        min_offset: i64,
+        now_ms: i64,
+    ) -> Result<Loaded> {
+        let mut loaded = Self::load_data(dir, base_offset, cfg, mode, min_offset, now_ms)?;
+        // The transaction index goes by the data as recovered: entries of
+        // markers that did not survive are cut.
+        let seg = &mut loaded.segment;
+        let path = dir.join(file_name(base_offset, TXN_INDEX_SUFFIX));
+        let (index, problem) = TxnIndex::load(path, base_offset, seg.next_offset())?;
+        seg.txn_index = index;
+        loaded.txn_index_problem = problem;
+        Ok(loaded)
+    }
+
+    fn load_data(
         dir: &Path,
         base_offset: i64,
         cfg: SegmentConfig,
@@ -466,6 +494,7 @@ impl Segment {
             truncation,
             rebuilt_indexes: true,
             recovered: true,
+            txn_index_problem: None,
         })
     }
 
@@ -597,6 +626,7 @@ impl Segment {
             truncation: None,
             rebuilt_indexes,
             recovered: false,
+            txn_index_problem: None,
         }))
     }
 
@@ -623,6 +653,7 @@ impl Segment {
             truncation: None,
             rebuilt_indexes: true,
             recovered: false,
+            txn_index_problem: None,
         }))
     }
 
@@ -778,6 +809,9 @@ impl Segment {
     pub fn time_index(&self) -> &TimeIndex {
         &self.time_index
     }
+    pub fn txn_index(&self) -> &TxnIndex {
+        &self.txn_index
+    }
     pub fn indexes_full(&self) -> bool {
         self.offset_index.is_full() || self.time_index.is_full()
     }
@@ -895,11 +929,13 @@ impl Segment {
         self.offset_index
             .write_copy(&with_suffix(self.offset_index.path()))?;
         self.time_index
-            .write_copy(&with_suffix(self.time_index.path()))
+            .write_copy(&with_suffix(self.time_index.path()))?;
+        self.txn_index.write_copy(suffix)
     }
 
-    /// fdatasync of the log and both indexes, when anything changed.
+    /// fdatasync of the log and its indexes, when anything changed.
     pub fn flush(&self) -> Result<()> {
+        self.txn_index.flush()?;
         if self.dirty.swap(false, Ordering::AcqRel) {
             let r = (|| {
                 self.file()?.sync_data()?;
@@ -982,6 +1018,7 @@ impl Segment {
             .lower_by(cut_rel, |e| e.relative_offset as i64)
             .map_or(tail_max, |t| t.timestamp.max(tail_max));
 
+        self.txn_index.truncate_from(h.base_offset)?;
         file.set_len(pos)?;
         self.offset_index
             .truncate_from(|e| e.position as u64 >= pos);
@@ -1011,6 +1048,7 @@ impl Segment {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e.into()),
         }
+        self.txn_index.delete_file()?;
         for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
             match fs::remove_file(self.dir.join(file_name(self.base_offset, suffix))) {
                 Ok(()) => {}
@@ -1158,6 +1196,7 @@ pub struct SealedSegmentBuilder {
     size: u64,
     next_offset: Option<i64>,
     first_max_ts: Option<i64>,
+    aborted: Vec<AbortedTxn>,
 }
 
 impl SealedSegmentBuilder {
@@ -1179,7 +1218,14 @@ impl SealedSegmentBuilder {
             size: 0,
             next_offset: None,
             first_max_ts: None,
+            aborted: Vec::new(),
         }
+    }
+
+    /// Records an aborted transaction whose marker is among the batches
+    /// written (in marker order).
+    pub fn add_aborted_txn(&mut self, txn: AbortedTxn) {
+        self.aborted.push(txn);
     }
 
     /// Bytes written so far.
@@ -1204,7 +1250,7 @@ impl SealedSegmentBuilder {
     pub fn finish(self, dir: &Path, log: File, now_ms: i64) -> Segment {
         let b = self.builder;
         let path = dir.join(file_name(self.base_offset, LOG_SUFFIX));
-        let seg = Segment::assemble(
+        let mut seg = Segment::assemble(
             dir,
             self.base_offset,
             FileSlot::pinned(path, log),
@@ -1224,6 +1270,10 @@ impl SealedSegmentBuilder {
         seg.bytes_since_index.store(b.since, Ordering::Relaxed);
         seg.set_roll_base_from(self.first_max_ts, now_ms);
         seg.push_final_time_entry();
+        seg.txn_index = TxnIndex::with_entries(
+            dir.join(file_name(self.base_offset, TXN_INDEX_SUFFIX)),
+            self.aborted,
+        );
         seg
     }
 }

@@ -12,9 +12,10 @@ use kbroker::cleaner::{CleanerConfig, MAP_SLOT_BYTES};
 use kbroker::compression::Codec;
 use kbroker::log::{Log, LogConfig};
 use kbroker::records::{
-    check_crc, control_key, decode_batch_records, BatchBuilder, BatchHeader, COMPRESSION_MASK,
-    DELETE_HORIZON_MASK, NO_HEADERS,
+    check_crc, decode_batch_records, end_txn_marker, end_txn_marker_batch, BatchBuilder,
+    BatchHeader, COMPRESSION_MASK, DELETE_HORIZON_MASK, NO_HEADERS,
 };
+use kbroker::txn_index::AbortedTxn;
 use storage_util::*;
 
 const NOW: i64 = 1_000_000;
@@ -324,24 +325,13 @@ fn compressed_batches_stay_valid_and_keep_their_codec() {
 }
 
 #[test]
-fn control_batches_and_keyless_records_are_kept_whole() {
+fn keyless_records_are_kept_whole() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), compacted());
-    let mut marker = BatchBuilder::new(Codec::None, 0, NOW)
-        .producer(5, 0, 0)
-        .transactional(true)
-        .control(true);
-    marker.push(
-        NOW,
-        Some(&control_key(1)),
-        Some(&[0, 0, 0, 0, 0, 0]),
-        NO_HEADERS,
-    );
-    let marker = marker.build().unwrap();
-    log.append(&marker, 0, None, NOW).unwrap();
     let mut keyless = BatchBuilder::new(Codec::None, 0, NOW);
     keyless.push(NOW, None, Some(b"no key"), NO_HEADERS);
-    log.append(&keyless.build().unwrap(), 0, None, NOW).unwrap();
+    let keyless = keyless.build().unwrap();
+    log.append(&keyless, 0, None, NOW).unwrap();
     put(&log, "a", Some("1"));
     put(&log, "a", Some("2"));
     roll(&log);
@@ -349,17 +339,282 @@ fn control_batches_and_keyless_records_are_kept_whole() {
     clean(&log, NOW);
     let batches = all_batches(&log);
     // Byte for byte, past the partition leader epoch the append stamped.
-    assert_eq!(batches[0][16..], marker[16..]);
+    assert_eq!(batches[0][16..], keyless[16..]);
     let offsets: Vec<_> = records(&log).iter().map(|r| (r.0, r.1.clone())).collect();
+    assert_eq!(offsets, vec![(0, None), (2, s("a")), (3, s("z"))]);
+}
+
+// -- transactions ---------------------------------------------------------------
+
+/// A transactional data batch of producer `pid` (epoch 0).
+fn txn_put(log: &Log, pid: i64, seq: i32, recs: &[(&str, Option<&str>)]) -> i64 {
+    let mut b = BatchBuilder::new(Codec::Lz4, 0, NOW)
+        .producer(pid, 0, seq)
+        .transactional(true);
+    for (k, v) in recs {
+        b.push(NOW, Some(k.as_bytes()), v.map(str::as_bytes), NO_HEADERS);
+    }
+    log.append(&b.build().unwrap(), 0, None, NOW)
+        .unwrap()
+        .first_offset
+}
+
+/// Ends producer `pid`'s transaction that started at `first`: writes its
+/// marker and, for an abort, the .txnindex entry the partition would add.
+fn end_txn(log: &Log, pid: i64, first: i64, commit: bool) -> i64 {
+    let marker = end_txn_marker_batch(pid, 0, 0, commit, NOW).unwrap();
+    let at = log.append(&marker, 0, None, NOW).unwrap().first_offset;
+    if !commit {
+        log.add_aborted_txn(AbortedTxn {
+            producer_id: pid,
+            first_offset: first,
+            last_offset: at,
+            last_stable_offset: at + 1,
+        })
+        .unwrap();
+    }
+    at
+}
+
+/// (offset, producer id, control, records) of every batch.
+fn batch_summary(log: &Log) -> Vec<(i64, i64, bool, i32)> {
+    all_batches(log)
+        .iter()
+        .map(|b| {
+            let h = BatchHeader::parse(b).unwrap();
+            assert!(h.producer_id < 0 || h.is_transactional(), "{h:?}");
+            (
+                h.base_offset,
+                h.producer_id,
+                h.is_control(),
+                h.records_count,
+            )
+        })
+        .collect()
+}
+
+/// What a read_committed reader sees: records outside aborted transactions
+/// (by the log's .txnindex), markers left out.
+fn committed_view(log: &Log) -> Vec<Rec> {
+    let aborted = log.aborted_txns();
+    all_batches(log)
+        .iter()
+        .filter(|b| {
+            let h = BatchHeader::parse(b).unwrap();
+            !h.is_control()
+                && !aborted.iter().any(|t| {
+                    t.producer_id == h.producer_id
+                        && t.first_offset <= h.base_offset
+                        && h.base_offset <= t.last_offset
+                })
+        })
+        .flat_map(|b| decode_batch_records(b, 1 << 26).unwrap())
+        .map(|r| (r.offset, r.key, r.value))
+        .collect()
+}
+
+#[test]
+fn aborted_data_goes_committed_data_is_compacted_and_markers_wait_for_their_horizon() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        delete_retention_ms: 1_000,
+        ..compacted()
+    };
+    let log = open(dir.path(), cfg.clone());
+    put(&log, "a", Some("plain")); // 0
+    put(&log, "b", Some("plain")); // 1
+                                   // Producer 7 commits a=t1 (wholly superseded later), then a=t2, c=t2.
+    let t1 = txn_put(&log, 7, 0, &[("a", Some("t1"))]); // 2
+    assert_eq!(end_txn(&log, 7, t1, true), 3);
+    // Producer 8 aborts b and d (spread over two batches), then commits e.
+    let t2 = txn_put(&log, 8, 0, &[("b", Some("aborted"))]); // 4
+    txn_put(&log, 8, 1, &[("d", Some("aborted"))]); // 5
+                                                    // The abort's data and marker in different segments.
+    roll(&log);
+    assert_eq!(end_txn(&log, 8, t2, false), 6);
+    let t3 = txn_put(&log, 7, 1, &[("a", Some("t2")), ("c", Some("t2"))]); // 7-8
+    assert_eq!(end_txn(&log, 7, t3, true), 9);
+    roll(&log);
+    let t4 = txn_put(&log, 8, 2, &[("e", Some("t3"))]); // 10
+    assert_eq!(end_txn(&log, 8, t4, true), 11);
+    roll(&log);
+    put(&log, "z", Some("active")); // 12
+    assert!(log.segment_count() > 3);
+    let view = committed_view(&log);
+    let latest_committed = latest(&view);
+    assert_eq!(log.aborted_txns().len(), 1);
+
+    // Pass 1: the aborted records and the superseded committed ones go;
+    // every marker whose transaction had data in the log stays, and so
+    // does the abort's index entry.
+    let first = clean(&log, NOW);
+    assert_eq!(first.aborted_records_removed, 2);
+    assert_eq!(first.markers_removed, 0);
     assert_eq!(
-        offsets,
+        batch_summary(&log),
         vec![
-            (0, Some(control_key(1).to_vec())),
-            (1, None),
-            (3, s("a")),
-            (4, s("z"))
+            (1, -1, false, 1),
+            (3, 7, true, 1),
+            // The abort's last batch pins its group's end offset, as an
+            // empty batch of no producer.
+            (5, -1, false, 0),
+            (6, 8, true, 1),
+            (7, 7, false, 2),
+            (9, 7, true, 1),
+            (10, 8, false, 1),
+            (11, 8, true, 1),
+            (12, -1, false, 1),
         ]
     );
+    assert_eq!(log.aborted_txns().len(), 1);
+    assert_eq!(latest(&committed_view(&log)), latest_committed);
+
+    // Pass 2, due at once though nothing is dirty: markers 3 and 6 have no
+    // data left, so their entry goes and they get a delete horizon (the log
+    // is due for a pass at that time).
+    let info = log.cleanable(NOW + 10, None);
+    assert!(info.due && info.dirty_bytes == 0);
+    let second = clean(&log, NOW + 10);
+    assert_eq!(second.markers_removed, 0);
+    assert!(log.aborted_txns().is_empty());
+    let horizons: Vec<_> = all_batches(&log)
+        .iter()
+        .map(|b| BatchHeader::parse(b).unwrap())
+        .filter(|h| h.is_control())
+        .map(|h| {
+            (
+                h.base_offset,
+                h.attributes & DELETE_HORIZON_MASK != 0,
+                h.first_timestamp,
+            )
+        })
+        .collect();
+    assert_eq!(
+        horizons,
+        vec![
+            (3, true, NOW + 10 + 1_000),
+            (6, true, NOW + 10 + 1_000),
+            (9, false, NOW),
+            (11, false, NOW)
+        ]
+    );
+    // The markers still read as markers.
+    for b in all_batches(&log) {
+        let h = BatchHeader::parse(&b).unwrap();
+        if h.is_control() {
+            assert!(end_txn_marker(&b, 1 << 20).is_some(), "{h:?}");
+        }
+    }
+    assert!(!log.cleanable(NOW + 1_009, None).due);
+    assert!(log.cleanable(NOW + 1_010, None).delete_horizon_due);
+    // Before the horizon they stay.
+    let before_horizon = batch_summary(&log);
+    assert_eq!(clean(&log, NOW + 1_009).markers_removed, 0);
+    assert_eq!(batch_summary(&log), before_horizon);
+
+    // After it they go, in a pass with nothing dirty (the producers' last
+    // batches are known from the clean head); the last batches of each
+    // producer stay.
+    let third = clean(&log, NOW + 1_010);
+    assert_eq!(third.markers_removed, 2);
+    assert_eq!(
+        batch_summary(&log),
+        vec![
+            (1, -1, false, 1),
+            (5, -1, false, 0),
+            (7, 7, false, 2),
+            (9, 7, true, 1),
+            (10, 8, false, 1),
+            (11, 8, true, 1),
+            (12, -1, false, 1),
+        ]
+    );
+    let after = committed_view(&log);
+    assert_eq!(latest(&after), latest_committed);
+    assert_eq!(
+        after,
+        vec![
+            (1, s("b"), s("plain")),
+            (7, s("a"), s("t2")),
+            (8, s("c"), s("t2")),
+            (10, s("e"), s("t3")),
+            (12, s("z"), s("active")),
+        ]
+    );
+    // What the cleaner wrote reopens the same (the .txnindex files too).
+    log.close().unwrap();
+    drop(log);
+    let log = open(dir.path(), cfg);
+    assert_eq!(committed_view(&log), after);
+    assert!(log.aborted_txns().is_empty());
+}
+
+#[test]
+fn the_index_keeps_aborts_whose_data_stays_and_the_producers_last_batches_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        delete_retention_ms: 0,
+        ..compacted()
+    };
+    let log = open(dir.path(), cfg.clone());
+    // Producer 5's only transaction is aborted: its last data batch stays,
+    // empty, so its marker and index entry stay too.
+    let first = txn_put(&log, 5, 0, &[("k", Some("x")), ("k2", Some("y"))]); // 0-1
+    for i in 0..6 {
+        put(&log, &format!("filler-{i}"), Some("v")); // 2-7
+    }
+    let marker = end_txn(&log, 5, first, false); // 8
+                                                 // Producer 6's only batch is a marker without data (a transaction that
+                                                 // wrote nothing here): it is its producer's last batch, so it stays,
+                                                 // emptied once its horizon (0 ms) has passed.
+    let lone = end_txn_marker_batch(6, 2, 0, true, NOW).unwrap();
+    log.append(&lone, 0, None, NOW).unwrap(); // 9
+    roll(&log);
+    put(&log, "z", Some("active")); // 10
+    let entries = log.aborted_txns();
+    for now in [NOW, NOW + 1, NOW + 2] {
+        let stats = clean(&log, now);
+        assert!(stats.complete && !stats.aborted);
+        let summary = batch_summary(&log);
+        assert_eq!(summary[0], (0, 5, false, 0), "{now}");
+        assert_eq!(summary[summary.len() - 3], (8, 5, true, 1), "{now}");
+        assert_eq!(summary[summary.len() - 2], (9, 6, true, 0), "{now}");
+        assert_eq!(log.aborted_txns(), entries, "{now}");
+    }
+    // The emptied marker keeps producer 6's epoch.
+    let hs: Vec<_> = all_batches(&log)
+        .iter()
+        .map(|b| BatchHeader::parse(b).unwrap())
+        .collect();
+    let emptied = hs.iter().find(|h| h.base_offset == 9).unwrap();
+    assert_eq!((emptied.producer_epoch, emptied.last_offset()), (2, 9));
+    assert!(emptied.is_transactional() && emptied.is_control());
+    assert_eq!(marker, 8);
+    log.close().unwrap();
+    drop(log);
+    let log = open(dir.path(), cfg);
+    assert_eq!(log.aborted_txns(), entries);
+}
+
+#[test]
+fn nothing_past_the_bound_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), compacted());
+    put(&log, "a", Some("1")); // 0
+    put(&log, "a", Some("2")); // 1
+    roll(&log);
+    // An open transaction: the caller's bound (the LSO) is its first offset.
+    let open_at = txn_put(&log, 9, 0, &[("a", Some("open"))]); // 2
+    roll(&log);
+    put(&log, "a", Some("3")); // 3
+    roll(&log);
+    put(&log, "z", Some("active"));
+    let stats = log
+        .clean(NOW, &CleanerConfig::default(), Some(open_at))
+        .unwrap();
+    assert_eq!(stats.records_removed, 1);
+    let offsets: Vec<_> = records(&log).iter().map(|r| r.0).collect();
+    assert_eq!(offsets, vec![1, 2, 3, 4]);
 }
 
 #[test]
@@ -644,4 +899,104 @@ fn a_crash_at_any_step_of_the_swap_leaves_old_or_new() {
     );
     // The active segment was never part of it.
     assert!(!group.contains(&active));
+}
+
+#[test]
+fn a_crash_mid_swap_leaves_the_old_or_the_new_txn_index() {
+    let tmp = tempfile::tempdir().unwrap();
+    let old_dir = tmp.path().join("old");
+    let new_dir = tmp.path().join("new");
+    let big = LogConfig {
+        segment_bytes: 1 << 20,
+        delete_retention_ms: 1_000,
+        ..compacted()
+    };
+    let (group, entries) = {
+        let log = open(&old_dir, compacted());
+        // An aborted transaction whose data went with the log start: its
+        // marker, in a later segment, is all that is left, and its entry.
+        let first = txn_put(&log, 3, 0, &[("gone", Some("aborted"))]); // 0
+        roll(&log);
+        put(&log, "a", Some("1")); // 1
+        put(&log, "a", Some("2")); // 2
+        roll(&log);
+        end_txn(&log, 3, first, false); // 3
+        put(&log, "b", Some("1")); // 4
+        roll(&log);
+        put(&log, "z", Some("active"));
+        log.delete_records_before(1).unwrap();
+        let entries = log.aborted_txns();
+        assert_eq!(entries.len(), 1);
+        let bases: Vec<i64> = names(&old_dir)
+            .iter()
+            .filter_map(|n| n.strip_suffix(".log").map(|b| b.parse().unwrap()))
+            .collect();
+        log.close().unwrap();
+        (bases[..bases.len() - 1].to_vec(), entries)
+    };
+    assert_eq!(group, vec![1, 3]);
+    copy_dir(&old_dir, &new_dir);
+    {
+        let log = open(&new_dir, big.clone());
+        assert_eq!(clean(&log, NOW).segments_written, 1);
+        // No data left: the entry goes and the marker waits for its horizon.
+        assert!(log.aborted_txns().is_empty());
+        log.close().unwrap();
+    }
+    let seg = |base: i64, suffix: &str| format!("{base:020}{suffix}");
+    let cleaned = |suffix: &str| fs::read(new_dir.join(seg(1, suffix))).unwrap();
+    assert!(cleaned(".txnindex").is_empty());
+    let scratch = tmp.path().join("scratch");
+    fs::create_dir_all(&scratch).unwrap();
+    // The aborted transactions of the old directory with `edit` applied, as
+    // a restart after a crash finds them.
+    let state = |edit: &dyn Fn(&Path)| {
+        let d = scratch.join("state");
+        let _ = fs::remove_dir_all(&d);
+        copy_dir(&old_dir, &d);
+        edit(&d);
+        let _ = fs::remove_file(d.join(kbroker::log::CLEAN_SHUTDOWN_FILE));
+        let log = open(&d, big.clone());
+        let leftovers: Vec<_> = names(&d)
+            .into_iter()
+            .filter(|n| n.ends_with(".cleaned") || n.ends_with(".swap"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+        let out = (log.aborted_txns(), records(&log));
+        log.close().unwrap();
+        out
+    };
+    let write = |d: &Path, name: String, bytes: Vec<u8>| fs::write(d.join(name), bytes).unwrap();
+    let old = state(&|_| {});
+    assert_eq!(old.0, entries);
+    assert!(old_dir.join(seg(3, ".txnindex")).exists());
+    let suffixes = [".index", ".timeindex", ".txnindex"];
+    // Written, not committed: the old index.
+    let not_committed = state(&|d| {
+        write(d, seg(1, ".log.cleaned"), cleaned(".log"));
+        for sfx in suffixes {
+            write(d, seg(1, &format!("{sfx}.swap")), cleaned(sfx));
+        }
+    });
+    assert_eq!(not_committed, old);
+    // Committed: the new one; the old segment 3 goes, and its entry with it.
+    let committed = |d: &Path| {
+        write(d, seg(1, ".log.swap"), cleaned(".log"));
+        for sfx in suffixes {
+            write(d, seg(1, &format!("{sfx}.swap")), cleaned(sfx));
+        }
+    };
+    let new = state(&committed);
+    assert!(new.0.is_empty());
+    assert_eq!(latest(&new.1), latest(&old.1));
+    // The new .txnindex renamed into place, the log not yet.
+    let renamed = state(&|d| {
+        committed(d);
+        fs::rename(
+            d.join(seg(1, ".txnindex.swap")),
+            d.join(seg(1, ".txnindex")),
+        )
+        .unwrap();
+    });
+    assert_eq!(renamed, new);
 }

@@ -298,7 +298,13 @@ def test_group_shared_with_a_client(cluster: Cluster) -> None:
         def split() -> bool:
             client.poll(0.2)
             found = members()
-            return len(found) == 2 and all(len(m["assignment"].get(topic, [])) == 1 for m in found)  # type: ignore[attr-defined]
+            # The client's own view too: the group can be Stable before its SyncGroup answer
+            # has been taken by a poll.
+            return (
+                len(found) == 2
+                and all(len(m["assignment"].get(topic, [])) == 1 for m in found)  # type: ignore[attr-defined]
+                and len(client.assignment()) == 1
+            )
 
         wait_for(split, timeout=40)
         [mine] = [tp.partition for tp in client.assignment()]

@@ -150,6 +150,9 @@ def test_topics_spread_and_clients_use_any_broker(brokers: Cluster) -> None:
     b1, b2, b3 = (brokers.nodes[i].bootstrap for i in (1, 2, 3))
     topic = f"spread-{uuid.uuid4().hex[:6]}"
     create_topic(b2, topic, 6)
+    # b2 answered once it knew the topic; b3 learns it from the controller's UpdateMetadata,
+    # which may reach it a moment later (on Kafka too).
+    elected_leaders(b3, topic, 6)
     md = AdminClient({"bootstrap.servers": b3}).list_topics(timeout=10)
     assert sorted(md.brokers) == [1, 2, 3]
     assert md.controller_id in (1, 2, 3)

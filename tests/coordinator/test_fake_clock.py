@@ -23,7 +23,7 @@ from kbroker.broker import Broker
 from kbroker.coordinator import GroupCoordinator, GroupState, JoinRequest, JoinResult, SyncResult
 from kbroker.coordinator.consumer_protocol import encode_subscription
 from kbroker.coordinator.records import OFFSETS_TOPIC
-from kbroker.coordinator.store import Record
+from kbroker.coordinator.store import Record, Stored, TxnProducer
 from kbroker.log import TopicPartition
 from kbroker.protocol import ErrorCode
 from tests.coordinator.test_coordinator import run, running
@@ -69,15 +69,15 @@ class FakeClock:
 
 
 class GatedStore:
-    """Wraps the store's append: ``hold`` makes appends wait, ``fail`` makes them fail."""
+    """Wraps the store's appends: ``hold`` makes them wait, ``failure`` makes them fail."""
 
     def __init__(self, coordinator: GroupCoordinator) -> None:
-        self.real = coordinator.store.append
+        self.real = coordinator.store.append_batch
         self.gate = asyncio.Event()
         self.gate.set()
         self.failure = E.NONE
         self.appended: list[list[Record]] = []
-        coordinator.store.append = self.append  # type: ignore[method-assign]
+        coordinator.store.append_batch = self.append_batch  # type: ignore[method-assign]
 
     def hold(self) -> None:
         self.gate.clear()
@@ -85,13 +85,15 @@ class GatedStore:
     def release(self) -> None:
         self.gate.set()
 
-    def append(self, index: int, records: list[Record], now_ms: int) -> asyncio.Future[ErrorCode]:
-        async def gated() -> ErrorCode:
+    def append_batch(
+        self, index: int, records: list[Record], now_ms: int, producer: TxnProducer | None = None
+    ) -> asyncio.Future[Stored]:
+        async def gated() -> Stored:
             await self.gate.wait()
             if self.failure != E.NONE:
-                return self.failure
+                return Stored(self.failure)
             self.appended.append(records)
-            return await self.real(index, records, now_ms)
+            return await self.real(index, records, now_ms, producer)
 
         return asyncio.ensure_future(gated())
 

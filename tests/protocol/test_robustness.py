@@ -170,3 +170,18 @@ def test_trailing_bytes_are_ignored_as_kafka_does() -> None:
 def test_bad_utf8_is_an_error() -> None:
     with pytest.raises(ProtocolDecodeError):
         decode_request(encode_request_header(17, 1, 1, "c", 1) + struct.pack(">h", 2) + b"\xff\xfe")
+
+
+def test_strings_longer_than_kafka_reads_are_errors() -> None:
+    # A compact string may declare more than an int16 length can; Kafka refuses any string
+    # over 32767 bytes (and closes the connection), so does kbroker.
+    from kbroker.protocol.messages.group import FindCoordinatorRequest
+
+    for size, ok in ((32767, True), (32768, False), (1 << 20, False)):
+        request = FindCoordinatorRequest(key="k" * size, key_type=1)
+        frame = _frame_body(10, 3, request)
+        if ok:
+            assert len(decode_request(frame)[1].key) == size
+        else:
+            with pytest.raises(ProtocolDecodeError, match="longer than 32767 bytes"):
+                decode_request(frame)

@@ -8,6 +8,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -154,9 +155,31 @@ def test_snapshot_on_a_full_disk_leaves_the_old_one(
     assert not (tmp_path / f"{SNAPSHOT_FILE}.tmp").exists()
 
 
+@dataclass(frozen=True)
+class Logged:
+    """The facts of a logged batch a replay reads (as `ProducerBatch` gives them)."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    is_transactional: bool = False
+    is_control: bool = False
+    control_type: int = -1
+    coordinator_epoch: int = -1
+
+
 def test_rebuild_from_the_log_drops_expired_producers() -> None:
     m = manager(Clock(10 * HOUR))
-    m.rebuild([(1, 0, 0, 0, 0, HOUR), (2, 0, 0, 4, 1, 10 * HOUR), (-1, -1, -1, 0, 6, HOUR)])
+    m.rebuild(
+        [
+            Logged(1, 0, 0, 0, 0, HOUR),
+            Logged(2, 0, 0, 1, 5, 10 * HOUR),
+            Logged(-1, -1, -1, 6, 6, HOUR),
+        ]
+    )
     assert m.producer_ids() == [2]
 
 

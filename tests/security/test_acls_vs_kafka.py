@@ -38,12 +38,20 @@ from kbroker._kbroker import build_batch
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.acls import CreateAclsRequest, DescribeAclsRequest
 from kbroker.protocol.messages.admin import DescribeClusterRequest, DescribeLogDirsRequest
-from kbroker.protocol.messages.core import FetchRequest, MetadataRequest
+from kbroker.protocol.messages.core import FetchRequest, InitProducerIdRequest, MetadataRequest
 from kbroker.protocol.messages.group import (
     DescribeGroupsRequest,
     FindCoordinatorRequest,
     JoinGroupRequest,
     OffsetFetchRequest,
+)
+from kbroker.protocol.messages.txn import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnTopic,
+    DescribeTransactionsRequest,
+    EndTxnRequest,
+    ListTransactionsRequest,
 )
 from kbroker.tools.client import ClientError
 from tests.broker.test_inter_broker_refusals import (
@@ -76,6 +84,8 @@ SETTINGS = {
     "allow.everyone.if.no.acl.found": "true",
     "auto.create.topics.enable": "true",
     "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
 }
 ANONYMOUS = "User:ANONYMOUS"
@@ -641,6 +651,149 @@ def test_only_brokers_may_send_broker_requests(target: Target) -> None:
     finally:
         local.close()
     delete_acls(target, every_acl_of("kafka-cluster", ResourceType.BROKER))
+
+
+def test_transaction_apis_need_the_transactional_ids_permissions(target: Target) -> None:
+    """Write on a transactional id to use it, Describe to find or describe it; Write on each
+    topic a transaction adds, Read on the group whose offsets it adds; ClusterAction for the
+    brokers' verify-only AddPartitionsToTxn."""
+    denied, hidden, allowed = topic_name("txn-denied"), topic_name("txn-hidden"), "txn-ok"
+    topic, closed, group = topic_name("txn"), topic_name("txn-closed"), topic_name("txn-group")
+    create_topic(target.bootstrap, topic)
+    create_topic(target.bootstrap, closed)
+    txn_id = ResourceType.TRANSACTIONAL_ID
+    create_acls(
+        target,
+        binding(denied, AclOperation.ALL, AclPermissionType.DENY, restype=txn_id),
+        binding(hidden, AclOperation.WRITE, restype=txn_id),
+        binding(hidden, AclOperation.DESCRIBE, AclPermissionType.DENY, restype=txn_id),
+        binding(closed, AclOperation.WRITE, AclPermissionType.DENY),
+        binding(group, AclOperation.READ, AclPermissionType.DENY, restype=ResourceType.GROUP),
+    )
+    refused = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    w = Wire(target.bootstrap)
+    try:
+        fc = w.request(
+            ApiKey.FIND_COORDINATOR,
+            4,
+            FindCoordinatorRequest(key_type=1, coordinator_keys=[denied]),
+        )
+        assert fc.coordinators[0].error_code == refused
+        assert init_txn(w, denied).error_code == refused
+        assert add_txn_partitions(w, denied, 0, 0, {topic: [0]}) == {(topic, 0): refused}
+        assert add_txn_offsets(w, denied, 0, 0, "g").error_code == refused
+        ended = w.request(
+            ApiKey.END_TXN,
+            3,
+            EndTxnRequest(transactional_id=denied, producer_id=0, producer_epoch=0, committed=True),
+        )
+        assert ended.error_code == refused
+        # FindCoordinator makes __transaction_state (Kafka makes it on no other request).
+        wait_for(
+            lambda: (
+                w.request(
+                    ApiKey.FIND_COORDINATOR,
+                    4,
+                    FindCoordinatorRequest(key_type=1, coordinator_keys=[allowed]),
+                )
+                .coordinators[0]
+                .error_code
+                == ErrorCode.NONE
+            ),
+            "the transaction coordinator",
+        )
+        # Write but no Describe: usable, but neither described nor listed.
+        started = wait_for(
+            lambda: (a := init_txn(w, hidden)).error_code not in (14, 15, 16) and a,
+            "the coordinator of " + hidden,
+        )
+        assert started.error_code == ErrorCode.NONE
+        (state,) = w.request(
+            ApiKey.DESCRIBE_TRANSACTIONS, 0, DescribeTransactionsRequest(transactional_ids=[hidden])
+        ).transaction_states
+        assert state.error_code == refused
+        listed = w.request(
+            ApiKey.LIST_TRANSACTIONS,
+            0,
+            ListTransactionsRequest(state_filters=[], producer_id_filters=[]),
+        )
+        assert hidden not in {t.transactional_id for t in listed.transaction_states}
+        # A topic the producer may not write: the transaction adds nothing.
+        ok = wait_for(
+            lambda: (a := init_txn(w, allowed)).error_code not in (14, 15, 16) and a,
+            "the coordinator of " + allowed,
+        )
+        pid, epoch = ok.producer_id, ok.producer_epoch
+        assert add_txn_partitions(w, allowed, pid, epoch, {topic: [0], closed: [0]}) == {
+            (topic, 0): ErrorCode.OPERATION_NOT_ATTEMPTED,
+            (closed, 0): ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        }
+        assert add_txn_offsets(w, allowed, pid, epoch, group).error_code == (
+            ErrorCode.GROUP_AUTHORIZATION_FAILED
+        )
+    finally:
+        w.close()
+    # Only brokers ask whether partitions are in a transaction (ClusterAction, allowed here
+    # from 127.0.0.1 only).
+    create_acls(
+        target,
+        binding("kafka-cluster", AclOperation.ALL, restype=ResourceType.BROKER, host="127.0.0.1"),
+    )
+    other = Wire(target.bootstrap, source_host=OTHER_HOST)
+    try:
+        verify = AddPartitionsToTxnRequest(
+            transactions=[
+                AddPartitionsToTxnRequest.Transaction(
+                    transactional_id=allowed,
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    verify_only=True,
+                    topics=[AddPartitionsToTxnTopic(name=topic, partitions=[0])],
+                )
+            ]
+        )
+        answer = other.request(ApiKey.ADD_PARTITIONS_TO_TXN, 4, verify)
+        assert answer.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    finally:
+        other.close()
+    delete_acls(target, every_acl_of("kafka-cluster", ResourceType.BROKER))
+    for name in (denied, hidden):
+        delete_acls(target, every_acl_of(name, txn_id))
+    delete_acls(target, every_acl_of(closed))
+    delete_acls(target, every_acl_of(group, ResourceType.GROUP))
+
+
+def init_txn(w: Wire, txn: str) -> Any:
+    request = InitProducerIdRequest(
+        transactional_id=txn, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1
+    )
+    return w.request(ApiKey.INIT_PRODUCER_ID, 4, request)
+
+
+def add_txn_partitions(
+    w: Wire, txn: str, pid: int, epoch: int, parts: dict[str, list[int]]
+) -> dict[tuple[str, int], int]:
+    request = AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=txn,
+        v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=[
+            AddPartitionsToTxnTopic(name=name, partitions=ids) for name, ids in parts.items()
+        ],
+    )
+    answer = w.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, request)
+    return {
+        (t.name, p.partition_index): p.partition_error_code
+        for t in answer.results_by_topic_v3_and_below
+        for p in t.results_by_partition
+    }
+
+
+def add_txn_offsets(w: Wire, txn: str, pid: int, epoch: int, group: str) -> Any:
+    request = AddOffsetsToTxnRequest(
+        transactional_id=txn, producer_id=pid, producer_epoch=epoch, group_id=group
+    )
+    return w.request(ApiKey.ADD_OFFSETS_TO_TXN, 3, request)
 
 
 def kbroker_acl(target: Target, *args: str) -> subprocess.CompletedProcess[str]:

@@ -3,12 +3,15 @@
 - `coordinator.GroupCoordinator`: owns every group of this broker and the
   flows of the group APIs (membership); the handlers call it.
 - `offsets.OffsetManager`: committed offsets (commit, fetch, delete, expiry).
+- `transactions.TxnOffsetManager`: TxnOffsetCommit, offsets pending until their
+  transaction's marker.
 - `cache.GroupCache`: the groups of the ``__consumer_offsets`` partitions this
   broker leads (loaded on election, dropped on resignation) and their writes.
 - `group`: one group's state machine, members and protocol selection.
 - `delayed`: DelayedJoin, InitialDelayedJoin, DelayedHeartbeat, PendingMemberTimer.
 - `records`: the ``__consumer_offsets`` record schemas (Kafka's own).
 - `store`: reading and appending ``__consumer_offsets``.
+- `replay`: rebuilding a partition's groups from its batches at load time.
 - `consumer_protocol`: the subscription/assignment bytes of consumers.
 - `zk_import`: copying offsets old consumers kept in ZooKeeper.
 """

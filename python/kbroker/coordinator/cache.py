@@ -14,10 +14,15 @@ GroupMetadataManager does the same):
   once its tombstones are stored;
 - the order of writes: `append` starts each at once, so records reach the
   log in the order the coordinator decided them, and `spawn` runs what
-  follows a write in a task no requester can cancel, which `drain` awaits.
+  follows a write in a task no requester can cancel, which `drain` awaits;
+- when a transaction's marker on one of its partitions counts
+  (`on_txn_marker`): at once for a loaded partition; for one being loaded,
+  once loaded, and only if the load did not read it already; never for a
+  partition it does not own (a follower's).
 
 What loading and unloading mean for members (sessions to arm, waiters to
-answer) is the membership side's: it passes the two callbacks.
+answer) is the membership side's, and what a marker means for a group's
+offsets the transactional side's: they pass the callbacks.
 """
 
 from __future__ import annotations
@@ -25,26 +30,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import defaultdict
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from kbroker.coordinator.group import Group, GroupState
-from kbroker.coordinator.records import (
-    OFFSETS_TOPIC,
-    CommittedOffset,
-    GroupKey,
-    GroupRecord,
-    OffsetKey,
-    RecordFormatError,
-    group_key,
-    offset_key,
-    parse_group_value,
-    parse_key,
-    parse_offset_value,
-    partition_for,
-)
-from kbroker.coordinator.store import OffsetsStore, Record
+from kbroker.coordinator.records import OFFSETS_TOPIC, group_key, offset_key, partition_for
+from kbroker.coordinator.replay import PartitionReplay
+from kbroker.coordinator.store import OffsetsStore, Record, Stored, TxnProducer
 from kbroker.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -60,11 +52,17 @@ class GroupCache:
         clock: Callable[[], int],
         on_loaded: Callable[[Group], None],
         on_unloaded: Callable[[Group, ErrorCode], None],
+        on_txn_completed: Callable[[int, int, bool], None] = lambda _i, _p, _c: None,
     ) -> None:
+        """``on_txn_completed(partition, producer_id, commit)``: a transaction's marker
+        counts for the groups of that partition."""
         self.store = store
         self.clock = clock
         self._on_loaded = on_loaded
         self._on_unloaded = on_unloaded
+        self._on_txn_completed = on_txn_completed
+        # Markers written while their partition loads: (producer id, commit, offset).
+        self._markers_while_loading: dict[int, list[tuple[int, bool, int]]] = {}
         self.groups: dict[str, Group] = {}
         self._partitions: int | None = None
         self._epochs: dict[int, int] = {}
@@ -134,6 +132,7 @@ class GroupCache:
         task = self._loading.pop(index, None)
         if task is not None:
             task.cancel()
+        self._markers_while_loading.pop(index, None)
         if index in self._owned or task is not None:
             log.info("%s-%d: unloading groups (coordinator epoch %d)", OFFSETS_TOPIC, index, epoch)
         self._owned.discard(index)
@@ -144,6 +143,7 @@ class GroupCache:
         """Drops every partition (waiters told NOT_COORDINATOR); waits for writes under way."""
         loads = list(self._loading.values())
         self._loading.clear()
+        self._markers_while_loading.clear()
         for task in loads:
             task.cancel()
         for task in loads:
@@ -162,8 +162,9 @@ class GroupCache:
     # -- loading ----------------------------------------------------------------------
 
     async def _load(self, index: int) -> None:
+        end = self.store.log_end_offset(index)
         try:
-            groups = await self._read(index)
+            groups = await self._read(index, end)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -178,41 +179,28 @@ class GroupCache:
                 self.groups[group.group_id] = group
                 self._on_loaded(group)
         log.info("%s-%d: loaded %d groups", OFFSETS_TOPIC, index, len(groups))
+        # Markers the load did not read (written after it began) count now.
+        for producer_id, commit, offset in self._markers_while_loading.pop(index, []):
+            if offset >= end:
+                self._on_txn_completed(index, producer_id, commit)
 
-    async def _read(self, index: int) -> list[Group]:
-        offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = defaultdict(dict)
-        records: dict[str, GroupRecord | None] = {}
-        async for chunk in self.store.read_partition(index):
-            for key_bytes, value in chunk:
-                try:
-                    key = parse_key(key_bytes)
-                    if isinstance(key, OffsetKey):
-                        tp = (key.topic, key.partition)
-                        if value is None:
-                            offsets[key.group].pop(tp, None)
-                        else:
-                            offsets[key.group][tp] = parse_offset_value(value)
-                    elif isinstance(key, GroupKey):
-                        records[key.group] = None if value is None else parse_group_value(value)
-                except RecordFormatError as exc:
-                    log.warning(
-                        "skipping unreadable record in %s-%d: %s", OFFSETS_TOPIC, index, exc
-                    )
+    async def _read(self, index: int, end: int) -> list[Group]:
+        replay = PartitionReplay(index)
+        async for chunk in self.store.read_partition(index, end):
+            for batch in chunk:
+                replay.add(batch)
             await asyncio.sleep(0)
-        now = self.clock()
-        groups = []
-        for group_id in set(records) | {g for g, o in offsets.items() if o}:
-            record = records.get(group_id)
-            group = (
-                Group.from_record(group_id, record, now)
-                if record is not None
-                else Group(group_id, now)
-            )
-            group.offsets = offsets.get(group_id, {})
-            if record is None and not group.offsets:
-                continue
-            groups.append(group)
-        return groups
+        return replay.groups(self.clock())
+
+    # -- transactions --------------------------------------------------------------------
+
+    def on_txn_marker(self, index: int, producer_id: int, commit: bool, offset: int) -> None:
+        """A COMMIT or ABORT marker of ``producer_id`` was written at ``offset`` of
+        partition ``index`` (on a leader or a follower)."""
+        if index in self._loading:
+            self._markers_while_loading.setdefault(index, []).append((producer_id, commit, offset))
+        elif index in self._owned:
+            self._on_txn_completed(index, producer_id, commit)
 
     # -- groups and writes -----------------------------------------------------------------
 
@@ -224,6 +212,14 @@ class GroupCache:
         """Appends ``records`` to the group's partition now (writes keep their order); the
         future is done once they are committed."""
         return self.store.append(self.partition_of(group.group_id), records, self.clock())
+
+    def append_batch(
+        self, group: Group, records: list[Record], producer: TxnProducer | None = None
+    ) -> asyncio.Future[Stored]:
+        """`append`, telling where the batch went (a transactional batch of ``producer``)."""
+        return self.store.append_batch(
+            self.partition_of(group.group_id), records, self.clock(), producer
+        )
 
     def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Runs what follows a write as a task of its own: no requester can cancel it

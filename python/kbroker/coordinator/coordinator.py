@@ -10,6 +10,9 @@ and the election hooks (`on_elected`, `on_resigned`). The rest is delegated:
 - `cache.GroupCache`: which ``__consumer_offsets`` partitions (and so which
   groups) are this coordinator's, their loading, and the order of writes;
 - `offsets.OffsetManager`: committed offsets (``coordinator.offsets``);
+- `transactions.TxnOffsetManager`: transactional offset commits and the
+  markers that end them (``coordinator.txn_offsets``; `on_txn_marker` is
+  the replica manager's marker listener);
 - `delayed`: the timers, in two purgatories (rebalances by group id,
   sessions by member) on an injectable `Scheduler` (the running loop unless
   given), so that tests can drive time by hand.
@@ -50,6 +53,7 @@ from kbroker.coordinator.group import Group, GroupState, JoinResult, Member, Syn
 from kbroker.coordinator.offsets import OffsetManager
 from kbroker.coordinator.records import OFFSETS_TOPIC, group_key, group_value
 from kbroker.coordinator.store import GROUP_ERRORS, OffsetsStore, answered, api_error
+from kbroker.coordinator.transactions import TxnOffsetManager
 from kbroker.log import TopicPartition
 from kbroker.log.log import now_ms
 from kbroker.metrics.state import GroupLag
@@ -133,11 +137,18 @@ class GroupCoordinator:
         self._heartbeats: Purgatory[MemberKey] = Purgatory("heartbeat", scheduler)
         self.store = OffsetsStore(broker)
         self.cache = GroupCache(
-            self.store, lambda: self.clock(), self._on_group_loaded, self._on_group_unloaded
+            self.store,
+            lambda: self.clock(),
+            self._on_group_loaded,
+            self._on_group_unloaded,
+            lambda index, producer_id, commit: self.txn_offsets.on_txn_completed(
+                index, producer_id, commit
+            ),
         )
         self.offsets = OffsetManager(
             broker, self.cache, self.check, self._schedule_heartbeat, lambda: self.clock()
         )
+        self.txn_offsets = TxnOffsetManager(broker, self.cache, self.check, lambda: self.clock())
         self._active = False
         # Backoff between attempts to create __consumer_offsets after one failed.
         self._create_backoff_s = 0.0
@@ -185,6 +196,15 @@ class GroupCoordinator:
             self.on_elected(tp.partition, leader_epoch)
         else:
             self.on_resigned(tp.partition, leader_epoch)
+
+    def on_txn_marker(
+        self, tp: TopicPartition, producer_id: int, committed: bool, offset: int
+    ) -> None:
+        """The replica manager's marker listener: a COMMIT (``committed``) or ABORT marker
+        of ``producer_id`` was written at ``offset`` of ``tp``; on a ``__consumer_offsets``
+        partition it ends the producer's transactional offset commits there."""
+        if tp.topic == OFFSETS_TOPIC:
+            self.cache.on_txn_marker(tp.partition, producer_id, committed, offset)
 
     @property
     def groups(self) -> dict[str, Group]:
@@ -787,12 +807,15 @@ class GroupCoordinator:
         return asyncio.shield(self.cache.spawn(deleted()))
 
     def _on_group_loaded(self, group: Group) -> None:
-        """A loaded group's members must heartbeat within their session timeout."""
+        """A loaded group's members must heartbeat within their session timeout; its
+        pending transactional offsets wait for their markers."""
         for member in group.members.values():
             self._schedule_heartbeat(group, member)
+        self.txn_offsets.on_group_loaded(group)
 
     def _on_group_unloaded(self, group: Group, error: ErrorCode) -> None:
         """Stops the group's timers and answers its waiters (deletion, resignation, shutdown)."""
+        self.txn_offsets.on_group_unloaded(group)
         if group.join_timer is not None:
             group.join_timer.cancel()
             group.join_timer = None

@@ -1,5 +1,9 @@
 """One consumer group's in-memory state: members, generation, protocol, offsets.
 
+Offsets are the committed ones (the later record of a partition wins) and
+those still pending: being written, or committed in a transaction whose
+marker has not come yet (by producer id).
+
 `Group` owns the state machine of a classic (JoinGroup/SyncGroup) group:
 
   Empty --join--> PreparingRebalance --all joined / timeout--> CompletingRebalance
@@ -155,6 +159,13 @@ class Group:
         self.pending_delete = False
         # Partitions with a commit being written, and how many (expiry leaves them alone).
         self.pending_commits: Counter[tuple[str, int]] = Counter()
+        # Transactional offset commits waiting for their transaction's marker, by producer
+        # id (record_offset -1 while the commit's record is being written).
+        self.pending_txn_offsets: dict[int, dict[tuple[str, int], CommittedOffset]] = {}
+        # Offsets of transactions committed while their record was still being written
+        # (possible only when a client ends its transaction without waiting for its
+        # TxnOffsetCommit): committed once the write is stored, by producer id.
+        self.txn_offsets_committed_unwritten: dict[int, dict[tuple[str, int], CommittedOffset]] = {}
 
     def __repr__(self) -> str:
         return (
@@ -183,6 +194,77 @@ class Group:
 
     def can_rebalance(self) -> bool:
         return self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY)
+
+    # -- offsets ----------------------------------------------------------------
+
+    def has_pending_offset_commit(self, tp: tuple[str, int]) -> bool:
+        """A commit of ``tp`` is being written or waits for its transaction (OffsetFetch's
+        require_stable answers UNSTABLE_OFFSET_COMMIT meanwhile, as Kafka's does)."""
+        return (
+            tp in self.pending_commits
+            or any(tp in offsets for offsets in self.pending_txn_offsets.values())
+            or any(tp in offsets for offsets in self.txn_offsets_committed_unwritten.values())
+        )
+
+    @property
+    def has_offsets(self) -> bool:
+        """Offsets committed, being committed, or waiting for a transaction."""
+        return bool(
+            self.offsets
+            or self.pending_commits
+            or self.pending_txn_offsets
+            or self.txn_offsets_committed_unwritten
+        )
+
+    def apply_offset(self, tp: tuple[str, int], committed: CommittedOffset) -> None:
+        """``committed`` (stored) becomes the partition's offset unless a later record
+        committed it already."""
+        current = self.offsets.get(tp)
+        if current is None or current.older_than(committed):
+            self.offsets[tp] = committed
+
+    def complete_txn_offsets(self, producer_id: int, commit: bool) -> None:
+        """The transaction of ``producer_id`` ended (its marker is in the log): at COMMIT
+        its offsets become the group's (those whose record is still being written once
+        it is stored), at ABORT they are dropped."""
+        pending = self.pending_txn_offsets.pop(producer_id, None)
+        if not commit or not pending:
+            return
+        for tp, committed in pending.items():
+            if committed.record_offset >= 0:
+                self.apply_offset(tp, committed)
+            else:
+                self.txn_offsets_committed_unwritten.setdefault(producer_id, {})[tp] = committed
+
+    def txn_offset_stored(
+        self, producer_id: int, tp: tuple[str, int], committed: CommittedOffset, stored: bool
+    ) -> None:
+        """The write of a transactional offset commit ended: ``stored`` (its record offset
+        set), it waits for its marker, or it is committed now if its transaction already
+        was; failed, it is forgotten (the client retries or aborts)."""
+        for table in (self.pending_txn_offsets, self.txn_offsets_committed_unwritten):
+            offsets = table.get(producer_id)
+            if offsets is None or offsets.get(tp) is not committed:
+                continue  # replaced by a later commit, completed or removed meanwhile
+            if stored and table is self.pending_txn_offsets:
+                return
+            del offsets[tp]
+            if not offsets:
+                del table[producer_id]
+            if stored:
+                self.apply_offset(tp, committed)
+            return
+
+    def remove_pending_txn_offsets(self, tps: Iterable[tuple[str, int]]) -> None:
+        """Forgets the transactional commits of ``tps`` (their topic or offsets deleted)."""
+        doomed = set(tps)
+        for table in (self.pending_txn_offsets, self.txn_offsets_committed_unwritten):
+            for producer_id in list(table):
+                offsets = table[producer_id]
+                for tp in doomed & offsets.keys():
+                    del offsets[tp]
+                if not offsets:
+                    del table[producer_id]
 
     # -- members -------------------------------------------------------------
 

@@ -2,7 +2,9 @@
 
 `OffsetManager` owns the offsets of the coordinator's groups: the checks an
 OffsetCommit passes (generation, member, rebalance state), storing commits
-and changing the group's offsets once stored, tombstones for offsets deleted
+and changing the group's offsets once stored (unless a later record committed
+the partition meanwhile), OffsetFetch (UNSTABLE_OFFSET_COMMIT for a stable
+read of a partition with a commit pending), tombstones for offsets deleted
 (OffsetDelete, a deleted topic) or past ``offsets.retention.minutes``, and
 forgetting a group left empty without offsets. Groups and their writes are
 the `cache`'s; a commit keeps its member's session alive through the
@@ -159,17 +161,20 @@ class OffsetManager:
         records: list[Record] = [
             (offset_key(group.group_id, t, p), offset_value(c)) for (t, p), c in accepted.items()
         ]
-        write = self._cache.append(group, records)
+        write = self._cache.append_batch(group, records)
         group.pending_commits.update(accepted.keys())
 
         async def stored() -> dict[TopicPartitionKey, ErrorCode]:
-            error = api_error(await write, OFFSET_ERRORS)
+            outcome = await write
+            error = api_error(outcome.error, OFFSET_ERRORS)
             group.pending_commits.subtract(accepted.keys())
             for tp in accepted:
                 if group.pending_commits[tp] <= 0:
                     del group.pending_commits[tp]
             if error == E.NONE and self._cache.is_current(group):
-                group.offsets.update(accepted)
+                for tp, committed in accepted.items():
+                    committed.record_offset = outcome.base_offset
+                    group.apply_offset(tp, committed)
             results.update(dict.fromkeys(accepted, error))
             return results
 
@@ -186,11 +191,18 @@ class OffsetManager:
         if error != E.NONE:
             return error, []
         group = self._cache.groups.get(group_id)
-        offsets = group.offsets if group is not None and not group.gone else {}
+        if group is None or group.gone:
+            return E.NONE, [FetchedOffset(t, p, None) for t, p in partitions or []]
         if partitions is None:
-            return E.NONE, [FetchedOffset(t, p, c) for (t, p), c in sorted(offsets.items())]
-        # No transactional offset commits exist yet, so every offset is stable.
-        return E.NONE, [FetchedOffset(t, p, offsets.get((t, p))) for t, p in partitions]
+            partitions = sorted(group.offsets)
+        # KIP-447: a consumer asking for stable offsets retries while a commit of the
+        # partition is being written or waits for its transaction.
+        return E.NONE, [
+            FetchedOffset(t, p, None, E.UNSTABLE_OFFSET_COMMIT)
+            if require_stable and group.has_pending_offset_commit((t, p))
+            else FetchedOffset(t, p, group.offsets.get((t, p)))
+            for t, p in partitions
+        ]
 
     def delete_offsets(
         self, group_id: str, partitions: list[TopicPartitionKey]
@@ -213,6 +225,8 @@ class OffsetManager:
                 results[tp] = E.NONE
                 if tp in group.offsets or tp in group.pending_commits:
                     doomed.append(tp)
+        # Transactional commits of these partitions are forgotten too (as Kafka does).
+        group.remove_pending_txn_offsets(tp for tp, error in results.items() if error == E.NONE)
         write = self._remove_offsets(group, doomed)
 
         async def deleted() -> tuple[ErrorCode, dict[TopicPartitionKey, ErrorCode]]:
@@ -249,8 +263,7 @@ class OffsetManager:
         if (
             group.state is not GroupState.EMPTY
             or group.gone
-            or group.offsets
-            or group.pending_commits
+            or group.has_offsets
             or group.pending_members
             or not self._cache.is_current(group)
         ):
@@ -319,6 +332,13 @@ class OffsetManager:
         for group in list(self._cache.groups.values()):
             if self._cache.is_loading(group.group_id) or group.gone:
                 continue
+            group.remove_pending_txn_offsets(
+                tp
+                for table in (group.pending_txn_offsets, group.txn_offsets_committed_unwritten)
+                for offsets in table.values()
+                for tp in offsets
+                if tp[0] == topic
+            )
             doomed = [tp for tp in {**group.offsets, **group.pending_commits} if tp[0] == topic]
             if doomed:
                 self._cache.spawn(

@@ -127,13 +127,24 @@ class GroupKey:
 
 @dataclass(slots=True)
 class CommittedOffset:
-    """One committed offset as the coordinator keeps it."""
+    """One committed offset as the coordinator keeps it.
+
+    ``record_offset`` is where its record starts in ``__consumer_offsets`` (-1
+    while it is being written): of two commits of a partition, the later
+    record wins, whatever order their writes or transactions complete in
+    (Kafka's CommitRecordMetadataAndOffset). It is not part of the record.
+    """
 
     offset: int
     leader_epoch: int = -1
     metadata: str = ""
     commit_timestamp: int = -1
     expire_timestamp: int | None = None
+    record_offset: int = -1
+
+    def older_than(self, other: CommittedOffset) -> bool:
+        """Stored before ``other`` (whose record offset is known)."""
+        return self.record_offset < other.record_offset
 
 
 @dataclass(slots=True)

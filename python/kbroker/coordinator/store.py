@@ -3,10 +3,13 @@
 `OffsetsStore` owns the topic's I/O: creating it (compacted, with
 ``offsets.topic.num.partitions`` partitions, and ``offsets.topic.replication.factor``
 replicas in a cluster, one on a single node), appending keyed
-records to one partition (a commit is one batch: all its offsets or none),
-and reading a partition back from its start at load time. What the records
-mean is the coordinator's business (see `records`); how a storage failure
-is answered by the group APIs is here (`api_error`).
+records to one partition (a commit is one batch: all its offsets or none;
+a transactional offset commit is a transactional batch of its producer),
+and reading a partition back from its start at load time, batch by batch
+(with each batch's offset, producer and transaction markers, which loading
+replays). What the records mean is the coordinator's business (see
+`records`); how a storage failure is answered by the group APIs is here
+(`api_error`, `txn_offset_error`).
 
 Writes are awaitable: the coordinator changes a group only once its record
 is stored. `append` writes to the log at once, so writes reach it in the
@@ -20,6 +23,7 @@ import asyncio
 import logging
 import struct
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from kbroker._kbroker import OffsetOutOfRangeError, build_batch, decode_records
@@ -29,6 +33,7 @@ from kbroker.futures import then
 from kbroker.log import TopicPartition
 from kbroker.protocol.errors import ErrorCode
 from kbroker.replication.replica_manager import AppendResult
+from kbroker.replication.txn import AppendOrigin
 
 if TYPE_CHECKING:
     from kbroker.coordinator.host import CoordinatorHost
@@ -37,10 +42,21 @@ log = logging.getLogger(__name__)
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta
 _BATCH_HEAD = struct.Struct(">qiibIhi")
+# producerId, at this position of a v2 batch header
+_PRODUCER_ID = struct.Struct(">q")
+_PRODUCER_ID_AT = 43
 _BATCH_HEADER_SIZE = 61
 _LOG_OVERHEAD = 12
+_TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 _MAX_DECOMPRESSED = 256 << 20
+# A control record's key: version, type (0 ABORT, 1 COMMIT), as Kafka's ControlRecordType.
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_COMMIT = 1
+_CONTROL_ABORT = 0
+# The sequence Kafka's coordinators write in their transactional batches (a coordinator's
+# append is not checked for sequence, only for the producer's epoch).
+COORDINATOR_BASE_SEQUENCE = 0
 
 Record = tuple[bytes, bytes | None]
 T = TypeVar("T")
@@ -60,11 +76,66 @@ OFFSET_ERRORS = {
 }
 
 
+# A transactional offset commit's failures (Kafka's maybeConvertOffsetCommitError): the
+# producer's own errors (a fenced epoch, a transaction in the wrong state) pass through.
+TXN_OFFSET_ERRORS = {
+    # A verification with the transaction coordinator that did not get through: retried
+    # by every client without looking the coordinator up again.
+    ErrorCode.NETWORK_EXCEPTION: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+}
+
+
 def api_error(code: ErrorCode, mapping: Mapping[ErrorCode, ErrorCode]) -> ErrorCode:
     """A storage failure as a group API answers it (``mapping``: GROUP_ or OFFSET_ERRORS)."""
     if code == ErrorCode.NONE:
         return code
     return mapping.get(code, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+
+def txn_offset_error(code: ErrorCode) -> ErrorCode:
+    """A failure of a transactional offset commit's write or verification, as answered."""
+    return TXN_OFFSET_ERRORS.get(code, code)
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """The outcome of an append: NONE and where the batch starts, or the failure."""
+
+    error: ErrorCode
+    base_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TxnProducer:
+    """The producer a transactional batch is written for (TxnOffsetCommit): with its
+    transactional id, the partition verifies with the transaction coordinator that the
+    offsets partition is in the producer's transaction before it opens it there (KIP-890)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    """One batch of the topic as loading replays it.
+
+    ``marker`` is None for a data batch, else True for a transaction's COMMIT
+    marker and False for its ABORT marker (of ``producer_id``).
+    """
+
+    base_offset: int
+    producer_id: int
+    transactional: bool
+    marker: bool | None
+    records: list[Record]
 
 
 def answered(value: T) -> asyncio.Future[T]:
@@ -115,25 +186,52 @@ class OffsetsStore:
         it (acks=all, at most ``offsets.commit.timeout.ms``), with NONE or
         the failure.
         """
+        return then(self.append_batch(index, records, now_ms), lambda stored: stored.error)
+
+    def append_batch(
+        self,
+        index: int,
+        records: list[Record],
+        now_ms: int,
+        producer: TxnProducer | None = None,
+    ) -> asyncio.Future[Stored]:
+        """`append`, telling where the batch went; with ``producer``, the batch is a
+        transactional batch of that producer (its epoch is checked by the partition)."""
         if not records:
-            return answered(ErrorCode.NONE)
+            return answered(Stored(ErrorCode.NONE))
         no_headers: list[tuple[str, bytes | None]] = []
         batch: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]] = [
             (key, value, no_headers) for key, value in records
         ]
+        if producer is None:
+            data = build_batch(batch, 0, 0, now_ms)
+        else:
+            data = build_batch(
+                batch,
+                0,
+                0,
+                now_ms,
+                producer_id=producer.producer_id,
+                producer_epoch=producer.producer_epoch,
+                base_sequence=COORDINATOR_BASE_SEQUENCE,
+                transactional=True,
+            )
         tp = TopicPartition(OFFSETS_TOPIC, index)
         write = self.broker.replica_manager.append_records(
-            {tp: build_batch(batch, 0, 0, now_ms)},
+            {tp: data},
             -1,
             self.broker.config.get_int("offsets.commit.timeout.ms"),
+            # A coordinator's write: its producer's epoch is checked, not its sequence.
+            origin=AppendOrigin.COORDINATOR,
+            transactional_id=None if producer is None else producer.transactional_id,
         )
 
-        def outcome(results: Mapping[TopicPartition, AppendResult]) -> ErrorCode:
+        def outcome(results: Mapping[TopicPartition, AppendResult]) -> Stored:
             result = results[tp]
             if result.error not in (ErrorCode.NONE, ErrorCode.KAFKA_STORAGE_ERROR):
                 # (Storage errors are logged by the replica manager.)
                 log.warning("append to %s failed: %s", tp, result.message or result.error.name)
-            return result.error
+            return Stored(result.error, result.base_offset)
 
         return then(write, outcome)
 
@@ -144,16 +242,20 @@ class OffsetsStore:
         partition = self.broker.replica_manager.get_partition(TopicPartition(OFFSETS_TOPIC, index))
         return partition is None or partition.log.log_start_offset >= partition.log.log_end_offset
 
-    async def read_partition(self, index: int) -> AsyncIterator[list[Record]]:
-        """Yields the keyed records of one partition, oldest first, a chunk at a time."""
+    def log_end_offset(self, index: int) -> int:
+        """Where partition ``index``'s log ends now (0 when it is not on this broker)."""
+        partition = self.broker.replica_manager.get_partition(TopicPartition(OFFSETS_TOPIC, index))
+        return 0 if partition is None else partition.log.log_end_offset
+
+    async def read_partition(self, index: int, end: int) -> AsyncIterator[list[StoredBatch]]:
+        """Yields the batches of one partition before offset ``end``, oldest first, a chunk
+        at a time. (Loading reads to the log end, as Kafka does: a new leader's high
+        watermark may still lag behind commits its predecessor acknowledged.)"""
         partition = self.broker.replica_manager.get_partition(TopicPartition(OFFSETS_TOPIC, index))
         if partition is None:
             return
         buffer = as_int(self.broker.config["offsets.load.buffer.size"])
         offset = partition.log.log_start_offset
-        # To the log end, as Kafka loads: a new leader's high watermark may still lag
-        # behind commits its predecessor acknowledged.
-        end = partition.log.log_end_offset
         while offset < end:
             try:
                 chunk = partition.read(offset, buffer, True, end)
@@ -167,7 +269,7 @@ class OffsetsStore:
             if chunk is None:
                 return
             data = chunk.read_bytes()
-            records: list[Record] = []
+            batches: list[StoredBatch] = []
             pos = 0
             while len(data) - pos >= _BATCH_HEADER_SIZE:
                 base, length, _epoch, _magic, _crc, attributes, last_delta = (
@@ -176,12 +278,7 @@ class OffsetsStore:
                 total = length + _LOG_OVERHEAD
                 if pos + total > len(data):
                     break
-                if not attributes & _CONTROL:
-                    for _off, _ts, key, value, _headers in decode_records(
-                        data[pos : pos + total], _MAX_DECOMPRESSED
-                    ):
-                        if key is not None:
-                            records.append((key, value))
+                batches.append(_stored_batch(data[pos : pos + total], base, attributes))
                 offset = base + last_delta + 1
                 pos += total
             if pos == 0:
@@ -192,4 +289,24 @@ class OffsetsStore:
                     offset,
                 )
                 return
-            yield records
+            yield batches
+
+
+def _stored_batch(data: bytes, base_offset: int, attributes: int) -> StoredBatch:
+    """One whole batch's records (keyed ones: the topic has no others), or its marker."""
+    (producer_id,) = _PRODUCER_ID.unpack_from(data, _PRODUCER_ID_AT)
+    transactional = bool(attributes & _TRANSACTIONAL)
+    decoded = decode_records(data, _MAX_DECOMPRESSED)
+    if attributes & _CONTROL:
+        marker: bool | None = None
+        for _off, _ts, key, _value, _headers in decoded:
+            if key is not None and len(key) >= _CONTROL_KEY.size:
+                _version, kind = _CONTROL_KEY.unpack_from(key, 0)
+                if kind in (_CONTROL_COMMIT, _CONTROL_ABORT):
+                    marker = kind == _CONTROL_COMMIT
+        # A control batch of another kind (none exist on this topic) is left out.
+        return StoredBatch(base_offset, producer_id, transactional, marker, [])
+    records: list[Record] = [
+        (key, value) for _off, _ts, key, value, _headers in decoded if key is not None
+    ]
+    return StoredBatch(base_offset, producer_id, transactional, None, records)

@@ -4,7 +4,9 @@ Record bytes are never copied into Python on the hot path: each partition's
 data is a LogSlice placed in the response as a RecordsPlaceholder, which
 the server sends from the segment file with sendfile. Consumers never see
 past the high watermark (read_uncommitted) or the last stable offset
-(read_committed).
+(read_committed, whose answer also lists the transactions aborted in the
+data it carries, from the segments' transaction indexes: the consumer
+drops their records).
 
 The replica manager reads, and holds the request in its fetch purgatory
 until ``min_bytes`` are there or ``max_wait_ms`` passes (DelayedFetch).
@@ -200,7 +202,7 @@ def _response(
                     high_watermark=r.high_watermark,
                     last_stable_offset=r.last_stable_offset,
                     log_start_offset=r.log_start_offset,
-                    aborted_transactions=[] if committed else None,
+                    aborted_transactions=_aborted(committed, r.aborted_transactions),
                     preferred_read_replica=-1,
                     records=b"" if records is None else RecordsPlaceholder(len(records), records),
                     diverging_epoch=diverging,
@@ -216,6 +218,15 @@ def _response(
     return FetchResponse(
         throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses
     )
+
+
+def _aborted(committed: bool, aborted: list[tuple[int, int]] | None) -> list[Any] | None:
+    """A read_committed answer's aborted transactions (an empty list when none); None
+    for read_uncommitted."""
+    if not committed:
+        return None
+    entry = PartitionResponse.AbortedTransaction
+    return [entry(producer_id=pid, first_offset=first) for pid, first in aborted or ()]
 
 
 def _error(index: int, code: ErrorCode) -> Any:

@@ -1,11 +1,13 @@
-"""FindCoordinator (10): which broker coordinates a group (or a transactional id).
+"""FindCoordinator (10): which broker coordinates a group or a transactional id.
 
 v0-3 ask about one key, v4+ about several (``coordinator_keys``). A group is
-coordinated by the leader of its partition of ``__consumer_offsets`` (on a
-single node, this broker); asking creates the topic on first use.
-Transactional ids get TRANSACTIONAL_ID_AUTHORIZATION_FAILED until
-transactions exist (as InitProducerId answers them). With an authorizer a
-group needs Describe on it (GROUP_AUTHORIZATION_FAILED), as in Kafka.
+coordinated by the leader of its partition of ``__consumer_offsets``, a
+transactional id (key type 1) by the leader of its partition of
+``__transaction_state`` (on a single node, this broker); asking creates the
+topic on first use (COORDINATOR_NOT_AVAILABLE until it has leaders). With an
+authorizer a group needs Describe on it (GROUP_AUTHORIZATION_FAILED), a
+transactional id Describe on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as
+in Kafka.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from kbroker.metadata_cache import BrokerInfo
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import FindCoordinatorResponse
+from kbroker.txn.log import TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
@@ -28,14 +31,22 @@ KEY_TYPE_TRANSACTION = 1
 Coordinator = FindCoordinatorResponse.Coordinator
 
 
-def _partition_leader(broker: Broker, group_id: str) -> BrokerInfo | None:
-    """The live broker leading ``group_id``'s partition of ``__consumer_offsets``."""
+def _partition_leader(broker: Broker, key: str, topic_name: str) -> BrokerInfo | None:
+    """The live broker leading ``key``'s partition of ``topic_name`` (an internal topic)."""
     cache = broker.metadata_cache
-    topic = cache.topic(OFFSETS_TOPIC)
+    topic = cache.topic(topic_name)
     if topic is None or not topic.partitions:
         return None
-    state = topic.partitions.get(partition_for(group_id, len(topic.partitions)))
+    state = topic.partitions.get(partition_for(key, len(topic.partitions)))
     return None if state is None or state.leader < 0 else cache.broker(state.leader)
+
+
+def _transaction_check(broker: Broker, transactional_id: str) -> ErrorCode:
+    """NONE when this broker coordinates the id (or is loading it), else why not."""
+    coordinator = broker.txn_coordinator
+    if not coordinator.ensure_topic():
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return coordinator.coordination_error(transactional_id)
 
 
 def _find(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> Any:
@@ -51,18 +62,18 @@ def _find(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> Any:
             ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
             "Transactional Id authorization failed.",
         )
-    elif key_type == KEY_TYPE_TRANSACTION:
-        code, message = (
-            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            "transactions are not supported yet",
-        )
-    elif key_type != KEY_TYPE_GROUP:
+    elif key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
     else:
-        check = broker.coordinator.check(key, allow_empty=True)
+        if key_type == KEY_TYPE_GROUP:
+            check = broker.coordinator.check(key, allow_empty=True)
+            topic, what = OFFSETS_TOPIC, "group"
+        else:
+            check = _transaction_check(broker, key)
+            topic, what = TRANSACTION_STATE_TOPIC, "transaction"
         if check == ErrorCode.NOT_COORDINATOR and broker.cluster is not None:
-            # Another broker leads the group's partition of __consumer_offsets.
-            leader = _partition_leader(broker, key)
+            # Another broker leads the key's partition of the internal topic.
+            leader = _partition_leader(broker, key, topic)
             address = None if leader is None else leader.address(ctx.listener)
             if leader is not None and address is not None:
                 return Coordinator(
@@ -76,7 +87,7 @@ def _find(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> Any:
             check = ErrorCode.COORDINATOR_NOT_AVAILABLE
         # A coordinator still loading the group's partition is the coordinator.
         if check not in (ErrorCode.NONE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
-            code, message = check, "the group coordinator is not available"
+            code, message = check, f"the {what} coordinator is not available"
     if code != ErrorCode.NONE:
         return Coordinator(
             key=key, node_id=-1, host="", port=-1, error_code=code, error_message=message

@@ -1,8 +1,13 @@
-"""InitProducerId (22): producer ids and epochs for idempotent producers.
+"""InitProducerId (22): producer ids and epochs, for idempotent and transactional producers.
 
-Ids come from the broker's ProducerIdAllocator. A producer that presents its
-current id and epoch (v3+, KIP-360) gets the epoch bumped; transactional ids
-are refused until transactions exist.
+An idempotent producer gets a new id from the broker's ProducerIdAllocator;
+one that presents its current id and epoch (v3+, KIP-360) gets the epoch
+bumped. A transactional producer's id and epoch are its transaction
+coordinator's decision (`TransactionCoordinator.init_producer_id`): the
+request must reach the coordinator of its transactional id (NOT_COORDINATOR
+otherwise). A producer id without an epoch, or the reverse, is
+INVALID_REQUEST; PRODUCER_FENCED is answered INVALID_PRODUCER_EPOCH before v4,
+as Kafka does for clients that do not know it.
 
 With an authorizer, as Kafka: a transactional id needs Write on it
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer needs
@@ -51,8 +56,7 @@ def handle_init_producer_id(broker: Broker, ctx: RequestContext, request: Any) -
     ):
         return _response(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if txn is not None:
-        # No transaction coordinator yet: a clear, non-retriable refusal.
-        return _response(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        return _transactional(broker, ctx, request)
     # An idempotent producer recovering from an error (v3+) bumps its epoch.
     if (
         ctx.api_version >= 3
@@ -61,6 +65,22 @@ def handle_init_producer_id(broker: Broker, ctx: RequestContext, request: Any) -
     ):
         return _response(ErrorCode.NONE, request.producer_id, request.producer_epoch + 1)
     return _new_producer(broker)
+
+
+async def _transactional(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    producer_id, epoch = request.producer_id, request.producer_epoch
+    expected = None
+    if producer_id != -1 or epoch != -1:
+        if producer_id == -1 or epoch == -1:
+            return _response(ErrorCode.INVALID_REQUEST)
+        expected = (producer_id, epoch)
+    result = await broker.txn_coordinator.init_producer_id(
+        request.transactional_id, request.transaction_timeout_ms, expected
+    )
+    error = result.error
+    if error == ErrorCode.PRODUCER_FENCED and ctx.api_version < 4:
+        error = ErrorCode.INVALID_PRODUCER_EPOCH
+    return _response(error, result.producer_id, result.producer_epoch)
 
 
 async def _new_producer(broker: Broker) -> Any:

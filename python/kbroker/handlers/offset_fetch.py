@@ -3,7 +3,9 @@
 v1 has only per-partition errors; v2-7 add a top-level error and let a null
 topic list mean "every committed offset"; v8+ ask for several groups at once.
 A partition without a committed offset gets offset -1 and no error.
-require_stable (v7+) has nothing to wait for until transactional commits exist.
+With require_stable (v7+, KIP-447), a partition whose commit is being written or
+waits for its transaction's marker is UNSTABLE_OFFSET_COMMIT (offset -1): the
+client asks again.
 
 With an authorizer, as Kafka: the group needs Describe (GROUP_AUTHORIZATION_FAILED);
 a named partition of a topic the principal may not Describe is answered

@@ -12,6 +12,13 @@ still has its records appended; its answer carries the throttle time and
 the connection reads nothing more from it until that time is up (KIP-219;
 with acks=0 there is no answer, only the pause).
 
+Transactional batches need the request's transactional id, as Kafka: without
+one every partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED. The id
+goes with the batches to the replica manager, which verifies a batch that
+opens its producer's transaction on a partition with the transaction
+coordinator first (KIP-890). Control batches (transaction markers) are the
+brokers' own: a client's is refused with INVALID_RECORD.
+
 With an authorizer, as Kafka: each topic needs Write (TOPIC_AUTHORIZATION_FAILED),
 and transactional batches need Write on the request's transactional id
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition). A refused acks=0
@@ -77,15 +84,15 @@ def _unauthorized(broker: Broker, ctx: RequestContext, request: Any) -> tuple[An
         txn = request.transactional_id
         if txn is None or not authz.authorize(broker, ctx, Op.WRITE, TRANSACTIONAL_ID, txn):
             return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, frozenset()
+    if broker.authorizer is None:
+        return None, frozenset()
     return None, authz.refused(broker, ctx, Op.WRITE, TOPIC, (t.name for t in request.topic_data))
 
 
 def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
     acks = request.acks
-    denied_all, denied = (
-        (None, frozenset()) if broker.authorizer is None else _unauthorized(broker, ctx, request)
-    )
+    denied_all, denied = _unauthorized(broker, ctx, request)
     # (topic, [(partition index, error response or None)]) in request order
     plan: list[tuple[str, list[tuple[int, Any]]]] = []
     entries: dict[TopicPartition, memoryview] = {}
@@ -107,7 +114,9 @@ def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                     entries[tp] = p.records  # a memoryview into the request frame: never copied
             parts.append((p.index, refused))
         plan.append((topic.name, parts))
-    done = broker.replica_manager.append_records(entries, acks, request.timeout_ms)
+    done = broker.replica_manager.append_records(
+        entries, acks, request.timeout_ms, transactional_id=request.transactional_id
+    )
     throttle_ms = 0
     if broker.quotas.produce.enabled:
         throttle_ms = broker.quotas.produce_throttle_ms(

@@ -1,7 +1,8 @@
 """The log cleaner: compaction of the logs whose cleanup.policy includes compact.
 
-It owns the choice of what to clean and when; the Rust core owns the work
-(offset map, rewrite, crash-safe segment swap; see rust/src/cleaner.rs). One
+It owns the choice of what to clean and when, and how far (a partition's last
+stable offset); the Rust core owns the work (offset map, rewrite, transactions'
+aborted records and markers, crash-safe segment swap; see rust/src/cleaner.rs). One
 pass runs at a time, in a worker thread with the GIL released, so neither the
 event loop nor the log's readers and writers wait on it. A log whose pass
 fails is left alone for a while instead of being retried in a loop.
@@ -48,8 +49,11 @@ class CleanerSettings:
         )
 
 
-# The highest offset a log's cleaner may reach (its high watermark): data
-# above it may still be truncated and must not erase older values of its keys.
+# The highest offset a log's cleaner may reach: its last stable offset, which is
+# at most its high watermark. Data above the high watermark may still be truncated
+# and must not erase older values of its keys; below the last stable offset every
+# transaction has ended, so the core can tell committed records from aborted ones
+# (by the segments' aborted-transaction index) and decide about their markers.
 MaxOffsetFor = Callable[[TopicPartition], "int | None"]
 
 
@@ -117,13 +121,16 @@ class LogCleaner:
             self._on_pass(stats, info.dirty_ratio)
         log.info(
             "cleaned %s (dirty ratio %.2f): %d -> %d bytes, %d records removed, "
-            "%d tombstones dropped, %d segments written in %d ms%s%s",
+            "%d tombstones dropped, %d aborted records and %d transaction markers removed, "
+            "%d segments written in %d ms%s%s",
             log_.tp,
             info.dirty_ratio,
             stats.bytes_read,
             stats.bytes_written,
             stats.records_removed,
             stats.tombstones_dropped,
+            stats.aborted_records_removed,
+            stats.markers_removed,
             stats.segments_written,
             stats.elapsed_ms,
             "" if stats.complete else " (more passes needed)",

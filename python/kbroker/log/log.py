@@ -114,6 +114,14 @@ def _log_recovery_note(tp: TopicPartition, note: RecoveryNote) -> None:
         )
     elif note.kind == "bad-checkpoint":
         log.warning("recovery of %s treated a damaged checkpoint as missing: %s", tp, note.detail)
+    elif note.kind == "cut-txn-index":
+        log.warning(
+            "recovery of %s cut the transaction index of segment %s (%s); it is rebuilt "
+            "from the log's markers",
+            tp,
+            segment,
+            note.detail,
+        )
     else:
         log.info("recovery of %s rebuilt the indexes of segment %s", tp, segment)
 
@@ -173,6 +181,12 @@ class Log:
         return self._log.recovery_notes
 
     @property
+    def txn_index_damaged(self) -> bool:
+        """Recovery cut a damaged transaction index: the markers must be replayed from the
+        log start to restore it."""
+        return any(note.kind == "cut-txn-index" for note in self._log.recovery_notes)
+
+    @property
     def recovery_truncations(self) -> int:
         """Data-dropping recovery actions at open: cut tails, deleted segments, resets."""
         return sum(1 for note in self._log.recovery_notes if note.kind in DATA_DROPPING_RECOVERY)
@@ -207,6 +221,43 @@ class Log:
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         return self._log.offset_for_timestamp(timestamp)
+
+    # -- transactions ----------------------------------------------------------
+
+    def add_aborted_txn(
+        self, producer_id: int, first_offset: int, last_offset: int, last_stable_offset: int
+    ) -> bool:
+        """Records an aborted transaction in the `.txnindex` of the segment holding its
+        marker (``last_offset``); False when that marker's entry is there already."""
+        return self._log.add_aborted_txn(producer_id, first_offset, last_offset, last_stable_offset)
+
+    def aborted_txns_for_slice(self, start: int, records: LogSlice) -> list[tuple[int, int]]:
+        """(producer id, first offset) of each transaction a read_committed reader of
+        ``records`` (read from ``start``) must know was aborted."""
+        return self._log.aborted_txns_for_slice(start, records)
+
+    def collect_aborted_txns(self, start: int, upper: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the transactions aborted at or after ``start``
+        that began below ``upper``."""
+        return self._log.collect_aborted_txns(start, upper)
+
+    def sync_txn_indexes(self) -> None:
+        """fsync of the `.txnindex` files written since their last sync."""
+        self._log.sync_txn_indexes()
+
+    @property
+    def aborted_txns(self) -> list[tuple[int, int, int, int]]:
+        """Every `.txnindex` entry: (producer id, first offset, last offset, last stable
+        offset), in marker order."""
+        return self._log.aborted_txns()
+
+    def producer_batches_from(
+        self, offset: int, max_batches: int
+    ) -> tuple[list[ProducerBatch], int]:
+        """Up to ``max_batches`` batches with a producer id from the one holding ``offset``
+        on (headers, and a marker's type and coordinator epoch), and the offset to go on
+        from: the log end when done."""
+        return self._log.producer_batches_from(offset, max_batches)
 
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         return self._log.max_timestamp_and_offset()

@@ -13,7 +13,7 @@ from enum import IntEnum
 from typing import Any
 
 from .codec import Codec
-from .messages import acls, admin, core, group, inter_broker, quotas, sasl
+from .messages import acls, admin, core, group, inter_broker, quotas, sasl, txn
 
 
 class ApiKey(IntEnum):
@@ -41,6 +41,11 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -61,6 +66,9 @@ class ApiKey(IntEnum):
     ALTER_USER_SCRAM_CREDENTIALS = 51
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 @dataclass(frozen=True)
@@ -158,13 +166,30 @@ APIS: tuple[ApiSpec, ...] = (
     _api(K.CREATE_TOPICS, "2-7", 5, admin.CreateTopicsRequest, admin.CreateTopicsResponse),
     _api(K.DELETE_TOPICS, "1-6", 4, admin.DeleteTopicsRequest, admin.DeleteTopicsResponse),
     _api(K.DELETE_RECORDS, "0-2", 2, admin.DeleteRecordsRequest, admin.DeleteRecordsResponse),
-    _api(K.INIT_PRODUCER_ID, "0-4", 2, core.InitProducerIdRequest, core.InitProducerIdResponse),
+    _api(K.INIT_PRODUCER_ID, "0-5", 2, core.InitProducerIdRequest, core.InitProducerIdResponse),
     _api(
         K.OFFSET_FOR_LEADER_EPOCH,
         "2-4",
         4,
         core.OffsetForLeaderEpochRequest,
         core.OffsetForLeaderEpochResponse,
+    ),
+    _api(
+        K.ADD_PARTITIONS_TO_TXN,
+        "0-5",
+        3,
+        txn.AddPartitionsToTxnRequest,
+        txn.AddPartitionsToTxnResponse,
+    ),
+    _api(K.ADD_OFFSETS_TO_TXN, "0-4", 3, txn.AddOffsetsToTxnRequest, txn.AddOffsetsToTxnResponse),
+    _api(K.END_TXN, "0-4", 3, txn.EndTxnRequest, txn.EndTxnResponse),
+    _api(K.WRITE_TXN_MARKERS, "1", 1, IB.WriteTxnMarkersRequest, IB.WriteTxnMarkersResponse),
+    _api(
+        K.TXN_OFFSET_COMMIT,
+        "0-4",
+        3,
+        group.TxnOffsetCommitRequest,
+        group.TxnOffsetCommitResponse,
     ),
     _api(K.DESCRIBE_ACLS, "1-3", 2, acls.DescribeAclsRequest, acls.DescribeAclsResponse),
     _api(K.CREATE_ACLS, "1-3", 2, acls.CreateAclsRequest, acls.CreateAclsResponse),
@@ -234,6 +259,21 @@ APIS: tuple[ApiSpec, ...] = (
     ),
     _api(K.ALTER_PARTITION, "0-3", 0, IB.AlterPartitionRequest, IB.AlterPartitionResponse),
     _api(K.DESCRIBE_CLUSTER, "0-1", 0, admin.DescribeClusterRequest, admin.DescribeClusterResponse),
+    _api(
+        K.DESCRIBE_PRODUCERS,
+        "0",
+        0,
+        admin.DescribeProducersRequest,
+        admin.DescribeProducersResponse,
+    ),
+    _api(
+        K.DESCRIBE_TRANSACTIONS,
+        "0",
+        0,
+        txn.DescribeTransactionsRequest,
+        txn.DescribeTransactionsResponse,
+    ),
+    _api(K.LIST_TRANSACTIONS, "0-1", 0, txn.ListTransactionsRequest, txn.ListTransactionsResponse),
 )
 
 APIS_BY_KEY: dict[int, ApiSpec] = {spec.key: spec for spec in APIS}

@@ -6,8 +6,9 @@ that appends bytes to a list, runs it through exec once, and caches it.
 Consecutive fixed-width fields share one precompiled `struct.Struct`.
 
 Decoders check every declared length or count against the bytes remaining
-before building anything, and every failure on bad input surfaces as
-`ProtocolDecodeError`. `Codec` is the public face of one compiled pair.
+before building anything, refuse strings longer than Kafka reads (32767
+bytes), and every failure on bad input surfaces as `ProtocolDecodeError`.
+`Codec` is the public face of one compiled pair.
 
 Records fields have a second encoder flavour for zero-copy sends:
 `Codec.encode_segments()` returns ``[bytes, records, bytes, records, ...]``
@@ -104,6 +105,9 @@ def _to_uuid(b: bytes) -> uuid.UUID:
 
 
 # Everything bad input can make generated decoders raise.
+# The longest string Kafka reads (its generated readers refuse more, in every version).
+MAX_STRING_BYTES = 0x7FFF
+
 _DECODE_ERRORS = (struct.error, IndexError, ValueError, OverflowError, TypeError)
 
 _NS: dict[str, Any] = {
@@ -236,6 +240,13 @@ def _dec_value(
         _dec_null(g, ind, n, target, nullable, what)
         g.emit(ind + 1, f"{e} = pos + {n}", f"if {e} > end:", f"    raise _Bad('truncated {what}')")
         if t is STRING:
+            if flex:
+                # Kafka's limit for every string (a non-flexible length is an int16 anyway).
+                g.emit(
+                    ind + 1,
+                    f"if {n} > {MAX_STRING_BYTES}:",
+                    f"    raise _Bad('{what}: a string longer than {MAX_STRING_BYTES} bytes')",
+                )
             g.emit(ind + 1, f"{target} = str(buf[pos:{e}], 'utf-8')")
         elif t is BYTES:
             g.emit(ind + 1, f"{target} = bytes(buf[pos:{e}])")

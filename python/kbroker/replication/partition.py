@@ -2,7 +2,13 @@
 
 `Partition` owns the partition's state that changes with writes: the high
 watermark (the offset below which every in-sync replica has the data;
-consumers never see past it) and the idempotent producer state. Leadership
+consumers never see past it), the producer state (idempotent producers and
+open transactions) and from both the last stable offset (read_committed
+consumers never see past it: the high watermark, or the first offset of the
+earliest transaction not yet decided and replicated). Transaction markers are
+written by `append_marker_as_leader` (the coordinator's WriteTxnMarkers) or
+copied by a follower; an abort adds its entry to the segment's `.txnindex`
+before the transaction counts as closed. Leadership
 (leader, epoch, ISR) comes from the controller's orders; the replica manager
 changes it with `become_leader` / `become_follower`. Whenever the high
 watermark or the log end moves, ``on_progress(tp)`` tells the replica
@@ -25,24 +31,34 @@ and truncates where its log diverges from the leader's (`truncate_to`).
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from kbroker._kbroker import AppendInfo, BatchInfo, LogSlice
+from kbroker._kbroker import (
+    AppendInfo,
+    BatchInfo,
+    LogSlice,
+    ProducerBatch,
+    end_txn_marker_batch,
+)
 from kbroker.errors import ErrorCode, PartitionError
 from kbroker.log import Log, TopicPartition
 from kbroker.metadata_types import PartitionState
-from kbroker.replication.producer_state import ProducerStateManager
+from kbroker.replication.producer_state import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    CompletedTxn,
+    ProducerStateManager,
+    VerificationGuard,
+    wall_ms,
+)
+from kbroker.replication.txn import AppendOrigin
 
 log = logging.getLogger(__name__)
 
-# baseOffset, batchLength, leaderEpoch, magic, crc, attributes, lastOffsetDelta,
-# firstTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence
-_BATCH_HEADER = struct.Struct(">qiibIhiqqqhi")
-_LOG_OVERHEAD = 12
-_SCAN_CHUNK = 8 << 20
+# Producer batches read per call while rebuilding producer state.
+_SCAN_BATCHES = 4096
 
 
 def monotonic_ms() -> int:
@@ -75,6 +91,8 @@ class FollowerProgress:
 
 # Asks the controller for a new ISR of a partition this broker leads.
 IsrRequester = Callable[["Partition", list[int]], None]
+# Told of a marker a follower copied: (partition, producer id, committed, offset).
+MarkerObserver = Callable[[TopicPartition, int, bool, int], None]
 
 
 class Partition:
@@ -98,6 +116,8 @@ class Partition:
         self.high_watermark = min(max(high_watermark, log_.log_start_offset), end)
         self.producers = ProducerStateManager()
         self.on_progress: Callable[[TopicPartition], None] | None = None
+        # Set by the replica manager: told of each marker this replica copies as follower.
+        self.on_follower_marker: MarkerObserver | None = None
         # Set by the replica manager in a cluster: how ISR changes reach the controller,
         # and who hears of those written (old ISR, new ISR).
         self.request_isr: IsrRequester | None = None
@@ -110,6 +130,7 @@ class Partition:
         self.fenced = False
         if not new:
             self._rebuild_producer_state()
+        self.producers.on_high_watermark(self.high_watermark)
         # Producer state is saved when the log rolls (and at close), so a restart after a
         # crash replays at most the segments since.
         self._snapshot_segment = log_.active_segment_base_offset
@@ -326,15 +347,14 @@ class Partition:
         required_acks: int,
         min_insync_replicas: int,
         log_append_time: bool,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        guard: VerificationGuard | None = None,
+        verification: bool = False,
     ) -> ProduceResult:
-        """Appends validated batches (all or none), handling idempotent retries."""
-        if not self.is_leader:
-            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        if required_acks == -1 and len(self.state.isr) < min_insync_replicas:
-            raise PartitionError(
-                ErrorCode.NOT_ENOUGH_REPLICAS,
-                f"ISR of {len(self.state.isr)} is below min.insync.replicas={min_insync_replicas}",
-            )
+        """Appends validated data batches (all or none), handling idempotent retries and
+        the producer's transaction. ``origin`` decides what is checked; ``guard`` and
+        ``verification`` are KIP-890's (see `ProducerStateManager.check`)."""
+        self._check_can_append(required_acks, min_insync_replicas)
         idempotent = [i for i in infos if i.producer_id >= 0]
         if idempotent:
             if len(infos) != 1:
@@ -348,6 +368,10 @@ class Partition:
                 info.producer_epoch,
                 info.base_sequence,
                 info.last_offset_delta,
+                transactional=info.is_transactional,
+                origin=origin,
+                guard=guard,
+                verification=verification,
             )
             if duplicate is not None:
                 return ProduceResult(
@@ -366,15 +390,70 @@ class Partition:
                 info.last_offset_delta,
                 appended.first_offset,
                 appended.max_timestamp,  # the append time on LogAppendTime topics
+                transactional=info.is_transactional,
             )
-        self._maybe_snapshot_producers()
-        if not self._maybe_advance_high_watermark() and self.on_progress is not None:
-            self.on_progress(self.tp)  # followers waiting for new data
+        self._after_append()
         return ProduceResult(
             appended.first_offset,
             appended.log_append_time,
             self.log.log_start_offset,
             appended.last_offset + 1,
+        )
+
+    def append_marker_as_leader(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        committed: bool,
+        min_insync_replicas: int,
+        log_append_time: bool,
+    ) -> ProduceResult:
+        """Writes a transaction marker (WriteTxnMarkers, acks=all): the producer's
+        transaction on this partition closes, an abort is indexed. Refused with
+        INVALID_PRODUCER_EPOCH or TRANSACTION_COORDINATOR_FENCED for a stale marker."""
+        self._check_can_append(-1, min_insync_replicas)
+        self.producers.check_marker(
+            producer_id, producer_epoch, coordinator_epoch, AppendOrigin.COORDINATOR
+        )
+        now = wall_ms()
+        batch = end_txn_marker_batch(producer_id, producer_epoch, coordinator_epoch, committed, now)
+        appended = self.log.append(batch, self.state.leader_epoch, log_append_time)
+        self.producers.append_marker(
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            appended.first_offset,
+            appended.max_timestamp,
+            committed,
+            self._index_abort,
+        )
+        self._after_append()
+        return ProduceResult(
+            appended.first_offset,
+            appended.log_append_time,
+            self.log.log_start_offset,
+            appended.last_offset + 1,
+        )
+
+    def _check_can_append(self, required_acks: int, min_insync_replicas: int) -> None:
+        if not self.is_leader:
+            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if required_acks == -1 and len(self.state.isr) < min_insync_replicas:
+            raise PartitionError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"ISR of {len(self.state.isr)} is below min.insync.replicas={min_insync_replicas}",
+            )
+
+    def _after_append(self) -> None:
+        self._maybe_snapshot_producers()
+        if not self._maybe_advance_high_watermark() and self.on_progress is not None:
+            self.on_progress(self.tp)  # followers waiting for new data
+
+    def _index_abort(self, txn: CompletedTxn) -> None:
+        """The `.txnindex` entry of an aborted transaction (before it counts as closed)."""
+        self.log.add_aborted_txn(
+            txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset
         )
 
     def _maybe_advance_high_watermark(self) -> bool:
@@ -390,6 +469,7 @@ class Partition:
                     new_hw = min(new_hw, -1 if progress is None else progress.log_end_offset)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
+            self.producers.on_high_watermark(new_hw)
             if self.on_progress is not None:
                 self.on_progress(self.tp)
             return True
@@ -398,8 +478,10 @@ class Partition:
     # -- follower --------------------------------------------------------------
 
     def append_as_follower(self, batches: bytes | memoryview) -> AppendInfo:
-        """Appends the leader's batches as they are; their producers' state follows."""
+        """Appends the leader's batches as they are; their producers' state follows
+        (transactions open and close, aborts are indexed, as on the leader)."""
         appended = self.log.append_as_follower(batches)
+        markers: list[tuple[int, bool, int]] = []
         for b in appended.producer_batches:
             if not b.is_control:
                 self.producers.update(
@@ -409,13 +491,30 @@ class Partition:
                     b.last_offset - b.base_offset,
                     b.base_offset,
                     b.max_timestamp,
+                    transactional=b.is_transactional,
                 )
+            elif b.control_type in (CONTROL_ABORT, CONTROL_COMMIT):
+                committed = b.control_type == CONTROL_COMMIT
+                self.producers.append_marker(
+                    b.producer_id,
+                    b.producer_epoch,
+                    b.coordinator_epoch,
+                    b.base_offset,
+                    b.max_timestamp,
+                    committed,
+                    self._index_abort,
+                )
+                markers.append((b.producer_id, committed, b.base_offset))
         self._maybe_snapshot_producers()
+        if self.on_follower_marker is not None:
+            for producer_id, committed, offset in markers:
+                self.on_follower_marker(self.tp, producer_id, committed, offset)
         return appended
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
         """The leader's high watermark, bounded by what this follower has."""
         self.high_watermark = min(leader_high_watermark, self.log.log_end_offset)
+        self.producers.on_high_watermark(self.high_watermark)
 
     def truncate_to(self, offset: int) -> None:
         """Drops this replica's records from ``offset`` on (they diverge from the leader's)."""
@@ -438,15 +537,19 @@ class Partition:
             # A full disk can refuse what the cut writes (checkpoints, indexes) after the
             # records went: what follows the log follows its end as it is now.
             end = self.log.log_end_offset
-            self.producers.truncate(end)
             self.high_watermark = min(self.high_watermark, end)
+            if self.producers.has_txn_state:
+                # A cut marker reopens its transaction: replay from the saved state.
+                self._reload_producer_state()
+            else:
+                self.producers.truncate(end)
         self._snapshot_producers()  # a saved state from above the cut no longer fits
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empties this replica and starts it at ``offset`` (the leader's log start)."""
         log.info("%s: emptied to start at the leader's log start %d", self.tp, offset)
         self.log.truncate_fully_and_start_at(offset)
-        self.producers.truncate(-1)
+        self.producers = ProducerStateManager(self.producers.expiration_ms, self.producers.clock)
         self.high_watermark = offset
         self._snapshot_producers()
 
@@ -473,8 +576,13 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        # No transactions yet: everything committed is stable.
-        return self.high_watermark
+        """The offset read_committed consumers read up to: the high watermark, or the
+        first offset of the earliest transaction still open or whose marker is not
+        replicated yet (never below the log start)."""
+        first = self.producers.first_unstable_offset
+        if first is None:
+            return self.high_watermark
+        return min(self.high_watermark, max(first, self.log.log_start_offset))
 
     # -- maintenance -------------------------------------------------------
 
@@ -497,31 +605,37 @@ class Partition:
 
     def _snapshot_producers(self) -> None:
         try:
+            # The state saved at an offset covers the markers below it: their .txnindex
+            # entries must be on disk before it is.
+            self.log.sync_txn_indexes()
             self.producers.write_snapshot(self.log.dir, self.log.log_end_offset)
         except OSError as exc:
             log.warning("could not save producer state of %s: %s", self.tp, exc)
 
     def _rebuild_producer_state(self) -> None:
+        """Loads the saved producer state and replays the log after it (from the log
+        start when there is none, or when recovery cut a damaged transaction index,
+        whose entries only a replay of every marker restores)."""
+        start = 0
+        if not self.log.txn_index_damaged:
+            start = self.producers.load_snapshot(self.log.dir, self.log.log_end_offset)
+        start = max(start, self.log.log_start_offset)
+        self.producers.rebuild(self._producer_batches(start), self._index_abort)
+
+    def _reload_producer_state(self) -> None:
+        """Producer state anew from the snapshot and the log (after a truncation)."""
+        self.producers = ProducerStateManager(self.producers.expiration_ms, self.producers.clock)
         start = self.producers.load_snapshot(self.log.dir, self.log.log_end_offset)
         start = max(start, self.log.log_start_offset)
-        self.producers.rebuild(self._scan_batch_headers(start))
+        self.producers.rebuild(self._producer_batches(start), self._index_abort)
+        self.producers.on_high_watermark(self.high_watermark)
 
-    def _scan_batch_headers(self, offset: int) -> Iterator[tuple[int, int, int, int, int, int]]:
-        """Header facts of every batch from ``offset`` to the log end."""
+    def _producer_batches(self, offset: int) -> Iterator[ProducerBatch]:
+        """The batches with a producer id from ``offset`` to the log end."""
         end = self.log.log_end_offset
         while offset < end:
-            chunk = self.log.read(offset, _SCAN_CHUNK, None, True)
-            if chunk is None:
+            batches, following = self.log.producer_batches_from(offset, _SCAN_BATCHES)
+            yield from batches
+            if following <= offset:
                 return
-            data = chunk.read_bytes()
-            pos = 0
-            while pos + _BATCH_HEADER.size <= len(data):
-                (base, length, _e, _m, _c, _a, delta, _ft, max_ts, pid, epoch, seq) = (
-                    _BATCH_HEADER.unpack_from(data, pos)
-                )
-                if base + delta >= offset:
-                    yield pid, epoch, seq, delta, base, max_ts
-                offset = base + delta + 1
-                pos += length + _LOG_OVERHEAD
-            if pos == 0:
-                return
+            offset = following

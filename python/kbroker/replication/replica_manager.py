@@ -6,10 +6,19 @@
   leads (client produce requests and the group coordinator's offsets both
   come here) and, with acks=all, waits in the produce purgatory until the
   in-sync replicas have the records or the request's timeout passes
-  (`DelayedProduce`).
+  (`DelayedProduce`). A client's transactional batch that would open its
+  producer's transaction on a partition is first verified with the
+  transaction coordinator (KIP-890 part 1, through the `TxnVerifier` given
+  to `set_txn_verifier`), and appended only if the coordinator has the
+  partition in that transaction.
+- `write_txn_markers` writes a transaction coordinator's COMMIT or ABORT
+  marker to partitions this broker leads, acks=all; the marker listeners
+  (`add_marker_listener`: the group coordinator) hear of each marker once it
+  is replicated, and of each one a follower copies.
 - `fetch_records` reads from partitions this broker leads, never past the
-  high watermark (or the last stable offset), and waits in the fetch
-  purgatory for ``min_bytes`` (`DelayedFetch`).
+  high watermark (or, read_committed, the last stable offset, with the
+  transactions aborted in what it read from the segments' `.txnindex`), and
+  waits in the fetch purgatory for ``min_bytes`` (`DelayedFetch`).
 - `make_leader` / `make_follower` are the leadership transitions; listeners
   (the group coordinator) hear of them. In a cluster the controller orders
   them: `become_leader_or_follower` applies its LeaderAndIsr and
@@ -30,9 +39,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kbroker._kbroker import (
     CorruptRecordError,
@@ -52,12 +63,40 @@ from kbroker.replication.alter_partition import IsrChannel
 from kbroker.replication.checkpoint import read_high_watermarks, write_high_watermarks
 from kbroker.replication.fetcher import ReplicaFetcherManager
 from kbroker.replication.partition import Partition, monotonic_ms
+from kbroker.replication.producer_state import VerificationGuard
 from kbroker.replication.purgatory import DelayedOperation, Purgatory, Scheduler
+from kbroker.replication.txn import (
+    AppendOrigin,
+    MarkerListener,
+    TxnMarker,
+    TxnVerifier,
+    coordinator_error_for_verification,
+    produce_error_for_verification,
+)
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Decompressed size bound while validating one batch.
 MAX_DECOMPRESSED_BYTES = 256 << 20
+
+# A record batch's attributes (int16) at byte 21, then its lastOffsetDelta, timestamps,
+# producer id (int64) at 43, producer epoch (int16) and base sequence (int32).
+_ATTRIBUTES_AT = 21
+_PRODUCER_AT = 43
+_PRODUCER = struct.Struct(">qhi")
+_TRANSACTIONAL = 0x10
+_BATCH_HEADER_SIZE = 61
+
+
+def first_batch_producer(data: bytes | memoryview) -> tuple[int, int, int, bool] | None:
+    """(producer id, epoch, base sequence, transactional) from the header of the first
+    batch in ``data`` (None when too short to hold one): what verification needs, read
+    before the batches are validated."""
+    if len(data) < _BATCH_HEADER_SIZE:
+        return None
+    pid, epoch, seq = _PRODUCER.unpack_from(data, _PRODUCER_AT)
+    return pid, epoch, seq, bool(data[_ATTRIBUTES_AT + 1] & _TRANSACTIONAL)
 
 
 @dataclass(slots=True)
@@ -106,6 +145,9 @@ class ReadResult:
     records: LogSlice | None = None
     # (epoch, end offset) where the fetcher's log parts from this one (v12+).
     diverging_epoch: tuple[int, int] | None = None
+    # read_committed: (producer id, first offset) of the transactions aborted in what
+    # was read (None for other reads).
+    aborted_transactions: list[tuple[int, int]] | None = None
 
 
 LeadershipListener = Callable[[TopicPartition, bool, int], None]
@@ -178,6 +220,11 @@ class ReplicaManager:
         # ISR changes this broker's leaders made (Kafka's IsrShrinksPerSec/IsrExpandsPerSec).
         self.isr_shrinks = 0
         self.isr_expands = 0
+        # Transactions: who hears of markers, and KIP-890's verifier and its switch
+        # (transaction.partition.verification.enable); no verifier, no verification.
+        self._marker_listeners: list[MarkerListener] = []
+        self._verifier: TxnVerifier | None = None
+        self._verification_enabled: Callable[[], bool] = lambda: True
 
     def _isr_changed(self, before: list[int], after: list[int]) -> None:
         if len(after) < len(before):
@@ -215,6 +262,18 @@ class ReplicaManager:
         if self.fetchers is None:
             return None
         return self._checkpointed.get(tp, 0)
+
+    def cleanable_bound_of(self, tp: TopicPartition) -> int | None:
+        """Where compaction of a partition's log stops: its last stable offset (the
+        cleaner may only decide about transactions whose outcome is written and
+        replicated: it takes every transactional record below the bound as committed
+        unless the log's aborted-transaction index says otherwise). A log no partition
+        serves has no producer state, so no known last stable offset: it is not
+        cleaned."""
+        partition = self._partitions.get(tp)
+        if partition is not None:
+            return partition.last_stable_offset
+        return 0
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
         """Every partition's high watermark, as checkpointed (on the event loop)."""
@@ -261,10 +320,36 @@ class ReplicaManager:
     def add_listener(self, listener: LeadershipListener) -> None:
         self._listeners.append(listener)
 
+    def add_marker_listener(self, listener: MarkerListener) -> None:
+        """``listener(tp, producer_id, committed, offset)`` hears of every transaction
+        marker written to a partition of this broker: as leader once the in-sync
+        replicas have it (what `write_txn_markers` answers NONE for), as follower when
+        it copies it. It runs on the event loop and must not raise."""
+        self._marker_listeners.append(listener)
+
+    def set_txn_verifier(
+        self, verifier: TxnVerifier | None, enabled: Callable[[], bool] = lambda: True
+    ) -> None:
+        """KIP-890 part 1: ``verifier`` is asked before a client's transactional batch
+        opens its producer's transaction on a partition, while ``enabled()``
+        (transaction.partition.verification.enable) holds."""
+        self._verifier = verifier
+        self._verification_enabled = enabled
+
+    def _notify_marker(
+        self, tp: TopicPartition, producer_id: int, committed: bool, offset: int
+    ) -> None:
+        for listener in self._marker_listeners:
+            try:
+                listener(tp, producer_id, committed, offset)
+            except Exception:
+                log.exception("%s: a marker listener failed", tp)
+
     def add_partition(self, partition: Partition) -> None:
         """Starts serving ``partition`` in the role its state gives it."""
         self._partitions[partition.tp] = partition
         partition.on_progress = self._on_progress
+        partition.on_follower_marker = self._notify_marker
         if self.isr_channel is not None:
             partition.request_isr = self.isr_channel.submit
         partition.on_isr_change = self._isr_changed
@@ -473,14 +558,114 @@ class ReplicaManager:
         entries: Mapping[TopicPartition, bytes | memoryview],
         required_acks: int,
         timeout_ms: int,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        transactional_id: str | None = None,
     ) -> asyncio.Future[dict[TopicPartition, AppendResult]]:
         """Appends each partition's batches (all or none per partition).
 
-        The future is done at once unless acks=all has to wait for replicas.
+        ``origin``: a client's produce, or a coordinator's own writes (no sequence
+        checks; the group coordinator's transactional offsets come this way).
+        ``transactional_id``: the producer's, for KIP-890 verification of a
+        transactional batch that opens its transaction on a partition (none: no
+        verification). The future is done at once unless verification or acks=all
+        has to wait.
         """
-        results = {
-            tp: self._append_to_leader(tp, data, required_acks) for tp, data in entries.items()
-        }
+        guards: dict[TopicPartition, VerificationGuard] = {}
+        verify: tuple[int, int] | None = None
+        if (
+            transactional_id is not None
+            and self._verifier is not None
+            and self._verification_enabled()
+        ):
+            verify, guards = self._start_verification(entries)
+        if verify is None or not guards:
+            results = {
+                tp: self._append_to_leader(tp, data, required_acks, origin)
+                for tp, data in entries.items()
+            }
+            return self._await_acks(results, required_acks, timeout_ms)
+        assert transactional_id is not None
+        done: asyncio.Future[dict[TopicPartition, AppendResult]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        asyncio.get_running_loop().create_task(
+            self._append_verified(
+                entries, required_acks, timeout_ms, origin, transactional_id, verify, guards, done
+            )
+        )
+        return done
+
+    def _start_verification(
+        self, entries: Mapping[TopicPartition, bytes | memoryview]
+    ) -> tuple[tuple[int, int] | None, dict[TopicPartition, VerificationGuard]]:
+        """((producer id, epoch), a guard per partition to verify) for the transactional
+        batches of ``entries`` whose producer has no transaction open on their partition
+        (Kafka's partitionEntriesForVerification)."""
+        guards: dict[TopicPartition, VerificationGuard] = {}
+        producer: tuple[int, int] | None = None
+        for tp, data in entries.items():
+            facts = first_batch_producer(data)
+            if facts is None or not facts[3] or facts[0] < 0:
+                continue
+            pid, epoch, seq, _ = facts
+            partition = self._partitions.get(tp)
+            if partition is None or not partition.is_leader:
+                continue  # answered by the append itself
+            guard = partition.producers.maybe_start_verification(pid, seq, epoch)
+            if guard is not None:
+                guards[tp] = guard
+                producer = (pid, epoch)
+        return producer, guards
+
+    async def _append_verified(
+        self,
+        entries: Mapping[TopicPartition, bytes | memoryview],
+        required_acks: int,
+        timeout_ms: int,
+        origin: AppendOrigin,
+        transactional_id: str,
+        producer: tuple[int, int],
+        guards: dict[TopicPartition, VerificationGuard],
+        done: asyncio.Future[dict[TopicPartition, AppendResult]],
+    ) -> None:
+        """Asks the coordinator about ``guards``' partitions, then appends every entry:
+        those it did not confirm are answered with the producer's error instead."""
+        assert self._verifier is not None
+        try:
+            try:
+                answers = await self._verifier.verify(
+                    transactional_id, producer[0], producer[1], list(guards)
+                )
+            except Exception:
+                log.exception("verifying %s with its transaction coordinator", transactional_id)
+                answers = {tp: ErrorCode.NETWORK_EXCEPTION for tp in guards}
+            results: dict[TopicPartition, AppendResult] = {}
+            for tp, data in entries.items():
+                code = answers.get(tp, ErrorCode.NONE) if tp in guards else ErrorCode.NONE
+                if code != ErrorCode.NONE:
+                    if origin is AppendOrigin.COORDINATOR:
+                        # The group coordinator answers TxnOffsetCommit from the
+                        # coordinator's own error (Kafka converts it there, not as a
+                        # produce's).
+                        results[tp] = AppendResult(coordinator_error_for_verification(code))
+                        continue
+                    error, message = produce_error_for_verification(ErrorCode(code))
+                    results[tp] = AppendResult(error, message)
+                    continue
+                results[tp] = self._append_to_leader(
+                    tp, data, required_acks, origin, guards.get(tp)
+                )
+            acked = self._await_acks(results, required_acks, timeout_ms)
+            acked.add_done_callback(lambda f: _pass_on(f, done))
+        except Exception as exc:  # answered as the connection's failure, never lost
+            if not done.done():
+                done.set_exception(exc)
+
+    def _await_acks(
+        self, results: dict[TopicPartition, AppendResult], required_acks: int, timeout_ms: int
+    ) -> asyncio.Future[dict[TopicPartition, AppendResult]]:
+        """``results``, once acks=all is satisfied for the appended partitions."""
         done: asyncio.Future[dict[TopicPartition, AppendResult]] = (
             asyncio.get_running_loop().create_future()
         )
@@ -498,7 +683,12 @@ class ReplicaManager:
         return done
 
     def _append_to_leader(
-        self, tp: TopicPartition, data: bytes | memoryview, required_acks: int
+        self,
+        tp: TopicPartition,
+        data: bytes | memoryview,
+        required_acks: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        guard: VerificationGuard | None = None,
     ) -> AppendResult:
         partition = self._partitions.get(tp)
         if partition is None:
@@ -518,12 +708,9 @@ class ReplicaManager:
             return AppendResult(ErrorCode.INVALID_RECORD, str(exc))
         for info in infos:
             if info.is_control:
+                # Markers are written by the leader itself (`write_txn_markers`).
                 return AppendResult(
                     ErrorCode.INVALID_RECORD, "clients may not write control batches"
-                )
-            if info.is_transactional:
-                return AppendResult(
-                    ErrorCode.INVALID_TXN_STATE, "transactions are not supported yet"
                 )
         try:
             result = partition.append_as_leader(
@@ -532,6 +719,9 @@ class ReplicaManager:
                 required_acks,
                 config.get_int("min.insync.replicas"),
                 config.get_str("message.timestamp.type") == "LogAppendTime",
+                origin,
+                guard,
+                self._verifier is not None and self._verification_enabled(),
             )
         except KafkaError as exc:
             return AppendResult(exc.code, str(exc))
@@ -548,6 +738,76 @@ class ReplicaManager:
         self.logs.errors.succeeded("append to", tp)
         if self.metrics is not None:
             self.metrics.appended(tp.topic, len(data), sum(i.records for i in infos))
+        return AppendResult(
+            ErrorCode.NONE,
+            None,
+            result.base_offset,
+            result.log_append_time,
+            result.log_start_offset,
+            result.end_offset,
+        )
+
+    # -- transaction markers ----------------------------------------------------
+
+    def write_txn_markers(
+        self, marker: TxnMarker, timeout_ms: int
+    ) -> asyncio.Future[dict[TopicPartition, ErrorCode]]:
+        """Writes ``marker`` to each of its partitions this broker leads, as Kafka's
+        WriteTxnMarkers does: a control batch with the COMMIT or ABORT record and the
+        coordinator epoch, appended as leader with acks=all. The future is done with
+        each partition's error once the in-sync replicas have the marker or
+        ``timeout_ms`` passed: NONE, UNKNOWN_TOPIC_OR_PARTITION (not here),
+        NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, INVALID_PRODUCER_EPOCH and
+        TRANSACTION_COORDINATOR_FENCED (a stale marker: nothing written),
+        REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR. The marker listeners hear of each
+        marker written and replicated.
+        """
+        results: dict[TopicPartition, AppendResult] = {}
+        for tp in marker.partitions:
+            results[tp] = self._append_marker(tp, marker)
+        written = {tp: r.base_offset for tp, r in results.items() if r.error == ErrorCode.NONE}
+        acked = self._await_acks(results, -1, timeout_ms)
+        done: asyncio.Future[dict[TopicPartition, ErrorCode]] = (
+            asyncio.get_running_loop().create_future()
+        )
+
+        def answer(f: asyncio.Future[dict[TopicPartition, AppendResult]]) -> None:
+            if done.done():
+                return
+            if f.cancelled() or f.exception() is not None:
+                done.set_exception(f.exception() or asyncio.CancelledError())
+                return
+            final = f.result()
+            for tp, offset in written.items():
+                if final[tp].error == ErrorCode.NONE:
+                    self._notify_marker(tp, marker.producer_id, marker.committed, offset)
+            done.set_result({tp: r.error for tp, r in final.items()})
+
+        acked.add_done_callback(answer)
+        return done
+
+    def _append_marker(self, tp: TopicPartition, marker: TxnMarker) -> AppendResult:
+        partition = self._partitions.get(tp)
+        if partition is None:
+            return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        config = self.topic_config(tp.topic)
+        try:
+            result = partition.append_marker_as_leader(
+                marker.producer_id,
+                marker.producer_epoch,
+                marker.coordinator_epoch,
+                marker.committed,
+                config.get_int("min.insync.replicas"),
+                config.get_str("message.timestamp.type") == "LogAppendTime",
+            )
+        except KafkaError as exc:
+            return AppendResult(exc.code, str(exc))
+        except OSError as exc:
+            self.logs.errors.write_failed("append to", tp, exc)
+            return AppendResult(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"the broker could not write to its disk: {exc}"
+            )
+        self.logs.errors.succeeded("append to", tp)
         return AppendResult(
             ErrorCode.NONE,
             None,
@@ -617,6 +877,9 @@ class ReplicaManager:
             hw = partition.high_watermark
             lso = partition.last_stable_offset
             result = ReadResult(ErrorCode.NONE, hw, lso, partition.log.log_start_offset)
+            committed = params.read_committed and not follower
+            if committed:
+                result.aborted_transactions = []
             try:
                 if f.last_fetched_epoch >= 0:
                     result.diverging_epoch = _diverging(partition, f)
@@ -635,6 +898,10 @@ class ReplicaManager:
                         result.records = records
                         total += n
                         remaining -= n
+                        if committed:
+                            result.aborted_transactions = partition.log.aborted_txns_for_slice(
+                                f.fetch_offset, records
+                            )
             except OffsetOutOfRangeError:
                 result.error = ErrorCode.OFFSET_OUT_OF_RANGE
             except KafkaError as exc:
@@ -677,6 +944,18 @@ class ReplicaManager:
         else:
             self.delete_records_purgatory.try_complete_else_watch(op, targets)
         return done
+
+
+def _pass_on(source: asyncio.Future[T], target: asyncio.Future[T]) -> None:
+    """Completes ``target`` as ``source`` completed."""
+    if target.done():
+        return
+    if source.cancelled():
+        target.cancel()
+    elif (exc := source.exception()) is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(source.result())
 
 
 class DelayedProduce(DelayedOperation):

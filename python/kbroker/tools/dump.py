@@ -7,7 +7,7 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from kbroker._kbroker import KBrokerError, decode_records, validate_batches
+from kbroker._kbroker import KBrokerError, check_stored_batches, decode_records
 
 _CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 _LOG_OVERHEAD = 12
@@ -37,7 +37,7 @@ def dump_segment(path: Path, print_data: bool, max_decompressed: int) -> Iterato
                     return
                 raw = data[position : position + total]
                 try:
-                    [info] = validate_batches(raw, total, True, max_decompressed)
+                    [info] = check_stored_batches(raw, max_decompressed)
                 except KBrokerError as exc:
                     yield f"position: {position} invalid batch: {exc}", False
                     return

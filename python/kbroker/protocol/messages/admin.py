@@ -2,7 +2,8 @@
 
 CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs,
 AlterConfigs, IncrementalAlterConfigs, DescribeCluster, DescribeLogDirs,
-ElectLeaders, AlterPartitionReassignments and ListPartitionReassignments.
+ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments and
+DescribeProducers.
 """
 
 from __future__ import annotations
@@ -577,6 +578,63 @@ ListPartitionReassignmentsResponse = message(
                             F("replicas", Array(INT32)),
                             F("adding_replicas", Array(INT32)),
                             F("removing_replicas", Array(INT32)),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
+)
+
+# DescribeProducers (61) ------------------------------------------------------------
+# The producers a partition's leader knows: what kafka-transactions.sh describe-producers
+# and find-hanging read.
+
+DescribeProducersRequest = message(
+    "DescribeProducersRequest",
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING),
+                F("partition_indexes", Array(INT32)),
+            )
+        ),
+    ),
+)
+
+DescribeProducersResponse = message(
+    "DescribeProducersResponse",
+    F("throttle_time_ms", INT32),
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING),
+                F(
+                    "partitions",
+                    Array(
+                        message(
+                            "Partition",
+                            F("partition_index", INT32),
+                            F("error_code", INT16),
+                            F("error_message", STRING, nullable="0+", default=None),
+                            F(
+                                "active_producers",
+                                Array(
+                                    message(
+                                        "Producer",
+                                        F("producer_id", INT64),
+                                        F("producer_epoch", INT32),
+                                        F("last_sequence", INT32, default=-1),
+                                        F("last_timestamp", INT64, default=-1),
+                                        F("coordinator_epoch", INT32),
+                                        F("current_txn_start_offset", INT64, default=-1),
+                                    )
+                                ),
+                            ),
                         )
                     ),
                 ),

@@ -2,7 +2,8 @@
 
 FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups,
 ListGroups, DeleteGroups, OffsetCommit, OffsetFetch (incl. the v8+ form with
-several groups) and OffsetDelete.
+several groups), OffsetDelete and TxnOffsetCommit (a transactional producer's
+offset commit, served by the group coordinator).
 """
 
 from __future__ import annotations
@@ -413,6 +414,66 @@ OffsetDeleteRequest = message(
 OffsetDeleteResponse = message(
     "OffsetDeleteResponse",
     F("error_code", INT16),
+    F("throttle_time_ms", INT32),
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING),
+                F(
+                    "partitions",
+                    Array(
+                        message(
+                            "Partition",
+                            F("partition_index", INT32),
+                            F("error_code", INT16),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
+)
+
+# TxnOffsetCommit (28) -------------------------------------------------------------
+# v2 adds the leader epoch, v3 the member, instance and generation (and is flexible),
+# v4 only allows the error TRANSACTION_ABORTABLE (KIP-890).
+
+TxnOffsetCommitRequest = message(
+    "TxnOffsetCommitRequest",
+    F("transactional_id", STRING),
+    F("group_id", STRING),
+    F("producer_id", INT64),
+    F("producer_epoch", INT16),
+    F("generation_id", INT32, "3+", default=-1),
+    F("member_id", STRING, "3+", default=""),
+    F("group_instance_id", STRING, "3+", nullable="3+", default=None),
+    F(
+        "topics",
+        Array(
+            message(
+                "Topic",
+                F("name", STRING),
+                F(
+                    "partitions",
+                    Array(
+                        message(
+                            "Partition",
+                            F("partition_index", INT32),
+                            F("committed_offset", INT64),
+                            F("committed_leader_epoch", INT32, "2+", default=-1),
+                            F("committed_metadata", STRING, nullable="0+"),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
+)
+
+TxnOffsetCommitResponse = message(
+    "TxnOffsetCommitResponse",
     F("throttle_time_ms", INT32),
     F(
         "topics",

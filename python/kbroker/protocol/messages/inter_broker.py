@@ -2,7 +2,8 @@
 
 The controller's orders to a broker (LeaderAndIsr, StopReplica, UpdateMetadata)
 and a broker's requests to the controller (ControlledShutdown, AlterPartition),
-at every version Apache Kafka 3.9 speaks. Followers' Fetch and
+at every version Apache Kafka 3.9 speaks, and a transaction coordinator's
+WriteTxnMarkers to the leaders of a transaction's partitions. Followers' Fetch and
 OffsetForLeaderEpoch fields live with the client APIs in core.py.
 """
 
@@ -311,6 +312,68 @@ AlterPartitionResponse = message(
                             F("isr", Array(INT32)),
                             F("leader_recovery_state", INT8, "1+"),
                             F("partition_epoch", INT32),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
+)
+
+# WriteTxnMarkers (27) ------------------------------------------------------------
+# A transaction coordinator has the leaders of a transaction's partitions write its
+# COMMIT (transaction_result true) or ABORT marker. Kafka 4.0's baseline, version 1.
+
+WriteTxnMarkersRequest = message(
+    "WriteTxnMarkersRequest",
+    F(
+        "markers",
+        Array(
+            message(
+                "Marker",
+                F("producer_id", INT64),
+                F("producer_epoch", INT16),
+                F("transaction_result", BOOL),
+                F(
+                    "topics",
+                    Array(
+                        message(
+                            "Topic",
+                            F("name", STRING),
+                            F("partition_indexes", Array(INT32)),
+                        )
+                    ),
+                ),
+                F("coordinator_epoch", INT32),
+            )
+        ),
+    ),
+)
+
+WriteTxnMarkersResponse = message(
+    "WriteTxnMarkersResponse",
+    F(
+        "markers",
+        Array(
+            message(
+                "Marker",
+                F("producer_id", INT64),
+                F(
+                    "topics",
+                    Array(
+                        message(
+                            "Topic",
+                            F("name", STRING),
+                            F(
+                                "partitions",
+                                Array(
+                                    message(
+                                        "Partition",
+                                        F("partition_index", INT32),
+                                        F("error_code", INT16),
+                                    )
+                                ),
+                            ),
                         )
                     ),
                 ),
