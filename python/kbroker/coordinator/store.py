@@ -26,12 +26,13 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from kbroker._kbroker import OffsetOutOfRangeError, build_batch, decode_records
+from kbroker._kbroker import build_batch, decode_records
 from kbroker.config import as_int
 from kbroker.coordinator.records import OFFSETS_TOPIC
 from kbroker.futures import then
 from kbroker.log import TopicPartition
 from kbroker.protocol.errors import ErrorCode
+from kbroker.replication.batch_reader import CONTROL, TRANSACTIONAL, read_whole_batches
 from kbroker.replication.replica_manager import AppendResult
 from kbroker.replication.txn import AppendOrigin
 
@@ -40,15 +41,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta
-_BATCH_HEAD = struct.Struct(">qiibIhi")
 # producerId, at this position of a v2 batch header
 _PRODUCER_ID = struct.Struct(">q")
 _PRODUCER_ID_AT = 43
-_BATCH_HEADER_SIZE = 61
-_LOG_OVERHEAD = 12
-_TRANSACTIONAL = 0x10
-_CONTROL = 0x20
 _MAX_DECOMPRESSED = 256 << 20
 # A control record's key: version, type (0 ABORT, 1 COMMIT), as Kafka's ControlRecordType.
 _CONTROL_KEY = struct.Struct(">hh")
@@ -255,49 +250,16 @@ class OffsetsStore:
         if partition is None:
             return
         buffer = as_int(self.broker.config["offsets.load.buffer.size"])
-        offset = partition.log.log_start_offset
-        while offset < end:
-            try:
-                chunk = partition.read(offset, buffer, True, end)
-            except OffsetOutOfRangeError:
-                # Retention or cleaning moved the start: carry on from there.
-                start = partition.log.log_start_offset
-                if start <= offset:
-                    raise
-                offset = start
-                continue
-            if chunk is None:
-                return
-            data = chunk.read_bytes()
-            batches: list[StoredBatch] = []
-            pos = 0
-            while len(data) - pos >= _BATCH_HEADER_SIZE:
-                base, length, _epoch, _magic, _crc, attributes, last_delta = (
-                    _BATCH_HEAD.unpack_from(data, pos)
-                )
-                total = length + _LOG_OVERHEAD
-                if pos + total > len(data):
-                    break
-                batches.append(_stored_batch(data[pos : pos + total], base, attributes))
-                offset = base + last_delta + 1
-                pos += total
-            if pos == 0:
-                log.error(
-                    "cannot read %s-%d at offset %d: stopping the load",
-                    OFFSETS_TOPIC,
-                    index,
-                    offset,
-                )
-                return
-            yield batches
+        for batches in read_whole_batches(partition, end, buffer):
+            yield [_stored_batch(b.data, b.base_offset, b.attributes) for b in batches]
 
 
 def _stored_batch(data: bytes, base_offset: int, attributes: int) -> StoredBatch:
     """One whole batch's records (keyed ones: the topic has no others), or its marker."""
     (producer_id,) = _PRODUCER_ID.unpack_from(data, _PRODUCER_ID_AT)
-    transactional = bool(attributes & _TRANSACTIONAL)
+    transactional = bool(attributes & TRANSACTIONAL)
     decoded = decode_records(data, _MAX_DECOMPRESSED)
-    if attributes & _CONTROL:
+    if attributes & CONTROL:
         marker: bool | None = None
         for _off, _ts, key, _value, _headers in decoded:
             if key is not None and len(key) >= _CONTROL_KEY.size:

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING
 
-from kbroker._kbroker import OffsetOutOfRangeError, build_batch, decode_records
+from kbroker._kbroker import build_batch, decode_records
 from kbroker.config import as_int
 from kbroker.futures import then
 from kbroker.log import TopicPartition
 from kbroker.protocol.errors import ErrorCode
+from kbroker.replication.batch_reader import CONTROL, read_whole_batches
 from kbroker.replication.replica_manager import AppendResult
 from kbroker.replication.txn import AppendOrigin
 from kbroker.txn.log import TRANSACTION_STATE_TOPIC
@@ -32,11 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta
-_BATCH_HEAD = struct.Struct(">qiibIhi")
-_BATCH_HEADER_SIZE = 61
-_LOG_OVERHEAD = 12
-_CONTROL = 0x20
 _MAX_DECOMPRESSED = 256 << 20
 
 Record = tuple[bytes, bytes | None]
@@ -140,44 +135,11 @@ class TxnLogStore:
         if partition is None:
             return
         buffer = as_int(self.host.config["transaction.state.log.load.buffer.size"])
-        offset = partition.log.log_start_offset
-        end = partition.log.log_end_offset
-        while offset < end:
-            try:
-                chunk = partition.read(offset, buffer, True, end)
-            except OffsetOutOfRangeError:
-                # Retention or cleaning moved the start: carry on from there.
-                start = partition.log.log_start_offset
-                if start <= offset:
-                    raise
-                offset = start
-                continue
-            if chunk is None:
-                return
-            data = chunk.read_bytes()
-            records: list[Record] = []
-            pos = 0
-            while len(data) - pos >= _BATCH_HEADER_SIZE:
-                base, length, _epoch, _magic, _crc, attributes, last_delta = (
-                    _BATCH_HEAD.unpack_from(data, pos)
-                )
-                total = length + _LOG_OVERHEAD
-                if pos + total > len(data):
-                    break
-                if not attributes & _CONTROL:
-                    for _off, _ts, key, value, _headers in decode_records(
-                        data[pos : pos + total], _MAX_DECOMPRESSED
-                    ):
-                        if key is not None:
-                            records.append((key, value))
-                offset = base + last_delta + 1
-                pos += total
-            if pos == 0:
-                log.error(
-                    "cannot read %s-%d at offset %d: stopping the load",
-                    TRANSACTION_STATE_TOPIC,
-                    index,
-                    offset,
-                )
-                return
-            yield records
+        for batches in read_whole_batches(partition, partition.log.log_end_offset, buffer):
+            yield [
+                (key, value)
+                for batch in batches
+                if not batch.attributes & CONTROL
+                for _off, _ts, key, value, _headers in decode_records(batch.data, _MAX_DECOMPRESSED)
+                if key is not None
+            ]
