@@ -29,6 +29,7 @@ from kbroker.replication.purgatory import Scheduler, TimerHandle
 
 if TYPE_CHECKING:
     from kbroker.coordinator.host import CoordinatorHost
+    from kbroker.metadata_types import TopicMetadata
 
 log = logging.getLogger(__name__)
 
@@ -142,20 +143,14 @@ class OffsetManager:
         offsets: Mapping[TopicPartitionKey, tuple[int, int, str | None]],
         retention_ms: int,
     ) -> asyncio.Future[dict[TopicPartitionKey, ErrorCode]]:
-        results: dict[TopicPartitionKey, ErrorCode] = {}
-        topics = self._broker.metadata_cache.topics()
-        max_metadata = as_int(self._config["offset.metadata.max.bytes"])
         now = self._clock()
-        accepted: dict[TopicPartitionKey, CommittedOffset] = {}
-        for tp, (offset, epoch, metadata) in offsets.items():
-            topic = topics.get(tp[0])
-            if topic is None or tp[1] not in topic.partitions:
-                results[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
-            elif metadata is not None and len(metadata.encode()) > max_metadata:
-                results[tp] = E.OFFSET_METADATA_TOO_LARGE
-            else:
-                expire = now + retention_ms if retention_ms >= 0 else None
-                accepted[tp] = CommittedOffset(offset, epoch, metadata or "", now, expire)
+        results, accepted = checked_offsets(
+            self._broker.metadata_cache.topics(),
+            as_int(self._config["offset.metadata.max.bytes"]),
+            offsets,
+            now,
+            now + retention_ms if retention_ms >= 0 else None,
+        )
         if not accepted:
             return answered(results)
         records: list[Record] = [
@@ -350,3 +345,25 @@ class OffsetManager:
             dropped = self._maybe_drop_empty_group(group)
             if dropped is not None:
                 await dropped
+
+
+def checked_offsets(
+    topics: Mapping[str, TopicMetadata],
+    max_metadata: int,
+    offsets: Mapping[TopicPartitionKey, tuple[int, int, str | None]],
+    now: int,
+    expire_at: int | None,
+) -> tuple[dict[TopicPartitionKey, ErrorCode], dict[TopicPartitionKey, CommittedOffset]]:
+    """What OffsetCommit and TxnOffsetCommit refuse before anything is written (a partition
+    that does not exist, metadata over ``offset.metadata.max.bytes``), and what they take."""
+    refused: dict[TopicPartitionKey, ErrorCode] = {}
+    accepted: dict[TopicPartitionKey, CommittedOffset] = {}
+    for tp, (offset, epoch, metadata) in offsets.items():
+        topic = topics.get(tp[0])
+        if topic is None or tp[1] not in topic.partitions:
+            refused[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        elif metadata is not None and len(metadata.encode()) > max_metadata:
+            refused[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+        else:
+            accepted[tp] = CommittedOffset(offset, epoch, metadata or "", now, expire_at)
+    return refused, accepted

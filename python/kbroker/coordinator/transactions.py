@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING
 from kbroker.config import as_int
 from kbroker.coordinator.cache import GroupCache
 from kbroker.coordinator.group import Group, GroupState
-from kbroker.coordinator.records import CommittedOffset, offset_key, offset_value
+from kbroker.coordinator.offsets import checked_offsets
+from kbroker.coordinator.records import offset_key, offset_value
 from kbroker.coordinator.store import Record, TxnProducer, answered, txn_offset_error
 from kbroker.protocol.errors import ErrorCode
 
@@ -125,19 +126,13 @@ class TxnOffsetManager:
     def _store(
         self, group: Group, producer: TxnProducer, offsets: OffsetRequest
     ) -> asyncio.Future[dict[TopicPartitionKey, ErrorCode]]:
-        results: dict[TopicPartitionKey, ErrorCode] = {}
-        topics = self._broker.metadata_cache.topics()
-        max_metadata = as_int(self._config["offset.metadata.max.bytes"])
-        now = self._clock()
-        accepted: dict[TopicPartitionKey, CommittedOffset] = {}
-        for tp, (offset, epoch, metadata) in offsets.items():
-            topic = topics.get(tp[0])
-            if topic is None or tp[1] not in topic.partitions:
-                results[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
-            elif metadata is not None and len(metadata.encode()) > max_metadata:
-                results[tp] = E.OFFSET_METADATA_TOO_LARGE
-            else:
-                accepted[tp] = CommittedOffset(offset, epoch, metadata or "", now)
+        results, accepted = checked_offsets(
+            self._broker.metadata_cache.topics(),
+            as_int(self._config["offset.metadata.max.bytes"]),
+            offsets,
+            self._clock(),
+            None,
+        )
         if not accepted:
             return answered(results)
         records: list[Record] = [
