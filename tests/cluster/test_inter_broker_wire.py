@@ -16,8 +16,10 @@ error), so Kafka's controller and replica fetcher talk to it as to a broker:
 Every field asserted comes from kbroker's decoding of Kafka's bytes. Two more tests
 send the same requests to Kafka and to a kbroker node and expect the same answers:
 LeaderAndIsr / StopReplica / UpdateMetadata at every version as from an old controller
-(to broker 1), ControlledShutdown / AlterPartition to broker 3, which is not the
-controller. Kafka 3.9.1 starts once per module (about 7 s); broker 3 once more.
+(to broker 1), ControlledShutdown / AlterPartition / AllocateProducerIds to broker 3,
+which is not the controller. And Kafka's controller's answers to AllocateProducerIds,
+which a kbroker controller must match (tests/cluster/test_mixed_cluster.py).
+Kafka 3.9.1 starts once per module (about 7 s); broker 3 once more.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from kbroker.protocol import APIS, ApiKey, ErrorCode, RequestHeader, api_version
 from kbroker.protocol.messages.admin import CreateTopicsRequest, DeleteTopicsRequest
 from kbroker.protocol.messages.core import ApiVersionsRequest, FetchResponse, MetadataRequest
 from kbroker.protocol.messages.inter_broker import (
+    AllocateProducerIdsRequest,
     AlterPartitionRequest,
     ControlledShutdownRequest,
     LeaderAndIsrRequest,
@@ -203,7 +206,7 @@ def test_kafka_3_9_advertises_the_inter_broker_apis(kafka: KafkaZkBroker) -> Non
     assert advertised == KAFKA_3_9_ZK
     assert (resp.supported_features, resp.finalized_features) == ([], [])  # none in ZK mode
     ours = {int(s.key): (s.min_version, s.max_version) for s in APIS}
-    for key in (4, 5, 6, 7, 56):
+    for key in (4, 5, 6, 7, 56, 67):
         assert ours[key] == advertised[key]
     assert ours[1][1] == advertised[1][1]  # Fetch: up to the v17 a 3.9 follower sends
 
@@ -512,3 +515,39 @@ def test_a_broker_that_is_not_the_controller_is_answered_alike(
             theirs = k.request(ApiKey.ALTER_PARTITION, version, req)
             assert theirs.error_code == ErrorCode.NOT_CONTROLLER, version
             assert ours.request(ApiKey.ALTER_PARTITION, version, req) == theirs, version
+        req = AllocateProducerIdsRequest(broker_id=3, broker_epoch=-1)
+        theirs = k.request(ApiKey.ALLOCATE_PRODUCER_IDS, 0, req)
+        assert theirs.error_code == ErrorCode.NOT_CONTROLLER
+        assert ours.request(ApiKey.ALLOCATE_PRODUCER_IDS, 0, req) == theirs
+
+
+def allocation_answers(controller: str, broker_id: int, epoch: int) -> list[tuple[int, int]]:
+    """(error code, block length) of AllocateProducerIds to ``controller`` for live broker
+    ``broker_id`` registered in ``epoch``: in that epoch, an older one, for an unregistered
+    broker; and the blocks granted twice in a row follow each other."""
+    answers = []
+    with BrokerClient(controller, timeout=10) as c:
+
+        def ask(broker: int, in_epoch: int) -> Any:
+            req = AllocateProducerIdsRequest(broker_id=broker, broker_epoch=in_epoch)
+            return c.request(ApiKey.ALLOCATE_PRODUCER_IDS, 0, req)
+
+        first, second = ask(broker_id, epoch), ask(broker_id, epoch)
+        assert second.producer_id_start == first.producer_id_start + first.producer_id_len
+        for resp in (first, ask(broker_id, epoch - 1), ask(99, epoch)):
+            answers.append((resp.error_code, resp.producer_id_len))
+    return answers
+
+
+# What Kafka 3.9.1's controller answers (tests/cluster/test_mixed_cluster.py asks a kbroker
+# controller the same).
+ALLOCATION_ANSWERS = [
+    (ErrorCode.NONE, 1000),
+    (ErrorCode.STALE_BROKER_EPOCH, 0),
+    (ErrorCode.BROKER_ID_NOT_REGISTERED, 0),
+]
+
+
+def test_the_controller_allocates_producer_ids(kafka: KafkaZkBroker, zk: KazooClient) -> None:
+    epoch = zk.get("/brokers/ids/1")[1].czxid
+    assert allocation_answers(kafka.bootstrap, 1, epoch) == ALLOCATION_ANSWERS

@@ -9,22 +9,29 @@ broker, spread over all three, written through another and read back by a
 consumer group (whose coordinator is wherever its ``__consumer_offsets``
 partition landed). Every partition has a replica on each of the three brokers and
 takes acks=all writes with ``min.insync.replicas`` 3: each kind follows leaders
-of the other (Kafka's follower fetching from a kbroker leader, and the reverse).
+of the other (Kafka's follower fetching from a kbroker leader, and the reverse). Under the kbroker
+controller, the Kafka broker gets its producer ids from it (AllocateProducerIds).
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages.core import InitProducerIdRequest
+from kbroker.tools.client import BrokerClient
 from tests.cluster.kafka_zk import prepare_kafka_zk_broker
 from tests.cluster.nodes import SESSION_TIMEOUT_MS, Cluster, KafkaNode, KbrokerNode, Node
 from tests.cluster.test_cluster_mode import partition_leaders
+from tests.cluster.test_inter_broker_wire import ALLOCATION_ANSWERS, allocation_answers
 from tests.helpers import knows_controller, produce, wait_for
 from tests.zookeeper import ZooKeeperServer
 
@@ -70,6 +77,37 @@ def round_trip(write_via: str, read_via: str, create_via: str, label: str) -> No
     assert seen == {f"{label}-{i}".encode() for i in range(300)}
 
 
+def kafka_gets_producer_ids_from(cluster: Cluster, kafka_id: int) -> None:
+    """The Kafka broker asks the kbroker controller for its producer ids (AllocateProducerIds,
+    as Kafka 3.x brokers do): an idempotent producer's InitProducerId to it is answered with
+    an id of a block reserved for it in /latest_producer_id_block, and the controller answers
+    AllocateProducerIds as Kafka's controller does."""
+    kafka = cluster.nodes[kafka_id].bootstrap
+
+    def init_producer_id() -> Any:
+        with BrokerClient(kafka, timeout=10) as c:
+            resp = c.request(
+                ApiKey.INIT_PRODUCER_ID,
+                4,
+                InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1),
+            )
+        # Kafka answers COORDINATOR_LOAD_IN_PROGRESS until its block came.
+        return resp if resp.error_code == ErrorCode.NONE else None
+
+    resp = wait_for(init_producer_id, "a producer id from the Kafka broker", timeout=30)
+    zk = cluster.zk()
+    try:
+        block = json.loads(zk.get("/latest_producer_id_block")[0])
+        epoch = zk.get(f"/brokers/ids/{kafka_id}")[1].czxid
+    finally:
+        zk.stop()
+        zk.close()
+    assert block["broker"] == kafka_id, block
+    assert int(block["block_start"]) <= resp.producer_id <= int(block["block_end"]), block
+    controller = cluster.nodes[cluster.controller_id() or -1].bootstrap
+    assert allocation_answers(controller, kafka_id, epoch) == ALLOCATION_ANSWERS
+
+
 def test_kafka_broker_in_a_kbroker_cluster_and_the_other_way(
     zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:
@@ -110,6 +148,7 @@ def test_kafka_broker_in_a_kbroker_cluster_and_the_other_way(
         # A kbroker controls: the topic is created through Kafka, written through a
         # kbroker, read through Kafka.
         round_trip(b1, k3, k3, "kbroker-controls")
+        kafka_gets_producer_ids_from(cluster, 3)
 
         # Kafka takes over when both kbrokers die, and they obey it when back.
         nodes[1].kill()

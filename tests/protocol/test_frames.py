@@ -305,6 +305,7 @@ EXPECTED_RANGES = {
     61: (0, 0),
     65: (0, 0),
     66: (0, 1),
+    67: (0, 0),
 }
 
 
@@ -331,15 +332,15 @@ def test_kafka_python_reads_the_table_as_a_real_release() -> None:
 
 
 def test_inter_broker_ranges_are_kafka_3_9s() -> None:
-    """LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown and AlterPartition have
-    the ranges of Kafka 3.9 as kafka-python records them (the real broker's own answer is
+    """LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown, AlterPartition and
+    AllocateProducerIds have the ranges of Kafka 3.9 as kafka-python records them (the real broker's own answer is
     checked in tests/cluster/test_inter_broker_wire.py)."""
     from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
 
     kafka_3_9 = BROKER_API_VERSIONS[(3, 9)]
     for key in (1, 4, 5, 6, 7, 56):
         assert api(key).max_version == kafka_3_9[key][1], key
-    for key in (4, 5, 6, 7, 56):
+    for key in (4, 5, 6, 7, 56, 67):
         assert (api(key).min_version, api(key).max_version) == kafka_3_9[key], key
 
 

@@ -45,6 +45,7 @@ from kbroker.protocol.messages.group import (
     JoinGroupRequest,
     OffsetFetchRequest,
 )
+from kbroker.protocol.messages.inter_broker import AllocateProducerIdsRequest
 from kbroker.protocol.messages.txn import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -568,6 +569,11 @@ INTER_BROKER = [
     (ApiKey.STOP_REPLICA, 4, stop_replica),
     (ApiKey.UPDATE_METADATA, 8, update_metadata),
     (ApiKey.ALTER_PARTITION, 3, alter_partition),
+    (
+        ApiKey.ALLOCATE_PRODUCER_IDS,
+        0,
+        lambda: AllocateProducerIdsRequest(broker_id=1, broker_epoch=-1),
+    ),
 ]
 
 

@@ -22,12 +22,13 @@ or due (the periodic leader rebalance), ISR changes partition leaders
 ask for (AlterPartition: written, then UpdateMetadata to every broker), and
 partition reassignments (AlterPartitionReassignments and
 ``/admin/reassign_partitions``: replicas added, caught up, and the old ones
-removed; see `kbroker.controller.reassignment`). A write refused because
-another controller was elected stops it.
+removed; see `kbroker.controller.reassignment`), and blocks of producer ids
+for brokers that ask for them (AllocateProducerIds, as Kafka 3.x brokers do). A
+write refused because another controller was elected stops it.
 
 Requests from outside (`controlled_shutdown`, `elect_leaders`,
 `rebalance_leaders`, `alter_partition`, `alter_partition_reassignments`,
-`list_partition_reassignments`) are events too: they wait their turn, and
+`list_partition_reassignments`, `allocate_producer_ids`) are events too: they wait their turn, and
 their refusals are `KafkaError`s carrying the code Kafka answers with.
 """
 
@@ -45,12 +46,14 @@ from kbroker.cluster.configs import read_topic_configs
 from kbroker.cluster.controller import ControllerEpoch, fenced_multi
 from kbroker.cluster.errors import (
     ControllerMovedError,
+    ProducerIdBlockError,
     ZkBadVersionError,
     ZkDataError,
     ZkError,
     ZkMultiError,
     ZkNoNodeError,
 )
+from kbroker.cluster.producer_id_blocks import allocate_producer_id_block
 from kbroker.cluster.zk import CreateOp, DeleteOp, SetDataOp, Stat, WatchEvent, ZkClient
 from kbroker.config import ConfigError, topic_setting
 from kbroker.controller import requests
@@ -808,12 +811,7 @@ class Controller:
     async def _alter_partition(
         self, broker_id: int, broker_epoch: int, changes: list[IsrChange], version: int
     ) -> list[IsrAnswer]:
-        known = self.ctx.live.get(broker_id)
-        if known is None or broker_epoch > known.epoch:
-            # Perhaps registered (again) since the brokers were last read (that event is
-            # queued): read them now rather than refuse.
-            await self._brokers_changed()
-            known = self.ctx.live.get(broker_id)
+        known = await self._registration(broker_id, broker_epoch)
         if known is None or broker_epoch != known.epoch:
             raise KafkaError(
                 ErrorCode.STALE_BROKER_EPOCH,
@@ -864,6 +862,41 @@ class Controller:
         return answers
 
     # -- partition reassignment (KIP-455) ---------------------------------------------------
+
+    async def _registration(self, broker_id: int, broker_epoch: int) -> LiveBroker | None:
+        """The live broker `broker_id` as registered now (None: not registered), for a
+        request it sent in `broker_epoch`."""
+        known = self.ctx.live.get(broker_id)
+        if known is None or broker_epoch > known.epoch:
+            # Perhaps registered (again) since the brokers were last read (that event is
+            # queued): read them now rather than refuse.
+            await self._brokers_changed()
+            known = self.ctx.live.get(broker_id)
+        return known
+
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> zd.ProducerIdBlock:
+        """AllocateProducerIds: the next block of producer ids for a live broker, reserved in
+        ``/latest_producer_id_block`` as brokers that write it themselves do. Refused with
+        BROKER_ID_NOT_REGISTERED for a broker that is not registered, STALE_BROKER_EPOCH for
+        one registered under another epoch, NOT_CONTROLLER once this controller stopped."""
+        return await self._ask(lambda: self._allocate_producer_ids(broker_id, broker_epoch))
+
+    async def _allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> zd.ProducerIdBlock:
+        known = await self._registration(broker_id, broker_epoch)
+        if known is None:
+            raise KafkaError(
+                ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered"
+            )
+        if broker_epoch != known.epoch:
+            raise KafkaError(
+                ErrorCode.STALE_BROKER_EPOCH,
+                f"broker {broker_id} asked in epoch {broker_epoch}; "
+                f"its registration's epoch is {known.epoch}",
+            )
+        try:
+            return await allocate_producer_id_block(self.zk, broker_id)
+        except ProducerIdBlockError as exc:
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)) from exc
 
     async def alter_partition_reassignments(
         self, targets: Mapping[TopicPartition, Sequence[int] | None]

@@ -65,6 +65,7 @@ _QUOTA_EXEMPT = frozenset(
         ApiKey.UPDATE_METADATA,
         ApiKey.CONTROLLED_SHUTDOWN,
         ApiKey.ALTER_PARTITION,
+        ApiKey.ALLOCATE_PRODUCER_IDS,
         ApiKey.WRITE_TXN_MARKERS,
         ApiKey.SASL_HANDSHAKE,
         ApiKey.SASL_AUTHENTICATE,

@@ -1,8 +1,9 @@
 """The inter-broker APIs of a ZooKeeper-mode cluster.
 
 LeaderAndIsr (4), StopReplica (5) and UpdateMetadata (6) are a controller's orders
-to a broker; ControlledShutdown (7) and AlterPartition (56) are a broker's requests
-to the controller.
+to a broker; ControlledShutdown (7), AlterPartition (56) and AllocateProducerIds (67)
+are a broker's requests to the controller (kbroker's brokers reserve their producer
+id blocks in ZooKeeper themselves; Kafka 3.x brokers ask the controller).
 
 A cluster member (`Broker.cluster`) carries the orders out: LeaderAndIsr and
 StopReplica through the replica manager, UpdateMetadata into the metadata cache.
@@ -38,6 +39,7 @@ from kbroker.metadata_types import PartitionState
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.inter_broker import (
+    AllocateProducerIdsResponse,
     AlterPartitionResponse,
     ControlledShutdownResponse,
     LeaderAndIsrResponse,
@@ -406,7 +408,34 @@ async def handle_alter_partition(broker: Broker, ctx: RequestContext, request: A
     return alter_partition_response(answers, version)
 
 
+async def handle_allocate_producer_ids(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    """A block of producer ids for a broker, from the controller; others answer
+    NOT_CONTROLLER. A refusal carries no block (start and length 0, as Kafka's)."""
+
+    def refused(code: int) -> Any:
+        return AllocateProducerIdsResponse(
+            throttle_time_ms=0, error_code=code, producer_id_start=0, producer_id_len=0
+        )
+
+    if not _from_broker(broker, ctx):
+        return refused(UNAUTHORIZED)
+    controller = None if broker.cluster is None else broker.cluster.controller
+    if controller is None:
+        return refused(ErrorCode.NOT_CONTROLLER)
+    try:
+        block = await controller.allocate_producer_ids(request.broker_id, request.broker_epoch)
+    except KafkaError as exc:
+        return refused(exc.code)
+    return AllocateProducerIdsResponse(
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        producer_id_start=block.first,
+        producer_id_len=block.last - block.first + 1,
+    )
+
+
 HANDLERS = {
+    ApiKey.ALLOCATE_PRODUCER_IDS: handle_allocate_producer_ids,
     ApiKey.LEADER_AND_ISR: handle_leader_and_isr,
     ApiKey.STOP_REPLICA: handle_stop_replica,
     ApiKey.UPDATE_METADATA: handle_update_metadata,

@@ -69,6 +69,7 @@ class ApiKey(IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    ALLOCATE_PRODUCER_IDS = 67
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ K = ApiKey
 # (3.8/3.9-era maxima with the 4.0 minima of KIP-896), see COMPAT.md trap 3.
 # Fetch goes to v17 because a Kafka 3.9 follower sends exactly that version.
 # The inter-broker APIs (LeaderAndIsr, StopReplica, UpdateMetadata,
-# ControlledShutdown, AlterPartition) have the full ranges a Kafka 3.9.1
+# ControlledShutdown, AlterPartition, AllocateProducerIds) have the full ranges a Kafka 3.9.1
 # ZooKeeper-mode broker advertises (tests/cluster/test_inter_broker_wire.py).
 IB = inter_broker
 APIS: tuple[ApiSpec, ...] = (
@@ -274,6 +275,13 @@ APIS: tuple[ApiSpec, ...] = (
         txn.DescribeTransactionsResponse,
     ),
     _api(K.LIST_TRANSACTIONS, "0-1", 0, txn.ListTransactionsRequest, txn.ListTransactionsResponse),
+    _api(
+        K.ALLOCATE_PRODUCER_IDS,
+        "0",
+        0,
+        IB.AllocateProducerIdsRequest,
+        IB.AllocateProducerIdsResponse,
+    ),
 )
 
 APIS_BY_KEY: dict[int, ApiSpec] = {spec.key: spec for spec in APIS}

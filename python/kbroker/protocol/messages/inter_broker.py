@@ -381,3 +381,21 @@ WriteTxnMarkersResponse = message(
         ),
     ),
 )
+
+# AllocateProducerIds (67) --------------------------------------------------------
+# A broker asks the controller for a block of producer ids (Kafka 3.x brokers do, from
+# inter.broker.protocol.version 3.0, rather than writing /latest_producer_id_block).
+
+AllocateProducerIdsRequest = message(
+    "AllocateProducerIdsRequest",
+    F("broker_id", INT32),
+    F("broker_epoch", INT64, default=-1),
+)
+
+AllocateProducerIdsResponse = message(
+    "AllocateProducerIdsResponse",
+    F("throttle_time_ms", INT32),
+    F("error_code", INT16),
+    F("producer_id_start", INT64),
+    F("producer_id_len", INT32),
+)
