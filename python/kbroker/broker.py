@@ -39,7 +39,7 @@ from kbroker.errors import ErrorCode, TopicError
 from kbroker.local_acls import LocalAclStorage
 from kbroker.log import LogConfig, LogManager, TopicPartition, log_config_from_topic
 from kbroker.log.cleaner import CleanerSettings, LogCleaner
-from kbroker.log.log import TOPIC_NAME, Log
+from kbroker.log.log import Log, illegal_topic_name
 from kbroker.log.partition_metadata import (
     PARTITION_METADATA_FILE,
     PartitionMetadataError,
@@ -596,19 +596,18 @@ class Broker:
         configs: Mapping[str, str | None],
     ) -> tuple[int, int, dict[str, Value]]:
         """Validates a CreateTopics entry; returns (partitions, replication factor, configs)."""
-        if not TOPIC_NAME.match(name) or name in (".", ".."):
-            raise TopicError(
-                ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name!r} is not a legal topic name"
-            )
+        illegal = illegal_topic_name(name)
+        if illegal is not None:
+            raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, illegal)
         if name in self.metadata_cache.topics() or name in self._creating:
-            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if num_partitions == -1:
             num_partitions = self.config.get_int("num.partitions")
         if replication_factor == -1:
             replication_factor = self.config.get_int("default.replication.factor")
         if num_partitions <= 0:
             raise TopicError(
-                ErrorCode.INVALID_PARTITIONS, "the number of partitions must be at least 1"
+                ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
             )
         if num_partitions > MAX_PARTITIONS_PER_TOPIC:
             raise TopicError(
@@ -617,14 +616,14 @@ class Broker:
             )
         if replication_factor <= 0:
             raise TopicError(
-                ErrorCode.INVALID_REPLICATION_FACTOR, "the replication factor must be at least 1"
+                ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0."
             )
         if self.cluster is not None:
             self.cluster.check_replication_factor(replication_factor)
         elif replication_factor > 1:
             raise TopicError(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
-                f"replication factor {replication_factor} is larger than the 1 available broker",
+                f"Replication factor: {replication_factor} larger than available brokers: 1.",
             )
         try:
             parsed = parse_topic_configs(configs)
@@ -738,7 +737,7 @@ class Broker:
         for t in new:
             if t.name in self.metadata.topics() or t.name in self._creating:
                 results[t.name] = TopicError(
-                    ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists"
+                    ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists."
                 )
                 continue
             try:

@@ -550,7 +550,7 @@ class ClusterMember:
             )
         except ZkNodeExistsError:
             raise TopicError(
-                ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists"
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists."
             ) from None
         except ZkError as exc:
             raise TopicError(

@@ -597,7 +597,7 @@ class LocalMetadataStore:
         topic_id: uuid.UUID | None = None,
     ) -> TopicMetadata:
         if self.cache.topic(name) is not None:
-            raise MetadataError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+            raise MetadataError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         topic = TopicMetadata(
             name=name,
             topic_id=topic_id or uuid.uuid4(),

@@ -50,7 +50,7 @@ from kbroker.config import (
 from kbroker.errors import ResourceError, TopicError
 from kbroker.handlers.authorization import TOPIC as ACL_TOPIC
 from kbroker.handlers.authorization import Op, authorize, authorize_cluster
-from kbroker.log.log import TOPIC_NAME
+from kbroker.log.log import illegal_topic_name
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import (
@@ -231,10 +231,9 @@ def logger_entries() -> list[ConfigEntry]:
 
 
 def _check_topic(broker: Broker, name: str) -> None:
-    if not TOPIC_NAME.match(name) or name in (".", ".."):
-        raise ResourceError(
-            ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name!r} is not a legal topic name"
-        )
+    illegal = illegal_topic_name(name)
+    if illegal is not None:
+        raise ResourceError(ErrorCode.INVALID_TOPIC_EXCEPTION, illegal)
     if name not in broker.metadata_cache.topics():
         raise ResourceError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
 

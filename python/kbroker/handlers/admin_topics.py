@@ -105,7 +105,7 @@ def _topic_shape(broker: Broker, t: Any) -> tuple[int, int]:
     if indexes != list(range(len(indexes))):
         raise TopicError(
             ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-            "partitions in a replica assignment must be numbered consecutively from 0",
+            "partitions should be a consecutive 0-based integer sequence",
         )
     rf: int | None = None
     for a in t.assignments:
@@ -134,7 +134,7 @@ def _check_one(broker: Broker, t: Any) -> NewTopic:
     if other is not None:
         raise TopicError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"Topic '{name}' collides with existing topic: {other}",
+            f"Topic '{name}' collides with existing topics: {other}",
         )
     assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
     return NewTopic(

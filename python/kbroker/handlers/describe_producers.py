@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from kbroker.handlers.authorization import TOPIC, Op, refused
 from kbroker.log import TopicPartition
-from kbroker.log.log import TOPIC_NAME
+from kbroker.log.log import illegal_topic_name
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import DescribeProducersResponse
@@ -69,8 +69,9 @@ def handle_describe_producers(broker: Broker, ctx: RequestContext, request: Any)
     for topic in request.topics:
         name = topic.name
         topic_error: tuple[ErrorCode, str | None] | None = None
-        if not TOPIC_NAME.match(name) or name in (".", ".."):
-            topic_error = (ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name!r} is not a legal topic name")
+        illegal = illegal_topic_name(name)
+        if illegal is not None:
+            topic_error = (ErrorCode.INVALID_TOPIC_EXCEPTION, illegal)
         elif name in denied:
             topic_error = (ErrorCode.TOPIC_AUTHORIZATION_FAILED, None)
         elif broker.metadata_cache.topic(name) is None:

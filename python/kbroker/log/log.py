@@ -42,11 +42,36 @@ __all__ = [
     "RecoveryNote",
     "TopicPartition",
     "UnexpectedAppendOffsetError",
+    "illegal_topic_name",
     "log_config_from_topic",
 ]
 
 # Kafka's legal topic names; they double as directory names.
 TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+MAX_TOPIC_NAME_LENGTH = 249
+
+
+def illegal_topic_name(name: str) -> str | None:
+    """Why ``name`` cannot be a topic's name, in the words Kafka's INVALID_TOPIC_EXCEPTION
+    carries (tools print them), or None for a legal name."""
+    if not name:
+        reason = "the empty string is not allowed"
+    elif name in (".", ".."):
+        reason = f"'{name}' is not allowed"
+    elif len(name) > MAX_TOPIC_NAME_LENGTH:
+        reason = (
+            f"the length of '{name}' is longer than the max allowed length {MAX_TOPIC_NAME_LENGTH}"
+        )
+    elif not TOPIC_NAME.match(name):
+        reason = (
+            f"'{name}' contains one or more characters other than ASCII alphanumerics, "
+            "'.', '_' and '-'"
+        )
+    else:
+        return None
+    return f"Topic name is invalid: {reason}"
+
+
 _DIR_NAME = re.compile(r"^([a-zA-Z0-9._-]{1,249})-(\d{1,10})$")
 
 
