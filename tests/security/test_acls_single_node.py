@@ -141,14 +141,16 @@ def test_without_an_authorizer_the_acl_apis_are_disabled(broker: BrokerProcess) 
             permission_type=3,
         )
         created = w.request(ApiKey.CREATE_ACLS, 2, CreateAclsRequest(creations=[creation] * 2))
-        assert [r.error_code for r in created.results] == [ErrorCode.SECURITY_DISABLED] * 2
+        assert [(r.error_code, r.error_message) for r in created.results] == [
+            (ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
+        ] * 2
         f = DeleteAclsRequest.Filter(
             resource_type_filter=1, pattern_type_filter=1, operation=1, permission_type=1
         )
         deleted = w.request(ApiKey.DELETE_ACLS, 1, DeleteAclsRequest(filters=[f]))
-        assert [(r.error_code, r.matching_acls) for r in deleted.filter_results] == [
-            (ErrorCode.SECURITY_DISABLED, [])
-        ]
+        assert [
+            (r.error_code, r.error_message, r.matching_acls) for r in deleted.filter_results
+        ] == [(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.", [])]
     finally:
         w.close()
     listed = acl("list", bootstrap=broker.bootstrap)

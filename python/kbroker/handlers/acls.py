@@ -39,7 +39,9 @@ from kbroker.security.acl import (
 if TYPE_CHECKING:
     from kbroker.broker import Broker
 
+# Kafka's words: DescribeAcls says where, CreateAcls and DeleteAcls do not.
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
+NO_AUTHORIZER_TO_CHANGE = "No Authorizer is configured."
 CLUSTER_DENIED = "Cluster authorization failed."
 
 
@@ -134,7 +136,7 @@ def handle_create_acls(broker: Broker, ctx: RequestContext, request: Any) -> Any
     if not authorize_cluster(broker, ctx, Op.ALTER):
         return refusal(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED)
     if broker.authorizer is None:
-        return refusal(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
+        return refusal(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER_TO_CHANGE)
     return _create(broker, [_binding(c) for c in request.creations])
 
 
@@ -171,7 +173,7 @@ def handle_delete_acls(broker: Broker, ctx: RequestContext, request: Any) -> Any
     if not authorize_cluster(broker, ctx, Op.ALTER):
         return refusal(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED)
     if broker.authorizer is None:
-        return refusal(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
+        return refusal(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER_TO_CHANGE)
     return _delete(broker, [_filter(f) for f in request.filters])
 
 

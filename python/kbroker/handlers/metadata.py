@@ -97,7 +97,9 @@ def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         )
         for wanted in requested:
             name = wanted.name
-            if name is None:
+            # By id when an id is given (the Java client leaves the name "" then, not null),
+            # as Kafka decides.
+            if name is None or (version >= 10 and wanted.topic_id != ZERO_UUID):
                 found = broker.metadata_cache.topic_by_id(wanted.topic_id)
                 if found is None:
                     topics.append(_error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id))

@@ -13,7 +13,7 @@ from enum import IntEnum
 from typing import Any
 
 from .codec import Codec
-from .messages import acls, admin, core, group, inter_broker, quotas, sasl, txn
+from .messages import acls, admin, core, group, inter_broker, quotas, sasl, tokens, txn
 
 
 class ApiKey(IntEnum):
@@ -51,9 +51,14 @@ class ApiKey(IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
     DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
+    CREATE_DELEGATION_TOKEN = 38
+    RENEW_DELEGATION_TOKEN = 39
+    EXPIRE_DELEGATION_TOKEN = 40
+    DESCRIBE_DELEGATION_TOKEN = 41
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
@@ -65,6 +70,7 @@ class ApiKey(IntEnum):
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     ALTER_PARTITION = 56
+    UPDATE_FEATURES = 57
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -198,6 +204,13 @@ APIS: tuple[ApiSpec, ...] = (
     _api(K.DESCRIBE_CONFIGS, "1-4", 4, admin.DescribeConfigsRequest, admin.DescribeConfigsResponse),
     _api(K.ALTER_CONFIGS, "0-2", 2, admin.AlterConfigsRequest, admin.AlterConfigsResponse),
     _api(
+        K.ALTER_REPLICA_LOG_DIRS,
+        "1-2",
+        2,
+        admin.AlterReplicaLogDirsRequest,
+        admin.AlterReplicaLogDirsResponse,
+    ),
+    _api(
         K.DESCRIBE_LOG_DIRS, "1-4", 2, admin.DescribeLogDirsRequest, admin.DescribeLogDirsResponse
     ),
     _api(
@@ -205,6 +218,34 @@ APIS: tuple[ApiSpec, ...] = (
     ),
     _api(
         K.CREATE_PARTITIONS, "0-3", 2, admin.CreatePartitionsRequest, admin.CreatePartitionsResponse
+    ),
+    _api(
+        K.CREATE_DELEGATION_TOKEN,
+        "1-3",
+        2,
+        tokens.CreateDelegationTokenRequest,
+        tokens.CreateDelegationTokenResponse,
+    ),
+    _api(
+        K.RENEW_DELEGATION_TOKEN,
+        "1-2",
+        2,
+        tokens.RenewDelegationTokenRequest,
+        tokens.RenewDelegationTokenResponse,
+    ),
+    _api(
+        K.EXPIRE_DELEGATION_TOKEN,
+        "1-2",
+        2,
+        tokens.ExpireDelegationTokenRequest,
+        tokens.ExpireDelegationTokenResponse,
+    ),
+    _api(
+        K.DESCRIBE_DELEGATION_TOKEN,
+        "1-3",
+        2,
+        tokens.DescribeDelegationTokenRequest,
+        tokens.DescribeDelegationTokenResponse,
     ),
     _api(K.DELETE_GROUPS, "0-2", 2, group.DeleteGroupsRequest, group.DeleteGroupsResponse),
     _api(K.ELECT_LEADERS, "0-2", 2, admin.ElectLeadersRequest, admin.ElectLeadersResponse),
@@ -259,6 +300,7 @@ APIS: tuple[ApiSpec, ...] = (
         quotas.AlterUserScramCredentialsResponse,
     ),
     _api(K.ALTER_PARTITION, "0-3", 0, IB.AlterPartitionRequest, IB.AlterPartitionResponse),
+    _api(K.UPDATE_FEATURES, "0-1", 0, admin.UpdateFeaturesRequest, admin.UpdateFeaturesResponse),
     _api(K.DESCRIBE_CLUSTER, "0-1", 0, admin.DescribeClusterRequest, admin.DescribeClusterResponse),
     _api(
         K.DESCRIBE_PRODUCERS,

@@ -642,3 +642,82 @@ DescribeProducersResponse = message(
         ),
     ),
 )
+
+# UpdateFeatures (57) ---------------------------------------------------------------
+# upgrade_type (v1+): 1 upgrade, 2 safe downgrade, 3 unsafe downgrade; v0 says
+# allow_downgrade instead.
+
+UpdateFeaturesRequest = message(
+    "UpdateFeaturesRequest",
+    F("timeout_ms", INT32, default=60000),
+    F(
+        "feature_updates",
+        Array(
+            message(
+                "FeatureUpdate",
+                F("feature", STRING),
+                F("max_version_level", INT16),
+                F("allow_downgrade", BOOL, "0"),
+                F("upgrade_type", INT8, "1+", default=1),
+            )
+        ),
+    ),
+    F("validate_only", BOOL, "1+"),
+)
+
+UpdateFeaturesResponse = message(
+    "UpdateFeaturesResponse",
+    F("throttle_time_ms", INT32),
+    F("error_code", INT16),
+    F("error_message", STRING, nullable="0+", default=None),
+    F(
+        "results",
+        Array(
+            message(
+                "Result",
+                F("feature", STRING),
+                F("error_code", INT16),
+                F("error_message", STRING, nullable="0+", default=None),
+            )
+        ),
+    ),
+)
+
+# AlterReplicaLogDirs (34) -----------------------------------------------------------
+
+AlterReplicaLogDirsRequest = message(
+    "AlterReplicaLogDirsRequest",
+    F(
+        "dirs",
+        Array(
+            message(
+                "Dir",
+                F("path", STRING),
+                F(
+                    "topics",
+                    Array(message("Topic", F("name", STRING), F("partitions", Array(INT32)))),
+                ),
+            )
+        ),
+    ),
+)
+
+AlterReplicaLogDirsResponse = message(
+    "AlterReplicaLogDirsResponse",
+    F("throttle_time_ms", INT32),
+    F(
+        "results",
+        Array(
+            message(
+                "Result",
+                F("topic_name", STRING),
+                F(
+                    "partitions",
+                    Array(
+                        message("Partition", F("partition_index", INT32), F("error_code", INT16))
+                    ),
+                ),
+            )
+        ),
+    ),
+)
