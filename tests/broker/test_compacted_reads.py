@@ -5,15 +5,16 @@ The log is written by an idempotent producer, a plain one and a transactional on
 committed and an aborted transaction), with keys overwritten and a few tombstones, so the
 cleaner leaves gaps of every kind: batches with fewer records than their offset range
 (a cleaned batch keeps its last offset delta), empty batches kept for producer state,
-whole batches gone, aborted records gone. Then confluent-kafka and kafka-python read it
-from offset 0 with fetches of 1 byte, 100 bytes and the default size, and must each reach
-the high watermark in bounded time and see exactly the surviving records; a consumer
-placed at the start of every gap must get the next surviving record. kbroker's
+whole batches gone, aborted records gone. Then confluent-kafka, kafka-python and aiokafka
+read it from offset 0 with fetches of 1 byte, 100 bytes and the default size, and must
+each reach the high watermark in bounded time and see exactly the surviving records; a
+consumer placed at the start of every gap must get the next surviving record. kbroker's
 `dump-log` and `log verify` must accept every segment either cleaner wrote.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import re
 import subprocess
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka import TopicPartition as AioPartition
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaPythonPartition
@@ -144,6 +147,34 @@ def read_all_kafka_python(system: System, topic: str, max_bytes: int) -> list[Re
         return out
     finally:
         c.close()
+
+
+def read_all_aiokafka(system: System, topic: str, max_bytes: int) -> list[Record]:
+    async def read() -> list[Record]:
+        c = AIOKafkaConsumer(
+            bootstrap_servers=system.bootstrap,
+            enable_auto_commit=False,
+            max_partition_fetch_bytes=max_bytes,
+            fetch_max_bytes=max_bytes,
+            fetch_max_wait_ms=50,
+        )
+        await c.start()
+        tp = AioPartition(topic, 0)
+        try:
+            c.assign([tp])
+            c.seek(tp, 0)
+            high = (await c.end_offsets([tp]))[tp]
+            out: list[Record] = []
+            deadline = time.monotonic() + READ_WAIT
+            while await c.position(tp) < high:
+                assert time.monotonic() < deadline, f"{max_bytes}: read stopped at {out[-1:]}"
+                for records in (await c.getmany(timeout_ms=200)).values():
+                    out += [(r.offset, r.key, r.value) for r in records]
+            return out
+        finally:
+            await c.stop()
+
+    return asyncio.run(read())
 
 
 @dataclass(frozen=True)
@@ -271,6 +302,12 @@ def test_confluent_kafka_reads_to_the_end(
 @pytest.mark.parametrize("max_bytes", [1, 100, 1 << 20])
 def test_kafka_python_reads_to_the_end(system: System, cleaned: Cleaned, max_bytes: int) -> None:
     records = read_all_kafka_python(system, cleaned.topic, max_bytes)
+    assert settled(records) == settled(cleaned.records)
+
+
+@pytest.mark.parametrize("max_bytes", [1, 1 << 20])
+def test_aiokafka_reads_to_the_end(system: System, cleaned: Cleaned, max_bytes: int) -> None:
+    records = read_all_aiokafka(system, cleaned.topic, max_bytes)
     assert settled(records) == settled(cleaned.records)
 
 
