@@ -351,10 +351,12 @@ def cluster(
     kafka_settings: dict[str, str] | None = None,
     kbroker_settings: list[str] | None = None,
     listeners: Listeners | None = None,
+    advertised_host: str | None = None,
 ) -> Iterator[Cluster]:
     """``size`` brokers (ids 1..size) of ``system`` on ``zk_connect`` + ``chroot``, started
     together, with ``listeners`` (default: one PLAINTEXT listener each); every process is
-    killed on exit."""
+    killed on exit. ``advertised_host``: with the default listener, each broker binds
+    127.0.0.1 and advertises this host name (advertised.listeners) at the same port."""
     nodes: dict[int, Node] = {}
     with ExitStack() as stack:
         for i in range(1, size + 1):
@@ -365,7 +367,18 @@ def cluster(
                     "num.partitions": "1",
                     **(kafka_settings or {}),
                 }
-                node = KafkaNode.prepare(zk_connect, chroot, root / f"b{i}", i, settings, listeners)
+                if advertised_host is not None and listeners is None:
+                    port = free_port()
+                    settings["listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
+                    settings["advertised.listeners"] = f"PLAINTEXT://{advertised_host}:{port}"
+                    broker = prepare_kafka_zk_broker(
+                        zk_connect, chroot, root / f"b{i}", i, settings, port=port
+                    )
+                    node = KafkaNode(broker)
+                else:
+                    node = KafkaNode.prepare(
+                        zk_connect, chroot, root / f"b{i}", i, settings, listeners
+                    )
             else:
                 node = KbrokerNode(
                     i,
@@ -374,6 +387,11 @@ def cluster(
                     _kbroker_settings(kbroker_settings),
                     listeners,
                 )
+                if advertised_host is not None and listeners is None:
+                    port = node.broker.port
+                    node.broker.extra.append(
+                        f"advertised.listeners=PLAINTEXT://{advertised_host}:{port}"
+                    )
             nodes[i] = node
             stack.callback(node.kill)
         for node in nodes.values():
