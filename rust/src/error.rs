@@ -18,6 +18,9 @@ pub enum Error {
     /// A well-formed batch whose content breaks a rule (e.g. offsets,
     /// attribute bits, keyless record on a compacted log).
     InvalidRecord(String),
+    /// A well-formed batch with records that break a rule of the topic
+    /// (no key on a compacted topic, a timestamp out of range): each one.
+    RecordErrors(Vec<crate::records::RecordError>),
     /// A batch larger than the configured limit.
     RecordTooLarge { size: usize, max: usize },
     /// A requested offset outside [log start, log end].
@@ -47,6 +50,24 @@ impl fmt::Display for Error {
             Error::BadStateFile(p, m) => write!(f, "{}: {m}", p.display()),
             Error::CorruptRecord(m) => write!(f, "corrupt record: {m}"),
             Error::InvalidRecord(m) => write!(f, "invalid record: {m}"),
+            Error::RecordErrors(errors) => {
+                write!(f, "invalid record: {} records refused:", errors.len())?;
+                for e in errors.iter().take(3) {
+                    match e.problem {
+                        crate::records::RecordProblem::MissingKey => {
+                            write!(f, " record {} has no key;", e.batch_index)?
+                        }
+                        crate::records::RecordProblem::TimestampOutOfRange { timestamp, .. } => {
+                            write!(
+                                f,
+                                " record {} has timestamp {timestamp} out of range;",
+                                e.batch_index
+                            )?
+                        }
+                    }
+                }
+                Ok(())
+            }
             Error::RecordTooLarge { size, max } => {
                 write!(f, "record batch of {size} bytes exceeds the limit of {max}")
             }
