@@ -20,7 +20,7 @@ pub enum Error {
     InvalidRecord(String),
     /// A well-formed batch with records that break a rule of the topic
     /// (no key on a compacted topic, a timestamp out of range): each one.
-    RecordErrors(Vec<crate::records::RecordError>),
+    RecordErrors(Vec<RecordError>),
     /// A batch larger than the configured limit.
     RecordTooLarge { size: usize, max: usize },
     /// A requested offset outside [log start, log end].
@@ -42,6 +42,23 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// Why `records::validate_batch` refused one record of a well-formed batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordProblem {
+    /// No key, on a topic that requires keys (compacted).
+    MissingKey,
+    /// A timestamp outside the topic's `records::TimestampWindow`; `offset` is
+    /// the record's offset as the producer sent it (baseOffset + delta).
+    TimestampOutOfRange { offset: i64, timestamp: i64 },
+}
+
+/// One refused record: its index in its batch and the reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordError {
+    pub batch_index: usize,
+    pub problem: RecordProblem,
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -54,10 +71,10 @@ impl fmt::Display for Error {
                 write!(f, "invalid record: {} records refused:", errors.len())?;
                 for e in errors.iter().take(3) {
                     match e.problem {
-                        crate::records::RecordProblem::MissingKey => {
+                        RecordProblem::MissingKey => {
                             write!(f, " record {} has no key;", e.batch_index)?
                         }
-                        crate::records::RecordProblem::TimestampOutOfRange { timestamp, .. } => {
+                        RecordProblem::TimestampOutOfRange { timestamp, .. } => {
                             write!(
                                 f,
                                 " record {} has timestamp {timestamp} out of range;",

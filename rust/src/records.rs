@@ -40,6 +40,7 @@ use crate::compression::{self, Codec};
 use crate::corrupt;
 use crate::crc32c::{crc32c, crc32c_delta};
 use crate::error::{Error, Result};
+pub use crate::error::{RecordError, RecordProblem};
 use crate::varint::{
     decode_varint, decode_varlong, encode_varint, encode_varlong, varint_size, varlong_size,
 };
@@ -333,23 +334,6 @@ impl TimestampWindow {
         let behind = self.now as i128 - timestamp as i128;
         behind <= self.before_max_ms as i128 && -behind <= self.after_max_ms as i128
     }
-}
-
-/// Why [`validate_batch`] refused one record of a well-formed batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecordProblem {
-    /// No key, on a topic that requires keys (compacted).
-    MissingKey,
-    /// A timestamp outside the topic's [`TimestampWindow`]; `offset` is
-    /// the record's offset as the producer sent it (baseOffset + delta).
-    TimestampOutOfRange { offset: i64, timestamp: i64 },
-}
-
-/// One refused record: its index in its batch and the reason.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RecordError {
-    pub batch_index: usize,
-    pub problem: RecordProblem,
 }
 
 impl Default for ValidateOptions {
