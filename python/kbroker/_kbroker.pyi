@@ -17,6 +17,7 @@ __all__ = [
     "LogSlice",
     "OffsetOutOfRangeError",
     "ProducerBatch",
+    "RecordErrorsError",
     "RecordTooLargeError",
     "RecoveryNote",
     "UnexpectedAppendOffsetError",
@@ -41,6 +42,15 @@ __version__: str
 class KBrokerError(Exception): ...
 class CorruptRecordError(KBrokerError): ...
 class InvalidRecordError(KBrokerError): ...
+
+class RecordErrorsError(InvalidRecordError):
+    """Records of a well-formed batch that break a rule of the topic.
+
+    ``args`` is (message, [(batch index, offset, timestamp)]): offset and timestamp are
+    None for a record without a key on a compacted topic, the record's own for a
+    timestamp out of range.
+    """
+
 class RecordTooLargeError(KBrokerError): ...
 class OffsetOutOfRangeError(KBrokerError): ...
 
@@ -87,6 +97,7 @@ def validate_batches(
     inspect_compressed: bool = False,
     max_decompressed_bytes: int = ...,
     require_keys: bool = False,
+    timestamps: tuple[int, int, int] | None = None,
 ) -> list[BatchInfo]: ...
 def check_stored_batches(
     data: bytes | bytearray | memoryview, max_decompressed_bytes: int = ...

@@ -647,6 +647,29 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         choices=("CreateTime", "LogAppendTime"),
     ),
     Setting(
+        "log.message.timestamp.before.max.ms",
+        _S.LONG,
+        LONG_MAX,
+        "How far behind the broker's clock a CreateTime record's timestamp may be; an older "
+        "record fails its batch with INVALID_TIMESTAMP.",
+        min=0,
+    ),
+    Setting(
+        "log.message.timestamp.after.max.ms",
+        _S.LONG,
+        LONG_MAX,
+        "How far ahead of the broker's clock a CreateTime record's timestamp may be; a later "
+        "record fails its batch with INVALID_TIMESTAMP.",
+        min=0,
+    ),
+    Setting(
+        "log.message.timestamp.difference.max.ms",
+        _S.LONG,
+        LONG_MAX,
+        "Deprecated: the before and after bounds where those are left at their default.",
+        min=0,
+    ),
+    Setting(
         "log.segment.delete.delay.ms",
         _S.LONG,
         60_000,
@@ -1077,6 +1100,9 @@ TOPIC_SETTINGS: tuple[TopicSetting, ...] = (
     TopicSetting("index.interval.bytes", "log.index.interval.bytes"),
     TopicSetting("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
     TopicSetting("max.message.bytes", "message.max.bytes"),
+    TopicSetting("message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms"),
+    TopicSetting("message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms"),
+    TopicSetting("message.timestamp.difference.max.ms", "log.message.timestamp.difference.max.ms"),
     TopicSetting("message.timestamp.type", "log.message.timestamp.type"),
     TopicSetting("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio"),
     TopicSetting("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms"),
@@ -1245,6 +1271,22 @@ class TopicConfig(TypedReads, Mapping[str, Value]):
     @property
     def compacted(self) -> bool:
         return "compact" in self.get_list("cleanup.policy")
+
+    @property
+    def timestamp_bounds_ms(self) -> tuple[int, int] | None:
+        """(before, after): how far a record's timestamp may lie behind and ahead of the
+        broker's clock, or None on a LogAppendTime topic (the broker stamps the time).
+        message.timestamp.difference.max.ms stands in for a bound left at its default,
+        as Kafka 3.x reads them."""
+        if self.get_str("message.timestamp.type") != "CreateTime":
+            return None
+        difference = self.get_int("message.timestamp.difference.max.ms")
+        before = self.get_int("message.timestamp.before.max.ms")
+        after = self.get_int("message.timestamp.after.max.ms")
+        return (
+            difference if before == LONG_MAX else before,
+            difference if after == LONG_MAX else after,
+        )
 
 
 def topic_setting(name: str) -> Setting:

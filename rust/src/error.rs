@@ -18,6 +18,9 @@ pub enum Error {
     /// A well-formed batch whose content breaks a rule (e.g. offsets,
     /// attribute bits, keyless record on a compacted log).
     InvalidRecord(String),
+    /// A well-formed batch with records that break a rule of the topic
+    /// (no key on a compacted topic, a timestamp out of range): each one.
+    RecordErrors(Vec<RecordError>),
     /// A batch larger than the configured limit.
     RecordTooLarge { size: usize, max: usize },
     /// A requested offset outside [log start, log end].
@@ -39,6 +42,23 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// Why `records::validate_batch` refused one record of a well-formed batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordProblem {
+    /// No key, on a topic that requires keys (compacted).
+    MissingKey,
+    /// A timestamp outside the topic's `records::TimestampWindow`; `offset` is
+    /// the record's offset as the producer sent it (baseOffset + delta).
+    TimestampOutOfRange { offset: i64, timestamp: i64 },
+}
+
+/// One refused record: its index in its batch and the reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordError {
+    pub batch_index: usize,
+    pub problem: RecordProblem,
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -47,6 +67,24 @@ impl fmt::Display for Error {
             Error::BadStateFile(p, m) => write!(f, "{}: {m}", p.display()),
             Error::CorruptRecord(m) => write!(f, "corrupt record: {m}"),
             Error::InvalidRecord(m) => write!(f, "invalid record: {m}"),
+            Error::RecordErrors(errors) => {
+                write!(f, "invalid record: {} records refused:", errors.len())?;
+                for e in errors.iter().take(3) {
+                    match e.problem {
+                        RecordProblem::MissingKey => {
+                            write!(f, " record {} has no key;", e.batch_index)?
+                        }
+                        RecordProblem::TimestampOutOfRange { timestamp, .. } => {
+                            write!(
+                                f,
+                                " record {} has timestamp {timestamp} out of range;",
+                                e.batch_index
+                            )?
+                        }
+                    }
+                }
+                Ok(())
+            }
             Error::RecordTooLarge { size, max } => {
                 write!(f, "record batch of {size} bytes exceeds the limit of {max}")
             }

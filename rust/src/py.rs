@@ -23,7 +23,7 @@ use crate::log::{
     AppendInfo as CoreAppendInfo, Log as CoreLog, LogConfig as CoreLogConfig,
     LogSlice as CoreLogSlice, ProducerBatch as CoreProducerBatch, RecoveryNote as CoreRecoveryNote,
 };
-use crate::records::{self, BatchBuilder, ValidateOptions};
+use crate::records::{self, BatchBuilder, RecordProblem, TimestampWindow, ValidateOptions};
 use crate::sendfile::{self, SendOutcome};
 use crate::txn_index::AbortedTxn;
 
@@ -44,6 +44,12 @@ create_exception!(
     InvalidRecordError,
     KBrokerError,
     "A well-formed batch that breaks a rule."
+);
+create_exception!(
+    _kbroker,
+    RecordErrorsError,
+    InvalidRecordError,
+    "Records of a well-formed batch that break a rule of the topic; args are (message, [(batch index, offset, timestamp)]): offset and timestamp are None for a record without a key on a compacted topic, the record's own for a timestamp out of range."
 );
 create_exception!(
     _kbroker,
@@ -118,6 +124,18 @@ impl From<Error> for PyErr {
             Error::BadStateFile(..) => KBrokerError::new_err(msg),
             Error::CorruptRecord(_) | Error::Varint(_) => CorruptRecordError::new_err(msg),
             Error::InvalidRecord(_) => InvalidRecordError::new_err(msg),
+            Error::RecordErrors(errors) => {
+                let records: Vec<(usize, Option<i64>, Option<i64>)> = errors
+                    .iter()
+                    .map(|e| match e.problem {
+                        RecordProblem::MissingKey => (e.batch_index, None, None),
+                        RecordProblem::TimestampOutOfRange { offset, timestamp } => {
+                            (e.batch_index, Some(offset), Some(timestamp))
+                        }
+                    })
+                    .collect();
+                RecordErrorsError::new_err((msg, records))
+            }
             Error::RecordTooLarge { .. } => RecordTooLargeError::new_err(msg),
             Error::OffsetOutOfRange { .. } => OffsetOutOfRangeError::new_err(msg),
             Error::UnexpectedAppendOffset {
@@ -164,8 +182,11 @@ struct BatchInfo {
 
 /// Validates every batch in `data` (concatenated v2 batches, as in a Produce
 /// request). Raises on the first bad one; returns one BatchInfo per batch.
+/// `timestamps` = (now, before max ms, after max ms): the window a record's
+/// timestamp must fall in (None: any). Records that break the topic's rules
+/// raise RecordErrorsError naming each of them.
 #[pyfunction]
-#[pyo3(signature = (data, max_batch_bytes, inspect_compressed = false, max_decompressed_bytes = 64 << 20, require_keys = false))]
+#[pyo3(signature = (data, max_batch_bytes, inspect_compressed = false, max_decompressed_bytes = 64 << 20, require_keys = false, timestamps = None))]
 fn validate_batches(
     py: Python<'_>,
     data: ByteView,
@@ -173,6 +194,7 @@ fn validate_batches(
     inspect_compressed: bool,
     max_decompressed_bytes: usize,
     require_keys: bool,
+    timestamps: Option<(i64, i64, i64)>,
 ) -> PyResult<Vec<BatchInfo>> {
     let data = data.as_slice();
     let opts = ValidateOptions {
@@ -180,6 +202,11 @@ fn validate_batches(
         inspect_compressed,
         max_decompressed_bytes,
         require_keys,
+        timestamps: timestamps.map(|(now, before_max_ms, after_max_ms)| TimestampWindow {
+            now,
+            before_max_ms,
+            after_max_ms,
+        }),
     };
     let work = || -> Result<Vec<BatchInfo>, Error> {
         let mut out = Vec::new();
@@ -1162,6 +1189,7 @@ fn _kbroker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("KBrokerError", py.get_type::<KBrokerError>())?;
     m.add("CorruptRecordError", py.get_type::<CorruptRecordError>())?;
     m.add("InvalidRecordError", py.get_type::<InvalidRecordError>())?;
+    m.add("RecordErrorsError", py.get_type::<RecordErrorsError>())?;
     m.add("RecordTooLargeError", py.get_type::<RecordTooLargeError>())?;
     m.add(
         "OffsetOutOfRangeError",

@@ -40,6 +40,7 @@ use crate::compression::{self, Codec};
 use crate::corrupt;
 use crate::crc32c::{crc32c, crc32c_delta};
 use crate::error::{Error, Result};
+pub use crate::error::{RecordError, RecordProblem};
 use crate::varint::{
     decode_varint, decode_varlong, encode_varint, encode_varlong, varint_size, varlong_size,
 };
@@ -304,6 +305,35 @@ pub struct ValidateOptions {
     pub max_decompressed_bytes: usize,
     /// Reject records without a key (compacted topics).
     pub require_keys: bool,
+    /// Reject records whose (CreateTime) timestamp falls outside this
+    /// window; None: any timestamp (LogAppendTime topics).
+    pub timestamps: Option<TimestampWindow>,
+}
+
+/// A record's timestamp when it has none (old clients): never out of range.
+const NO_TIMESTAMP: i64 = -1;
+
+/// The timestamps a CreateTime topic accepts: at most `before_max_ms`
+/// behind and `after_max_ms` ahead of `now` (the broker's clock, in ms),
+/// Kafka's `message.timestamp.before.max.ms` / `after.max.ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampWindow {
+    pub now: i64,
+    pub before_max_ms: i64,
+    pub after_max_ms: i64,
+}
+
+impl TimestampWindow {
+    /// Whether `timestamp` lies within the window; computed without
+    /// overflow, so extreme timestamps and bounds compare correctly.
+    /// Records without a timestamp (-1) always do.
+    fn admits(&self, timestamp: i64) -> bool {
+        if timestamp == NO_TIMESTAMP {
+            return true;
+        }
+        let behind = self.now as i128 - timestamp as i128;
+        behind <= self.before_max_ms as i128 && -behind <= self.after_max_ms as i128
+    }
 }
 
 impl Default for ValidateOptions {
@@ -315,6 +345,7 @@ impl Default for ValidateOptions {
             inspect_compressed: true,
             max_decompressed_bytes: 64 << 20,
             require_keys: false,
+            timestamps: None,
         }
     }
 }
@@ -565,6 +596,9 @@ fn check_records(region: &[u8], info: &BatchInfo, opts: &ValidateOptions) -> Res
     let mut pos = 0;
     let mut n: usize = 0;
     let mut txn_marker = false;
+    // Every refused record is reported (Kafka's record_errors), not just
+    // the first; a malformed record still ends the check at once.
+    let mut refused: Vec<RecordError> = Vec::new();
     while pos < region.len() {
         if n == expected {
             return corrupt!("records continue past recordsCount {expected}");
@@ -580,14 +614,33 @@ fn check_records(region: &[u8], info: &BatchInfo, opts: &ValidateOptions) -> Res
             let (_, kind) = parse_control_key(r.key)?;
             txn_marker |= kind == CONTROL_ABORT || kind == CONTROL_COMMIT;
         } else if opts.require_keys && r.key.is_none() {
-            return invalid(format!(
-                "record {n} has no key; compacted topics require keys"
-            ));
+            refused.push(RecordError {
+                batch_index: n,
+                problem: RecordProblem::MissingKey,
+            });
+        } else if let Some(window) = &opts.timestamps {
+            let timestamp = if info.is_log_append_time {
+                info.max_timestamp
+            } else {
+                info.first_timestamp.wrapping_add(r.timestamp_delta)
+            };
+            if !window.admits(timestamp) {
+                refused.push(RecordError {
+                    batch_index: n,
+                    problem: RecordProblem::TimestampOutOfRange {
+                        offset: info.base_offset.wrapping_add(r.offset_delta as i64),
+                        timestamp,
+                    },
+                });
+            }
         }
         n += 1;
     }
     if n != expected {
         return corrupt!("recordsCount is {expected} but the batch holds {n} records");
+    }
+    if !refused.is_empty() {
+        return Err(Error::RecordErrors(refused));
     }
     if txn_marker && (expected != 1 || !info.is_transactional) {
         return invalid(
@@ -1657,8 +1710,81 @@ mod tests {
             require_keys: true,
             ..opts()
         };
-        assert!(invalid_err(validate_batch(&b, &strict)).contains("key"));
+        assert!(matches!(
+            validate_batch(&b, &strict),
+            Err(Error::RecordErrors(e)) if e == vec![RecordError {
+                batch_index: 0,
+                problem: RecordProblem::MissingKey,
+            }]
+        ));
         assert!(validate_batch(&simple(Codec::None, 3), &strict).is_ok());
+    }
+
+    /// Every refused record is named with its index, keyless ones on a
+    /// compacted topic and timestamps outside the window alike, in plain
+    /// and compressed batches; a keyless record is not also judged by time.
+    #[test]
+    fn record_errors_name_each_refused_record() {
+        let hour = 3_600_000;
+        let recs: Vec<Rec> = vec![
+            (T0, Some(b"a".to_vec()), None, vec![]),
+            (T0 - 2 * hour, None, None, vec![]),
+            (T0 - 2 * hour, Some(b"c".to_vec()), None, vec![]),
+            (T0 + 2 * hour, Some(b"d".to_vec()), None, vec![]),
+            (-1, Some(b"e".to_vec()), None, vec![]),
+            (T0 + hour, Some(b"f".to_vec()), None, vec![]),
+        ];
+        let strict = ValidateOptions {
+            require_keys: true,
+            timestamps: Some(TimestampWindow {
+                now: T0,
+                before_max_ms: hour,
+                after_max_ms: hour,
+            }),
+            ..opts()
+        };
+        for codec in [Codec::None, Codec::Gzip] {
+            let b = build(codec, &recs);
+            let expected = vec![
+                RecordError {
+                    batch_index: 1,
+                    problem: RecordProblem::MissingKey,
+                },
+                RecordError {
+                    batch_index: 2,
+                    problem: RecordProblem::TimestampOutOfRange {
+                        offset: 2,
+                        timestamp: T0 - 2 * hour,
+                    },
+                },
+                RecordError {
+                    batch_index: 3,
+                    problem: RecordProblem::TimestampOutOfRange {
+                        offset: 3,
+                        timestamp: T0 + 2 * hour,
+                    },
+                },
+            ];
+            match validate_batch(&b, &strict) {
+                Err(Error::RecordErrors(e)) => assert_eq!(e, expected),
+                other => panic!("expected RecordErrors, got {other:?}"),
+            }
+            validate_batch(&b, &opts()).unwrap();
+        }
+        // Extreme bounds and timestamps compare without overflow.
+        let wide = TimestampWindow {
+            now: T0,
+            before_max_ms: i64::MAX,
+            after_max_ms: i64::MAX,
+        };
+        assert!(wide.admits(i64::MIN / 2) && wide.admits(i64::MAX) && wide.admits(0));
+        let none = TimestampWindow {
+            now: T0,
+            before_max_ms: 0,
+            after_max_ms: 0,
+        };
+        assert!(none.admits(T0) && none.admits(-1) && !none.admits(T0 + 1));
+        assert!(!none.admits(i64::MIN) && !none.admits(i64::MAX));
     }
 
     #[test]

@@ -1,9 +1,12 @@
 """Produce (0): validate each partition's batches, append them, answer per partition.
 
 The replica manager validates (in Rust: CRC, magic, sizes, record counts,
-max.message.bytes, keys on compacted topics) and appends; a bad batch fails
-its partition with CORRUPT_MESSAGE, INVALID_RECORD or MESSAGE_TOO_LARGE and
-nothing of that partition's data is appended. acks=all waits (at most the
+max.message.bytes, keys on compacted topics, CreateTime timestamps within
+message.timestamp.before/after.max.ms) and appends; a bad batch fails its
+partition with CORRUPT_MESSAGE, INVALID_RECORD, INVALID_TIMESTAMP or
+MESSAGE_TOO_LARGE and nothing of that partition's data is appended. Records
+refused for their key or timestamp are named in ``record_errors`` (index in
+the batch, Kafka's message) with Kafka's ``error_message`` (v8+). acks=all waits (at most the
 request's ``timeout_ms``) for the in-sync replicas. acks=0 gets no response
 at all.
 
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
 
 TopicResponse = ProduceResponse.Topic
 PartitionResponse = ProduceResponse.Topic.Partition
+RecordError = ProduceResponse.Topic.Partition.RecordError
 
 # Produce v0-v2 carry message formats 0/1, which kbroker does not store;
 # they are advertised (librdkafka enables compression only when Produce v0 is
@@ -167,7 +171,10 @@ def _response(
                     base_offset=r.base_offset,
                     log_append_time_ms=r.log_append_time,
                     log_start_offset=r.log_start_offset,
-                    record_errors=[],
+                    record_errors=[
+                        RecordError(batch_index=index, batch_index_error_message=message)
+                        for index, message in r.record_errors
+                    ],
                     error_message=r.message,
                 )
             )

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from kbroker._kbroker import (
     InvalidRecordError,
     LogSlice,
     OffsetOutOfRangeError,
+    RecordErrorsError,
     RecordTooLargeError,
     validate_batches,
 )
@@ -65,6 +67,7 @@ from kbroker.replication.fetcher import ReplicaFetcherManager
 from kbroker.replication.partition import Partition, monotonic_ms
 from kbroker.replication.producer_state import VerificationGuard
 from kbroker.replication.purgatory import DelayedOperation, Purgatory, Scheduler
+from kbroker.replication.record_errors import record_errors
 from kbroker.replication.txn import (
     AppendOrigin,
     MarkerListener,
@@ -110,6 +113,8 @@ class AppendResult:
     log_start_offset: int = -1
     # The offset after the last appended record: what acks=all waits for.
     end_offset: int = -1
+    # (index in the batch, why) of each record that failed its batch (Produce v8+).
+    record_errors: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -695,11 +700,21 @@ class ReplicaManager:
             return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         config = self.topic_config(tp.topic)
         max_bytes = config.get_int("max.message.bytes")
+        bounds = config.timestamp_bounds_ms
+        window = None if bounds is None else (int(time.time() * 1000), *bounds)
         try:
             infos = validate_batches(
-                data, max_bytes, True, MAX_DECOMPRESSED_BYTES, config.compacted
+                data, max_bytes, True, MAX_DECOMPRESSED_BYTES, config.compacted, window
             )
             data = recompress_for_topic(data, infos, config.get_str("compression.type"), max_bytes)
+        except RecordErrorsError as exc:
+            refused = record_errors(tp, exc.args[1], window)
+            return AppendResult(
+                refused.error,
+                refused.message,
+                log_start_offset=partition.log.log_start_offset,
+                record_errors=refused.records,
+            )
         except RecordTooLargeError as exc:
             return AppendResult(ErrorCode.MESSAGE_TOO_LARGE, str(exc))
         except CorruptRecordError as exc:
