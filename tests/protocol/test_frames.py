@@ -339,8 +339,8 @@ def test_kafka_python_reads_the_table_as_a_real_release() -> None:
 
 def test_inter_broker_ranges_are_kafka_3_9s() -> None:
     """LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown, AlterPartition and
-    AllocateProducerIds have the ranges of Kafka 3.9 as kafka-python records them (the real broker's own answer is
-    checked in tests/cluster/test_inter_broker_wire.py)."""
+    AllocateProducerIds have the ranges of Kafka 3.9 as kafka-python records them (the real
+    broker's own answer is checked in tests/cluster/test_inter_broker_wire.py)."""
     from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
 
     kafka_3_9 = BROKER_API_VERSIONS[(3, 9)]
