@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kbroker.config import (
+    ALL_TOPIC_SETTINGS,
     BROKER,
     INT_MAX,
     TOPIC,
@@ -37,9 +38,12 @@ def config(**given: str) -> BrokerConfig:
 
 
 def test_every_topic_setting_names_a_broker_setting() -> None:
+    """Or, for Kafka's topic settings no broker setting supplies, declares itself."""
     for ts in TOPIC_SETTINGS:
         assert ts.broker_setting in BROKER, ts
-    assert set(TOPIC) == {ts.name for ts in TOPIC_SETTINGS}
+    for ts in ALL_TOPIC_SETTINGS:
+        assert (ts.broker_setting in BROKER) != (ts.own is not None), ts
+    assert set(TOPIC) == {ts.name for ts in ALL_TOPIC_SETTINGS}
 
 
 def test_every_default_passes_its_own_check() -> None:
