@@ -240,6 +240,20 @@ def test_a_topic_value_kbroker_cannot_honour_is_refused(single: Single) -> None:
     assert single.describe(ResourceType.TOPIC, TOPIC)["remote.storage.enable"].value == "false"
 
 
+def test_a_broker_setting_read_at_start_is_refused_while_running(single: Single) -> None:
+    """KRaft's process.roles on a running ZooKeeper-mode broker: INVALID_REQUEST with a
+    message naming it, as Kafka answers every setting it cannot change dynamically."""
+    admin = AdminClient({"bootstrap.servers": single.bootstrap})
+    entry = ConfigEntry("process.roles", "broker", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ResourceType.BROKER, "0", incremental_configs=[entry])
+    with pytest.raises(KafkaException) as refused:
+        admin.incremental_alter_configs([resource])[resource].result(WAIT)
+    error = refused.value.args[0]
+    assert error.code() == KafkaError.INVALID_REQUEST
+    assert "Cannot update these configs dynamically" in error.str()
+    assert "process.roles" in error.str()
+
+
 def test_a_topic_tuning_knob_is_accepted_and_described(single: Single) -> None:
     """kafka-reassign-partitions --throttle sets these; kbroker accepts them (no effect)."""
     admin = AdminClient({"bootstrap.servers": single.bootstrap})

@@ -417,8 +417,9 @@ def _set_broker(
     for name, text in configs.items():
         setting = _broker_setting(name)
         if setting.read_only:
+            # Kafka's answer to a setting it cannot change while it runs.
             raise ResourceError(
-                ErrorCode.INVALID_CONFIG,
+                ErrorCode.INVALID_REQUEST,
                 f"Cannot update these configs dynamically: {name} is read-only",
             )
         if setting.type is ConfigType.PASSWORD:
