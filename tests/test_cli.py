@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,15 @@ def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         (["--set", "log.cleanup.policy=shred"], "'shred' is not one of delete, compact"),
         (["--set", "auto.create.topics.enable=maybe"], "is not a valid boolean"),
         (["--config", "/nonexistent/server.properties"], "cannot read config file"),
+        # Kafka settings kbroker knows but whose non-default value it cannot honour.
+        (["--set", "process.roles=broker"], "process.roles: KRaft mode is not supported"),
+        (
+            ["--set", "remote.log.storage.system.enable=true"],
+            "remote.log.storage.system.enable: tiered storage (remote log storage) is not "
+            "supported (only 'false' is accepted)",
+        ),
+        (["--set", "create.topic.policy.class.name=a.B"], "Java plug-in classes cannot run"),
+        (["--set", "num.io.threads=many"], "num.io.threads: 'many' is not a valid int"),
     ],
 )
 def test_bad_settings_are_refused_at_start(tmp_path: Path, args: list[str], message: str) -> None:
@@ -81,6 +91,70 @@ def test_config_file_and_set_override(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+# The settings of Apache Kafka 3.9.1's own config/server.properties, with the setup's
+# addresses and paths substituted.
+KAFKA_SERVER_PROPERTIES = """\
+broker.id=0
+listeners=PLAINTEXT://127.0.0.1:{port}
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+log.dirs={data}
+num.partitions=1
+num.recovery.threads.per.data.dir=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+zookeeper.connect={zookeeper}
+zookeeper.connection.timeout.ms=18000
+group.initial.rebalance.delay.ms=0
+"""
+
+
+def test_kafkas_own_server_properties_start_kbroker(tmp_path: Path, zookeeper: Any) -> None:
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    port = free_port()
+    props = tmp_path / "server.properties"
+    props.write_text(
+        KAFKA_SERVER_PROPERTIES.format(
+            port=port, data=tmp_path / "data", zookeeper=zookeeper.connect + "/kafka-props"
+        )
+    )
+    log = open(tmp_path / "out.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([*KBROKER, "serve", "--config", str(props)], stdout=log, stderr=log)
+    try:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+        resource = ConfigResource(ResourceType.BROKER, "0")
+        deadline = time.monotonic() + 60
+        described = None
+        while described is None:
+            assert proc.poll() is None, (tmp_path / "out.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "out.log").read_text()
+            try:
+                described = admin.describe_configs([resource])[resource].result(5)
+            except Exception:
+                time.sleep(0.3)
+        # A tuning knob kbroker does not use is accepted and reported as given.
+        threads = described["num.io.threads"]
+        assert (threads.value, threads.source, threads.is_read_only) == ("8", 4, True)
+        assert described["log.retention.ms"].synonyms["log.retention.hours"].value == "168"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
 
 
 def test_port_in_use_and_locked_data_dir(broker: BrokerProcess, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kbroker.config import (
+    ALL_TOPIC_SETTINGS,
     BROKER,
     INT_MAX,
     TOPIC,
@@ -20,6 +21,7 @@ from kbroker.config import (
     TopicConfig,
     as_int,
     as_list,
+    java_double,
     load_properties,
     parse_topic_configs,
     topic_setting,
@@ -37,9 +39,12 @@ def config(**given: str) -> BrokerConfig:
 
 
 def test_every_topic_setting_names_a_broker_setting() -> None:
+    """Or, for Kafka's topic settings no broker setting supplies, declares itself."""
     for ts in TOPIC_SETTINGS:
         assert ts.broker_setting in BROKER, ts
-    assert set(TOPIC) == {ts.name for ts in TOPIC_SETTINGS}
+    for ts in ALL_TOPIC_SETTINGS:
+        assert (ts.broker_setting in BROKER) != (ts.own is not None), ts
+    assert set(TOPIC) == {ts.name for ts in ALL_TOPIC_SETTINGS}
 
 
 def test_every_default_passes_its_own_check() -> None:
@@ -372,3 +377,23 @@ def test_load_properties_reads_as_java_does(tmp_path: Path) -> None:
         'password="p";',
         "last": "continued at the end",
     }
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0.5, "0.5"),
+        (100.0, "100.0"),
+        (1234567.0, "1234567.0"),
+        (1e7, "1.0E7"),
+        (0.001, "0.001"),
+        (0.0001, "1.0E-4"),
+        (-2.5e-5, "-2.5E-5"),
+        (1.7976931348623157e308, "1.7976931348623157E308"),
+        (0.0, "0.0"),
+    ],
+)
+def test_doubles_are_written_as_java_writes_them(value: float, text: str) -> None:
+    """As Kafka's DescribeConfigs and properties files show them (Double.toString)."""
+    assert java_double(value) == text
+    assert BROKER["log.cleaner.min.cleanable.ratio"].render(value) == text

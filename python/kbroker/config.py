@@ -4,6 +4,18 @@ Every setting kbroker understands is declared once here with its standard
 Kafka name. A topic-level setting (``retention.ms``) names the broker setting
 that supplies its default (``log.retention.ms``), as in Kafka; DescribeConfigs,
 the CLI and the log layer all read this table.
+
+Every other setting of Kafka 3.9.1 (kafka_settings, generated from a real broker by
+bench/kafka/config_catalogue.py) is known too, with Kafka's type and default, so a
+server.properties written for Kafka starts kbroker and admin tools read every name.
+Those settings are read-only (nothing changes while kbroker runs) and follow one rule:
+a tuning knob of Kafka's own implementation (thread counts, socket buffers, quota
+windows, purgatories, metrics sampling, KRaft and Kerberos timings, settings Kafka 3.x
+itself ignores) is accepted with any valid value and has no effect; a value other
+than Kafka's default is refused, with a one-line reason, where it would promise
+behaviour kbroker does not have: a Java plug-in class, the switches of KRaft, tiered
+storage, delegation tokens, TLS or ACLs towards ZooKeeper, connection limits and
+timestamp bounds not enforced yet (``refusal_reason``). Unknown names are refused.
 """
 
 from __future__ import annotations
@@ -14,8 +26,11 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
+
+from kbroker import kafka_settings
 
 log = logging.getLogger(__name__)
 
@@ -143,22 +158,50 @@ class Setting:
                     )
 
     def render(self, value: Value) -> str | None:
-        """The string form DescribeConfigs and properties files use."""
+        """The string form DescribeConfigs and properties files use (doubles as Java
+        prints them, as Kafka's tools and clients see them from Kafka)."""
         if value is None:
             return None
         if isinstance(value, bool):
             return "true" if value else "false"
         if isinstance(value, list):
             return ",".join(value)
+        if isinstance(value, float):
+            return java_double(value)
         return str(value)
+
+
+def java_double(value: float) -> str:
+    """``value`` as Java's Double.toString writes it: the shortest digits that read back
+    to it, plain from 10^-3 to 10^7 (``0.5``, ``100.0``), else ``1.7976931348623157E308``."""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "-0.0" if str(value).startswith("-") else "0.0"
+    sign = "-" if value < 0 else ""
+    _, digits, exponent = Decimal(repr(abs(value))).normalize().as_tuple()
+    assert isinstance(exponent, int)
+    text = "".join(map(str, digits))
+    power = len(text) - 1 + exponent  # value = d.ddd * 10^power
+    if -3 <= power < 7:
+        if power >= 0:
+            whole, frac = text[: power + 1].ljust(power + 1, "0"), text[power + 1 :]
+        else:
+            whole, frac = "0", "0" * (-power - 1) + text
+        return f"{sign}{whole}.{frac or '0'}"
+    return f"{sign}{text[0]}.{text[1:] or '0'}E{power}"
 
 
 @dataclass(frozen=True)
 class TopicSetting:
-    """A topic-level setting and the broker setting that supplies its default."""
+    """A topic-level setting and the broker setting that supplies its default (None: no
+    broker setting does; ``own`` is then its declaration)."""
 
     name: str
-    broker_setting: str
+    broker_setting: str | None
+    own: Setting | None = None
 
 
 _S = ConfigType
@@ -374,7 +417,7 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "listener.security.protocol.map",
         _S.STRING,
-        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
         "Each listener name's security protocol (NAME:PROTOCOL,...).",
         read_only=True,
     ),
@@ -739,8 +782,9 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         "connections.max.idle.ms",
         _S.LONG,
         600_000,
-        "Idle connections are closed after this.",
+        "Idle connections are closed after this (read at start).",
         min=1,
+        read_only=True,
     ),
     Setting(
         "sasl.mechanism.inter.broker.protocol",
@@ -1116,8 +1160,141 @@ TOPIC_SETTINGS: tuple[TopicSetting, ...] = (
     TopicSetting("unclean.leader.election.enable", "unclean.leader.election.enable"),
 )
 
-BROKER: Mapping[str, Setting] = {s.name: s for s in BROKER_SETTINGS}
-TOPIC: Mapping[str, TopicSetting] = {t.name: t for t in TOPIC_SETTINGS}
+# -- Kafka's other settings ---------------------------------------------------------
+#
+# Every setting of Kafka 3.9.1 (kafka_settings, generated from a real broker) is known,
+# so a server.properties written for Kafka starts kbroker. The ones kbroker does not
+# declare above are described with Kafka's default and are read-only (they mean nothing
+# while kbroker runs). A value given for one is either accepted and has no effect (a
+# tuning knob of Kafka's JVM implementation: thread counts, socket buffers, purgatory and
+# quota windows, metrics sampling, KRaft and Kerberos timings, deprecated settings Kafka
+# 3.x itself ignores) or, if it differs from Kafka's default, refused with a one-line
+# reason because it would promise behaviour kbroker does not have (the rules below).
+
+NO_EFFECT = "Accepted for compatibility with Kafka; has no effect in kbroker."
+NOT_SUPPORTED = "Not supported by kbroker: only Kafka's default is accepted."
+
+# Settings whose non-default value kbroker refuses, by name prefix, with why. Only the
+# switches of a missing feature are refused; its tuning knobs (remote.log.manager.*,
+# controller.quorum.*.ms ...) do nothing while the switch is off, so they are accepted.
+_REFUSED_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("log.message.timestamp.", "record timestamp bounds are not enforced yet"),
+    ("max.connection", "connection limits are not enforced yet"),
+)
+_KRAFT = "KRaft mode is not supported: kbroker runs with ZooKeeper"
+# Settings whose non-default value kbroker refuses, by name, with why.
+_REFUSED_NAMES: Mapping[str, str] = {
+    "remote.log.storage.system.enable": "tiered storage (remote log storage) is not supported",
+    "delegation.token.secret.key": "delegation tokens are not supported",
+    "delegation.token.master.key": "delegation tokens are not supported",
+    "process.roles": _KRAFT,
+    "node.id": "KRaft mode is not supported: set broker.id",
+    "controller.quorum.voters": _KRAFT,
+    "controller.quorum.bootstrap.servers": _KRAFT,
+    "controller.listener.names": _KRAFT,
+    "early.start.listeners": _KRAFT,
+    "metadata.log.dir": _KRAFT,
+    "zookeeper.metadata.migration.enable": "migration to KRaft is not supported",
+    "eligible.leader.replicas.enable": "eligible leader replicas (KIP-966) are not supported",
+    "zookeeper.ssl.client.enable": "TLS to ZooKeeper is not supported",
+    "zookeeper.set.acl": "ZooKeeper ACLs on kbroker's znodes are not supported",
+    "zookeeper.clientCnxnSocket": "kbroker's ZooKeeper client has no pluggable socket",
+    "control.plane.listener.name": "a separate control plane listener is not supported",
+    "group.coordinator.rebalance.protocols": "only the classic group protocol is supported",
+    "log.dir": "set log.dirs (kbroker reads its data directory from log.dirs only)",
+    "sasl.jaas.config": "set each listener's JAAS configuration as "
+    "listener.name.<listener>.<mechanism>.sasl.jaas.config",
+    "metric.reporters": "Java metrics reporters cannot run in kbroker: see metrics.listeners",
+    "kafka.metrics.reporters": "Java metrics reporters cannot run in kbroker",
+}
+_CLASS_REFUSAL = "Java plug-in classes cannot run in kbroker"
+
+
+def refusal_reason(name: str, config_type: ConfigType) -> str | None:
+    """Why kbroker refuses a non-default value of Kafka's setting ``name`` (None: any valid
+    value is accepted and has no effect). Pluggable Java classes are always refused."""
+    if config_type is ConfigType.CLASS:
+        return _CLASS_REFUSAL
+    if name in _REFUSED_NAMES:
+        return _REFUSED_NAMES[name]
+    for prefix, reason in _REFUSED_PREFIXES:
+        if name.startswith(prefix):
+            return reason
+    return None
+
+
+def kafka_default(config_type: ConfigType, text: str | None) -> Value:
+    """Kafka's default as reported by DescribeConfigs, as a typed value."""
+    if text is None:
+        return None
+    probe = Setting("default", config_type, None, "", nullable=True)
+    return probe._convert(text)
+
+
+def _kafka_setting(row: kafka_settings.Row) -> Setting:
+    name, type_code, default_text, _sensitive, _read_only, _synonyms = row
+    config_type = ConfigType(type_code)
+    default = kafka_default(config_type, default_text)
+    reason = refusal_reason(name, config_type)
+    honoured: tuple[Value, ...] = (default,)
+    if default is None:
+        honoured += ("", [])
+    return Setting(
+        name,
+        config_type,
+        default,
+        NO_EFFECT if reason is None else NOT_SUPPORTED,
+        nullable=True,
+        read_only=True,
+        unsupported=None if reason is None else f"{reason} (only {default_text!r} is accepted)",
+        honoured=honoured,
+    )
+
+
+_DECLARED = {s.name for s in BROKER_SETTINGS}
+KAFKA_ONLY_SETTINGS: tuple[Setting, ...] = tuple(
+    _kafka_setting(row) for row in kafka_settings.BROKER if row[0] not in _DECLARED
+)
+# Kafka's broker settings whose own default Kafka reports as null (a coarser setting,
+# log.retention.hours, supplies the value): DescribeConfigs reports them so at default.
+KAFKA_NULL_DEFAULTS: frozenset[str] = frozenset(
+    row[0] for row in kafka_settings.BROKER if row[2] is None
+)
+
+
+def _kafka_topic_setting(row: kafka_settings.Row) -> TopicSetting:
+    name, type_code, default_text, _sensitive, _read_only, synonyms = row
+    if synonyms:
+        return TopicSetting(name, synonyms[0])
+    config_type = ConfigType(type_code)
+    reason = (
+        "tiered storage (remote log storage) is not supported"
+        if name == "remote.storage.enable"
+        else None
+    )
+    default = kafka_default(config_type, default_text)
+    own = Setting(
+        name,
+        config_type,
+        default,
+        NO_EFFECT if reason is None else NOT_SUPPORTED,
+        unsupported=None if reason is None else f"{reason} (only {default_text!r} is accepted)",
+        honoured=(default,),
+    )
+    return TopicSetting(name, None, own)
+
+
+_DECLARED_TOPIC = {t.name for t in TOPIC_SETTINGS}
+KAFKA_ONLY_TOPIC_SETTINGS: tuple[TopicSetting, ...] = tuple(
+    _kafka_topic_setting(row) for row in kafka_settings.TOPIC if row[0] not in _DECLARED_TOPIC
+)
+ALL_TOPIC_SETTINGS: tuple[TopicSetting, ...] = tuple(
+    sorted((*TOPIC_SETTINGS, *KAFKA_ONLY_TOPIC_SETTINGS), key=lambda t: t.name)
+)
+ALL_BROKER_SETTINGS: tuple[Setting, ...] = (*BROKER_SETTINGS, *KAFKA_ONLY_SETTINGS)
+
+BROKER: Mapping[str, Setting] = {s.name: s for s in ALL_BROKER_SETTINGS}
+TOPIC: Mapping[str, TopicSetting] = {t.name: t for t in ALL_TOPIC_SETTINGS}
 
 # The SASL mechanisms whose JAAS configuration a listener takes as
 # listener.name.<listener>.<mechanism>.sasl.jaas.config.
@@ -1295,6 +1472,9 @@ def topic_setting(name: str) -> Setting:
         ts = TOPIC[name]
     except KeyError:
         raise ConfigError(f"unknown topic setting {name!r}") from None
+    if ts.own is not None:
+        return ts.own
+    assert ts.broker_setting is not None
     base = BROKER[ts.broker_setting]
     return Setting(
         ts.name,
@@ -1538,13 +1718,19 @@ class BrokerConfig(TypedReads):
 
     def topic_default(self, topic_name: str) -> Value:
         """The value a topic without an override gets for ``topic_name``."""
-        return self[TOPIC[topic_name].broker_setting]  # type: ignore[no-any-return]
+        ts = TOPIC[topic_name]
+        if ts.broker_setting is None:
+            assert ts.own is not None
+            return ts.own.default
+        return self.value(ts.broker_setting)
 
     def effective_topic_config(self, overrides: Mapping[str, Value]) -> TopicConfig:
         """Every topic-level setting for a topic with these overrides."""
         out: dict[str, Value] = {}
-        for ts in TOPIC_SETTINGS:
-            out[ts.name] = overrides[ts.name] if ts.name in overrides else self[ts.broker_setting]
+        for ts in ALL_TOPIC_SETTINGS:
+            out[ts.name] = (
+                overrides[ts.name] if ts.name in overrides else self.topic_default(ts.name)
+            )
         # Unset flush.ms means: flush on the scheduler's interval.
         if out["flush.ms"] is None:
             out["flush.ms"] = self["log.flush.scheduler.interval.ms"]

@@ -34,10 +34,11 @@ from typing import TYPE_CHECKING, Any
 
 from kbroker.cluster.errors import ClusterError
 from kbroker.config import (
+    ALL_BROKER_SETTINGS,
+    ALL_TOPIC_SETTINGS,
     BROKER,
-    BROKER_SETTINGS,
+    KAFKA_NULL_DEFAULTS,
     TOPIC,
-    TOPIC_SETTINGS,
     BrokerConfig,
     ConfigError,
     ConfigType,
@@ -121,11 +122,12 @@ def _broker_synonyms(
     does not), so that is the one default listed."""
     setting = _known_setting(name)
     names = [name, *(other for other, _ in setting.fallbacks)]
+    default = None if _derived_null(setting) else setting.default
     layers: tuple[tuple[Mapping[str, Value], ConfigSource], ...] = (
         (config.dynamic, dynamic_source),
         (config.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
         (config.given, ConfigSource.STATIC_BROKER_CONFIG),
-        ({name: setting.default}, ConfigSource.DEFAULT_CONFIG),
+        ({name: default}, ConfigSource.DEFAULT_CONFIG),
     )
     out: list[Synonym] = []
     for values, source in layers:
@@ -134,6 +136,12 @@ def _broker_synonyms(
             if value is not None:
                 out.append((n, _render(_known_setting(n), value), source))
     return out
+
+
+def _derived_null(setting: Setting) -> bool:
+    """Whether ``setting``'s own default is null, as Kafka reports it: a setting whose
+    value a coarser one supplies (log.retention.ms from log.retention.hours)."""
+    return bool(setting.fallbacks) and setting.name in KAFKA_NULL_DEFAULTS
 
 
 def broker_config_entry(
@@ -148,9 +156,10 @@ def broker_config_entry(
     synonyms = _broker_synonyms(config, name, dynamic_source)
     if cluster_default:
         synonyms = [s for s in synonyms if s[2] == dynamic_source]
+    at_default = _derived_null(setting) and config.is_default(name)
     return ConfigEntry(
         name=name,
-        value=_render(setting, config[name]),
+        value=None if at_default else _render(setting, config[name]),
         source=synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG,
         read_only=setting.read_only,
         type=setting.type,
@@ -164,9 +173,13 @@ def topic_config_entries(config: BrokerConfig, overrides: Mapping[str, Value]) -
     """Every topic-level setting of a topic with these (parsed) overrides."""
     effective = config.effective_topic_config(overrides)
     out: list[ConfigEntry] = []
-    for ts in TOPIC_SETTINGS:
+    for ts in ALL_TOPIC_SETTINGS:
         setting = topic_setting(ts.name)
-        synonyms = _broker_synonyms(config, ts.broker_setting, ConfigSource.DYNAMIC_BROKER_CONFIG)
+        synonyms = (
+            []
+            if ts.broker_setting is None
+            else _broker_synonyms(config, ts.broker_setting, ConfigSource.DYNAMIC_BROKER_CONFIG)
+        )
         if ts.name in overrides:
             synonyms.insert(
                 0,
@@ -277,7 +290,7 @@ def _describe_resource(broker: Broker, rtype: int, name: str) -> list[ConfigEntr
                 for n, value in sorted(broker.config.dynamic_default.items())
             ]
         # Every setting, then the listeners' own settings that were given.
-        names = [s.name for s in BROKER_SETTINGS]
+        names = [s.name for s in ALL_BROKER_SETTINGS]
         names += sorted(n for n in broker.config.given_names() if n not in BROKER)
         return [broker_config_entry(broker.config, n) for n in names]
     if rtype == ResourceType.BROKER_LOGGER:
@@ -403,8 +416,9 @@ def _set_broker(
     for name, text in configs.items():
         setting = _broker_setting(name)
         if setting.read_only:
+            # Kafka's answer to a setting it cannot change while it runs.
             raise ResourceError(
-                ErrorCode.INVALID_CONFIG,
+                ErrorCode.INVALID_REQUEST,
                 f"Cannot update these configs dynamically: {name} is read-only",
             )
         if setting.type is ConfigType.PASSWORD:
