@@ -1178,7 +1178,6 @@ NOT_SUPPORTED = "Not supported by kbroker: only Kafka's default is accepted."
 # switches of a missing feature are refused; its tuning knobs (remote.log.manager.*,
 # controller.quorum.*.ms ...) do nothing while the switch is off, so they are accepted.
 _REFUSED_PREFIXES: tuple[tuple[str, str], ...] = (
-    ("log.message.timestamp.", "record timestamp bounds are not enforced yet"),
     ("max.connection", "connection limits are not enforced yet"),
 )
 _KRAFT = "KRaft mode is not supported: kbroker runs with ZooKeeper"
@@ -1293,6 +1292,29 @@ ALL_TOPIC_SETTINGS: tuple[TopicSetting, ...] = tuple(
 )
 ALL_BROKER_SETTINGS: tuple[Setting, ...] = (*BROKER_SETTINGS, *KAFKA_ONLY_SETTINGS)
 
+# Kafka's broker settings that exist only as dynamic ones (set by AlterConfigs, never in
+# server.properties, not listed by DescribeConfigs): the replication throttles that
+# kafka-reassign-partitions.sh sets with --throttle and clears at --verify. kbroker does
+# not throttle replication, so only their default (no limit) is accepted, and clearing
+# them works.
+_NO_REPLICATION_THROTTLE = "replication throttling is not supported"
+DYNAMIC_ONLY_BROKER_SETTINGS: Mapping[str, Setting] = {
+    name: Setting(
+        name,
+        _S.LONG,
+        LONG_MAX,
+        "Replication throttle: not supported by kbroker, only Kafka's default is accepted.",
+        min=0,
+        unsupported=f"{_NO_REPLICATION_THROTTLE} (only {LONG_MAX} is accepted)",
+        honoured=(LONG_MAX,),
+    )
+    for name in (
+        "leader.replication.throttled.rate",
+        "follower.replication.throttled.rate",
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+    )
+}
+
 BROKER: Mapping[str, Setting] = {s.name: s for s in ALL_BROKER_SETTINGS}
 TOPIC: Mapping[str, TopicSetting] = {t.name: t for t in ALL_TOPIC_SETTINGS}
 
@@ -1342,7 +1364,7 @@ def broker_setting(name: str) -> Setting | None:
     (``listener.name.internal.plain.sasl.jaas.config``) are settings; their
     names are normalised as Kafka reads them (the listener name lower-cased).
     """
-    setting = BROKER.get(name)
+    setting = BROKER.get(name) or DYNAMIC_ONLY_BROKER_SETTINGS.get(name)
     if setting is not None:
         return setting
     match = _LISTENER_PREFIXED.match(name)
