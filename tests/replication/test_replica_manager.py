@@ -296,6 +296,38 @@ def test_leader_and_isr_creates_leads_follows_and_fences(tmp_path: Path) -> None
     run(tmp_path, body)
 
 
+def test_a_fenced_leader_is_resigned_for_its_listeners(tmp_path: Path) -> None:
+    """The coordinators must stop serving a partition whose leadership the controller
+    fenced: at once when the fence is learnt, and at the latest when the order to follow
+    comes (a fenced leader is no leader, yet its listeners had been told it leads)."""
+
+    async def body(fx: Fixture) -> None:
+        rm = fx.replicas
+
+        def open_log(tp: TopicPartition, topic_id: uuid.UUID | None) -> Log:
+            return fx.logs.get_or_create(tp)
+
+        assert rm.become_leader_or_follower(3, [_order(BROKER, 0)], open_log) == {TP: E.NONE}
+        partition = rm.leader_partition(TP)
+        # Fenced without anyone being told (as when the fence comes with other news).
+        partition.fenced = True
+        assert fx.events == [(TP, True, 0)]
+        assert rm.become_leader_or_follower(3, [_order(2, 1)], open_log) == {TP: E.NONE}
+        assert fx.events == [(TP, True, 0), (TP, False, 1)]
+
+        # Leading again; an ISR change the controller refuses as fenced resigns at once,
+        # and the order to follow that comes later tells nothing twice.
+        assert rm.become_leader_or_follower(3, [_order(BROKER, 2)], open_log) == {TP: E.NONE}
+        partition = rm.leader_partition(TP)
+        partition.pending_isr = [BROKER]
+        partition.isr_change_answered(E.FENCED_LEADER_EPOCH, None)
+        assert fx.events[-2:] == [(TP, True, 2), (TP, False, 2)]
+        assert rm.become_leader_or_follower(3, [_order(2, 3)], open_log) == {TP: E.NONE}
+        assert fx.events[-1] == (TP, False, 2)
+
+    run(tmp_path, body)
+
+
 def test_leader_and_isr_on_a_full_disk_answers_storage_error(tmp_path: Path) -> None:
     async def body(fx: Fixture) -> None:
         def broken(tp: TopicPartition, topic_id: uuid.UUID | None) -> Log:

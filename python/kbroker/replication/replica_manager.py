@@ -209,6 +209,10 @@ class ReplicaManager:
         )
         # Told (partition, is_leader_now, leader_epoch) on every leadership transition.
         self._listeners: list[LeadershipListener] = []
+        # The partitions the listeners were last told this broker leads: a leader the
+        # controller fenced is no leader (`Partition.is_leader`), yet its listeners (the
+        # coordinators) still serve it until told otherwise.
+        self._announced_leading: set[TopicPartition] = set()
         # Shutting down: no request waits any more.
         self._closing = False
         # The highest controller epoch heard from: orders of older controllers are refused.
@@ -372,7 +376,7 @@ class ReplicaManager:
                 continue
             self._checkpointed[tp] = partition.high_watermark
             partition.close()
-            if partition.is_leader:
+            if tp in self._announced_leading:
                 self._notify(tp, False, partition.leader_epoch)
             self._on_progress(tp)  # waiting requests answer now, with an error
 
@@ -388,9 +392,8 @@ class ReplicaManager:
     def make_follower(self, tp: TopicPartition, state: PartitionState) -> None:
         """Another broker leads ``tp``: requests waiting on it get NOT_LEADER_OR_FOLLOWER."""
         partition = self._partitions[tp]
-        was_leader = partition.is_leader
         partition.become_follower(state)
-        if was_leader:
+        if tp in self._announced_leading:
             self._notify(tp, False, state.leader_epoch)
         self._on_progress(tp)
 
@@ -533,11 +536,22 @@ class ReplicaManager:
         return errors
 
     def _notify(self, tp: TopicPartition, leads: bool, leader_epoch: int) -> None:
+        if leads:
+            self._announced_leading.add(tp)
+        else:
+            self._announced_leading.discard(tp)
         for listener in self._listeners:
             listener(tp, leads, leader_epoch)
 
     def _on_progress(self, tp: TopicPartition) -> None:
         """The high watermark or log end of ``tp`` moved (or its leadership changed)."""
+        if tp in self._announced_leading:
+            partition = self._partitions.get(tp)
+            if partition is not None and partition.fenced:
+                # The controller fenced this leadership: the coordinators stop serving
+                # from it now, not at the next order (which a broker cut off from the
+                # controller may not hear for long), so none answers from stale state.
+                self._notify(tp, False, partition.leader_epoch)
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
         self.delete_records_purgatory.check_and_complete(tp)
