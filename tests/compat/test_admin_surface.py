@@ -33,8 +33,8 @@ from kbroker.protocol.messages.tokens import (
     RenewDelegationTokenRequest,
 )
 from kbroker.tools.client import BrokerClient
-from tests.cluster.kafka_zk import KAFKA_ZK_VERSION, kafka_zk_broker, require_kafka
-from tests.helpers import BrokerProcess
+from tests.cluster.kafka_zk import KAFKA_ZK_VERSION, require_kafka
+from tests.compat.systems import SYSTEMS, single_node
 from tests.java import run_java
 from tests.zookeeper import ZooKeeperServer
 
@@ -121,25 +121,15 @@ MESSAGES = {
 }
 
 
-@pytest.fixture(scope="module", params=["kafka", "kbroker"])
+@pytest.fixture(scope="module", params=SYSTEMS)
 def bootstrap(
     request: pytest.FixtureRequest,
     zookeeper: ZooKeeperServer,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[str]:
     root = tmp_path_factory.mktemp(f"surface-{request.param}")
-    if request.param == "kafka":
-        chroot = f"/surface-{uuid.uuid4().hex[:8]}"
-        with kafka_zk_broker(zookeeper.connect, chroot, root, broker_id=0) as kafka:
-            yield kafka.bootstrap
-        return
-    broker = BrokerProcess(root / "data")
-    broker.start()
-    try:
-        yield broker.bootstrap
-        assert "Traceback" not in broker.output()
-    finally:
-        broker.kill()
+    with single_node(request.param, zookeeper, root) as address:
+        yield address
 
 
 def test_every_admin_call(bootstrap: str) -> None:

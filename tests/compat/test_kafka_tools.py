@@ -13,23 +13,20 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cluster.kafka_zk import kafka_zk_broker, require_kafka
-from tests.helpers import BrokerProcess
+from tests.cluster.kafka_zk import require_kafka
+from tests.compat.systems import BROKER_ID, SYSTEMS, run_kafka_tool, single_node
 from tests.zookeeper import ZooKeeperServer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
-BROKER_ID = 0  # both systems' single node
 
-
-@pytest.fixture(scope="module", params=["kafka", "kbroker"])
+@pytest.fixture(scope="module", params=SYSTEMS)
 def bootstrap(
     request: pytest.FixtureRequest,
     zookeeper: ZooKeeperServer,
@@ -37,45 +34,15 @@ def bootstrap(
 ) -> Iterator[str]:
     require_kafka()
     root = tmp_path_factory.mktemp(f"tools-{request.param}")
-    if request.param == "kafka":
-        chroot = f"/tools-{uuid.uuid4().hex[:8]}"
-        settings = {"group.initial.rebalance.delay.ms": "0"}
-        with kafka_zk_broker(
-            zookeeper.connect, chroot, root, broker_id=BROKER_ID, settings=settings
-        ) as kafka:
-            yield kafka.bootstrap
-        return
-    broker = BrokerProcess(root / "data", extra=["group.initial.rebalance.delay.ms=0"])
-    broker.start()
-    try:
-        yield broker.bootstrap
-        assert "Traceback" not in broker.output()
-    finally:
-        broker.kill()
+    settings = {"group.initial.rebalance.delay.ms": "0"}
+    with single_node(request.param, zookeeper, root, settings) as address:
+        yield address
 
 
-def tool(main: str, *args: str, stdin: str = "", ok: bool = True) -> str:
-    """What Kafka's tool class ``main`` printed on stdout (it must succeed unless not ``ok``)."""
-    java, lib = require_kafka()
-    done = subprocess.run(
-        [
-            java,
-            "-Xmx256m",
-            "-XX:TieredStopAtLevel=1",
-            "-XX:+UseSerialGC",
-            "-Dlog4j.configuration=file:/dev/null",
-            "-cp",
-            f"{lib}/*",
-            main,
-            *args,
-        ],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if ok:
-        assert done.returncode == 0, f"{main} {args}:\n{done.stdout}\n{done.stderr[-3000:]}"
+def tool(main: str, *args: str, stdin: str = "") -> str:
+    """What Kafka's tool class ``main`` printed on stdout; it must succeed."""
+    done = run_kafka_tool(main, *args, stdin=stdin)
+    assert done.returncode == 0, f"{main} {args}:\n{done.stdout}\n{done.stderr[-3000:]}"
     return done.stdout
 
 
@@ -283,25 +250,8 @@ def test_replication_throttles(bootstrap: str, request: pytest.FixtureRequest) -
     so it refuses a limit in one line rather than accept it and not keep it."""
     b = ("--bootstrap-server", bootstrap)
     broker = ("--entity-type", "brokers", "--entity-name", str(BROKER_ID))
-    java, lib = require_kafka()
-    done = subprocess.run(
-        [
-            java,
-            "-Xmx256m",
-            "-XX:TieredStopAtLevel=1",
-            "-Dlog4j.configuration=file:/dev/null",
-            "-cp",
-            f"{lib}/*",
-            CONFIGS,
-            *b,
-            *broker,
-            "--alter",
-            "--add-config",
-            "leader.replication.throttled.rate=1000",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = run_kafka_tool(
+        CONFIGS, *b, *broker, "--alter", "--add-config", "leader.replication.throttled.rate=1000"
     )
     if request.node.callspec.params["bootstrap"] == "kafka":
         assert done.returncode == 0, done.stderr[-2000:]

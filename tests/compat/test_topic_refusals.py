@@ -14,7 +14,6 @@ refuses it with INVALID_REPLICA_ASSIGNMENT), this module does not ask.
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from collections.abc import Iterator
 
@@ -25,8 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import CreateTopicsRequest
 from kbroker.tools.client import BrokerClient
-from tests.cluster.kafka_zk import kafka_zk_broker, require_kafka
-from tests.helpers import BrokerProcess
+from tests.compat.systems import SYSTEMS, run_kafka_tool, single_node
 from tests.zookeeper import ZooKeeperServer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
@@ -35,25 +33,15 @@ NAME_CHARS = "contains one or more characters other than ASCII alphanumerics, '.
 LONG = "x" * 250
 
 
-@pytest.fixture(scope="module", params=["kafka", "kbroker"])
+@pytest.fixture(scope="module", params=SYSTEMS)
 def bootstrap(
     request: pytest.FixtureRequest,
     zookeeper: ZooKeeperServer,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[str]:
     root = tmp_path_factory.mktemp(f"refusals-{request.param}")
-    if request.param == "kafka":
-        chroot = f"/refusals-{uuid.uuid4().hex[:8]}"
-        with kafka_zk_broker(zookeeper.connect, chroot, root) as kafka:
-            yield kafka.bootstrap
-        return
-    broker = BrokerProcess(root / "data")
-    broker.start()
-    try:
-        yield broker.bootstrap
-        assert "Traceback" not in broker.output()
-    finally:
-        broker.kill()
+    with single_node(request.param, zookeeper, root) as address:
+        yield address
 
 
 def refusals(
@@ -146,25 +134,13 @@ def test_assignment_not_a_run_from_0(bootstrap: str) -> None:
 
 
 def test_kafka_topics_tool_prints_the_reason(bootstrap: str) -> None:
-    java, lib = require_kafka()
-    done = subprocess.run(
-        [
-            java,
-            "-XX:TieredStopAtLevel=1",
-            "-XX:+UseSerialGC",
-            "-Dlog4j.configuration=file:/dev/null",
-            "-cp",
-            f"{lib}/*",
-            "org.apache.kafka.tools.TopicCommand",
-            "--bootstrap-server",
-            bootstrap,
-            "--create",
-            "--topic",
-            "bad name",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=90,
+    done = run_kafka_tool(
+        "org.apache.kafka.tools.TopicCommand",
+        "--bootstrap-server",
+        bootstrap,
+        "--create",
+        "--topic",
+        "bad name",
     )
     assert done.returncode == 1, done.stderr[-2000:]
     assert (
