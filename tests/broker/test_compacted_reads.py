@@ -251,7 +251,16 @@ def cleaned(system: System) -> Cleaned:
     def compacted() -> list[Record] | None:
         # Appends roll the idle segments (segment.ms) so the cleaner can take them all.
         produce(plain, topic, [(ROLL_KEY, b"r")])
-        records = read_all(system, topic)
+        try:
+            records = read_all(system, topic)
+        except AssertionError as exc:
+            # A known kbroker bug, open: on a loaded machine a librdkafka read that meets
+            # the cleaner swapping segments can get MSG_SIZE_TOO_LARGE (a fetch answered
+            # with no whole batch). The reads the tests below make come once the log is
+            # clean, so this wait only tries again.
+            if system.name == "kbroker" and "MSG_SIZE_TOO_LARGE" in str(exc):
+                return None
+            raise
         keys = [k for _, k, _ in records if k != ROLL_KEY]
         return records if len(keys) == len(set(keys)) == len(latest) else None
 
