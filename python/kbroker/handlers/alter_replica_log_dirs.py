@@ -32,10 +32,9 @@ _FUTURE_SUFFIX = len(".") + 32 + len("-future")
 MAX_DIR_NAME = 255
 
 
-def _outcome(broker: Broker, path: str, topic: str, index: int) -> int:
+def _outcome(broker: Broker, ours: set[str], path: str, topic: str, index: int) -> int:
     if len(f"{topic}-{index}".encode()) + _FUTURE_SUFFIX > MAX_DIR_NAME:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
-    ours = {str(broker.data_dir.absolute()), str(broker.data_dir.resolve())}
     if path not in ours:
         return ErrorCode.LOG_DIR_NOT_FOUND
     known = broker.metadata_cache.topic(topic)
@@ -48,12 +47,14 @@ def _outcome(broker: Broker, path: str, topic: str, index: int) -> int:
 
 def handle_alter_replica_log_dirs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     allowed = authorize_cluster(broker, ctx, Op.ALTER)
+    # The log directory's names: as DescribeLogDirs gives it, or its absolute path.
+    ours = {str(broker.data_dir.absolute()), str(broker.data_dir.resolve())}
     results: dict[str, list[Any]] = {}
     for d in request.dirs:
         for t in d.topics:
             for index in t.partitions:
                 code = (
-                    _outcome(broker, d.path, t.name, index)
+                    _outcome(broker, ours, d.path, t.name, index)
                     if allowed
                     else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
                 )

@@ -118,6 +118,8 @@ class Partition:
         self.on_progress: Callable[[TopicPartition], None] | None = None
         # Set by the replica manager: told of each marker this replica copies as follower.
         self.on_follower_marker: MarkerObserver | None = None
+        # Told when the controller fences this leadership.
+        self.on_fenced: Callable[[TopicPartition], None] | None = None
         # Set by the replica manager in a cluster: how ISR changes reach the controller,
         # and who hears of those written (old ISR, new ISR).
         self.request_isr: IsrRequester | None = None
@@ -322,6 +324,8 @@ class Partition:
             # taking writes until the controller's next order.
             log.warning("%s: the controller fenced this leader (%s)", self.tp, error.name)
             self.fenced = True
+            if self.on_fenced is not None:
+                self.on_fenced(self.tp)
             if self.on_progress is not None:
                 self.on_progress(self.tp)
         else:

@@ -359,6 +359,7 @@ class ReplicaManager:
         self._partitions[partition.tp] = partition
         partition.on_progress = self._on_progress
         partition.on_follower_marker = self._notify_marker
+        partition.on_fenced = self._resign_fenced
         if self.isr_channel is not None:
             partition.request_isr = self.isr_channel.submit
         partition.on_isr_change = self._isr_changed
@@ -543,15 +544,16 @@ class ReplicaManager:
         for listener in self._listeners:
             listener(tp, leads, leader_epoch)
 
+    def _resign_fenced(self, tp: TopicPartition) -> None:
+        """The controller fenced this broker's leadership of ``tp``: the coordinators stop
+        serving it now, not at the next order (which a broker cut off from the controller
+        may not hear for long), so none answers from stale state."""
+        partition = self._partitions.get(tp)
+        if partition is not None and tp in self._announced_leading:
+            self._notify(tp, False, partition.leader_epoch)
+
     def _on_progress(self, tp: TopicPartition) -> None:
         """The high watermark or log end of ``tp`` moved (or its leadership changed)."""
-        if tp in self._announced_leading:
-            partition = self._partitions.get(tp)
-            if partition is not None and partition.fenced:
-                # The controller fenced this leadership: the coordinators stop serving
-                # from it now, not at the next order (which a broker cut off from the
-                # controller may not hear for long), so none answers from stale state.
-                self._notify(tp, False, partition.leader_epoch)
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
         self.delete_records_purgatory.check_and_complete(tp)
