@@ -1010,6 +1010,53 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("group.max.size", _S.INT, 2147483647, "Most members a consumer group may have.", min=1),
     Setting(
+        "group.coordinator.rebalance.protocols",
+        _S.LIST,
+        ["classic", "consumer"],
+        "Group protocols served: classic (JoinGroup/SyncGroup) and consumer (KIP-848's "
+        "ConsumerGroupHeartbeat).",
+        choices=("classic", "consumer"),
+        read_only=True,
+    ),
+    Setting(
+        "group.consumer.assignors",
+        _S.LIST,
+        ["uniform", "range"],
+        "Server-side assignors of consumer groups, the default first (short names or Kafka's "
+        "class names of the same assignors).",
+        choices=(
+            "uniform",
+            "range",
+            "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+            "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+        ),
+        read_only=True,
+    ),
+    Setting(
+        "group.consumer.session.timeout.ms",
+        _S.INT,
+        45000,
+        "Consumer groups: a member that does not heartbeat for this long is removed.",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "group.consumer.heartbeat.interval.ms",
+        _S.INT,
+        5000,
+        "Consumer groups: how often members heartbeat.",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "group.consumer.max.size",
+        _S.INT,
+        2147483647,
+        "Most members a consumer group (consumer protocol) may have.",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
         "group.member.metadata.max.bytes",
         _S.INT,
         1048576,
@@ -1199,7 +1246,6 @@ _REFUSED_NAMES: Mapping[str, str] = {
     "zookeeper.set.acl": "ZooKeeper ACLs on kbroker's znodes are not supported",
     "zookeeper.clientCnxnSocket": "kbroker's ZooKeeper client has no pluggable socket",
     "control.plane.listener.name": "a separate control plane listener is not supported",
-    "group.coordinator.rebalance.protocols": "only the classic group protocol is supported",
     "log.dir": "set log.dirs (kbroker reads its data directory from log.dirs only)",
     "sasl.jaas.config": "set each listener's JAAS configuration as "
     "listener.name.<listener>.<mechanism>.sasl.jaas.config",

@@ -33,6 +33,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from kbroker.coordinator import consumer_records
 from kbroker.coordinator.group import Group, GroupState
 from kbroker.coordinator.records import OFFSETS_TOPIC, group_key, offset_key, partition_for
 from kbroker.coordinator.replay import PartitionReplay
@@ -248,6 +249,8 @@ class GroupCache:
             (offset_key(gid, t, p), None) for t, p in {**group.offsets, **group.pending_commits}
         ]
         records.append((group_key(gid), None))
+        if group.consumer is not None:
+            records.extend(consumer_records.tombstones(group.consumer))
         write = self.append(group, records)
 
         async def forgotten() -> ErrorCode:

@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING
 
 from kbroker.config import as_int
 from kbroker.coordinator.cache import GroupCache
+from kbroker.coordinator.consumer_coordinator import ConsumerGroups
+from kbroker.coordinator.consumer_records import tombstones
 from kbroker.coordinator.delayed import (
     DelayedHeartbeat,
     DelayedJoin,
@@ -121,6 +123,7 @@ class GroupListing:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"
 
 
 class GroupCoordinator:
@@ -149,6 +152,8 @@ class GroupCoordinator:
             broker, self.cache, self.check, self._schedule_heartbeat, lambda: self.clock()
         )
         self.txn_offsets = TxnOffsetManager(broker, self.cache, self.check, lambda: self.clock())
+        self.consumer_groups = ConsumerGroups(broker, self.cache, self.check, lambda: self.clock())
+        self.offsets.consumer_member_error = self.consumer_groups.member_error  # type: ignore[method-assign]
         self._active = False
         # Backoff between attempts to create __consumer_offsets after one failed.
         self._create_backoff_s = 0.0
@@ -297,6 +302,8 @@ class GroupCoordinator:
             return self._join_new_member(group, req)
         if group is None:
             return JoinResult(E.UNKNOWN_MEMBER_ID, member_id=req.member_id)
+        if group.consumer is not None and group.consumer.members:
+            return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id)
         return self._join_known_member(group, req)
 
     def _check_join(self, req: JoinRequest) -> ErrorCode:
@@ -318,6 +325,13 @@ class GroupCoordinator:
         if group.gone:
             # Being deleted: the client looks the coordinator up again and retries.
             return JoinResult(E.COORDINATOR_NOT_AVAILABLE)
+        if group.consumer is not None:
+            if group.consumer.members:
+                # A consumer group (KIP-848) with members: classic members cannot join it.
+                return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL)
+            # An empty consumer group becomes a classic one (its offsets stay).
+            self.cache.append(group, tombstones(group.consumer))
+            group.consumer = None
         if not group.supports_protocols(req.protocol_type, (n for n, _ in req.protocols)):
             return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL)
         instance = req.group_instance_id
@@ -751,6 +765,9 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return GroupDescription(E.NONE, group_id, members=[])
+        if group.consumer is not None:
+            # Not a classic group: Kafka answers so, and DescribeConsumerGroup describes it.
+            return GroupDescription(E.GROUP_ID_NOT_FOUND, group_id, members=[])
         stable = group.state is GroupState.STABLE
         protocol = group.protocol_name if stable else None
         members = [
@@ -768,17 +785,28 @@ class GroupCoordinator:
             E.NONE, group_id, group.state.value, group.protocol_type or "", protocol or "", members
         )
 
-    def list_groups(self, states: Iterable[str] = ()) -> tuple[ErrorCode, list[GroupListing]]:
+    def list_groups(
+        self, states: Iterable[str] = (), types: Iterable[str] = ()
+    ) -> tuple[ErrorCode, list[GroupListing]]:
         if not self._active:
             return E.COORDINATOR_NOT_AVAILABLE, []
         if self.cache.loading:
             return E.COORDINATOR_LOAD_IN_PROGRESS, []
         wanted = {s.lower() for s in states}
-        return E.NONE, [
-            GroupListing(g.group_id, g.protocol_type or "", g.state.value)
-            for g in sorted(self.groups.values(), key=lambda g: g.group_id)
-            if g.state is not GroupState.DEAD and (not wanted or g.state.value.lower() in wanted)
-        ]
+        kinds = {t.lower() for t in types}
+        out = []
+        for g in sorted(self.groups.values(), key=lambda g: g.group_id):
+            if g.state is GroupState.DEAD or g.gone:
+                continue
+            if g.consumer is not None:
+                listing = GroupListing(g.group_id, "consumer", g.consumer.state, "consumer")
+            else:
+                listing = GroupListing(g.group_id, g.protocol_type or "", g.state.value, "classic")
+            if (not wanted or listing.state.lower() in wanted) and (
+                not kinds or listing.group_type in kinds
+            ):
+                out.append(listing)
+        return E.NONE, out
 
     def delete_groups(self, group_ids: list[str]) -> asyncio.Future[dict[str, ErrorCode]]:
         """DeleteGroups: an error per group, once the tombstones are stored."""
@@ -791,7 +819,9 @@ class GroupCoordinator:
                 pass
             elif group is None or group.gone:
                 error = E.GROUP_ID_NOT_FOUND
-            elif group.state is not GroupState.EMPTY:
+            elif group.state is not GroupState.EMPTY or (
+                group.consumer is not None and group.consumer.members
+            ):
                 error = E.NON_EMPTY_GROUP
             else:
                 writes[group_id] = self.cache.forget(group, "deleted")
@@ -811,11 +841,13 @@ class GroupCoordinator:
         pending transactional offsets wait for their markers."""
         for member in group.members.values():
             self._schedule_heartbeat(group, member)
+        self.consumer_groups.on_group_loaded(group)
         self.txn_offsets.on_group_loaded(group)
 
     def _on_group_unloaded(self, group: Group, error: ErrorCode) -> None:
         """Stops the group's timers and answers its waiters (deletion, resignation, shutdown)."""
         self.txn_offsets.on_group_unloaded(group)
+        self.consumer_groups.on_group_unloaded(group)
         if group.join_timer is not None:
             group.join_timer.cancel()
             group.join_timer = None

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kbroker.coordinator import consumer_protocol
+from kbroker.coordinator.consumer_group import ConsumerGroup
 from kbroker.coordinator.records import CommittedOffset, GroupRecord, MemberRecord
 from kbroker.protocol.errors import ErrorCode
 
@@ -166,6 +167,8 @@ class Group:
         # (possible only when a client ends its transaction without waiting for its
         # TxnOffsetCommit): committed once the write is stored, by producer id.
         self.txn_offsets_committed_unwritten: dict[int, dict[tuple[str, int], CommittedOffset]] = {}
+        # The group's state under the consumer group protocol (KIP-848), when it is one.
+        self.consumer: ConsumerGroup | None = None
 
     def __repr__(self) -> str:
         return (
@@ -368,6 +371,8 @@ class Group:
         return topics
 
     def is_subscribed_to(self, topic: str) -> bool:
+        if self.consumer is not None and self.consumer.members:
+            return topic in self.consumer.subscription
         topics = self.subscribed_topics()
         return topics is None or topic in topics
 

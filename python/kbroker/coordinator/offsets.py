@@ -63,6 +63,13 @@ class OffsetManager:
         self._scheduler: Scheduler | None = None
         self._expiry: TimerHandle | None = None
 
+    def consumer_member_error(
+        self, group: Group, member_id: str, epoch: int, committing: bool, version: int
+    ) -> ErrorCode:
+        """Whether a member of a consumer group (KIP-848) may commit or fetch; the
+        coordinator sets it (`ConsumerGroups.member_error`)."""
+        return E.NONE
+
     def start(self, scheduler: Scheduler) -> None:
         """Expires offsets every ``offsets.retention.check.interval.ms`` from now on."""
         self._scheduler = scheduler
@@ -97,6 +104,7 @@ class OffsetManager:
         generation_id: int,
         offsets: Mapping[TopicPartitionKey, tuple[int, int, str | None]],
         retention_ms: int = -1,
+        version: int = 9,
     ) -> asyncio.Future[dict[TopicPartitionKey, ErrorCode]]:
         """OffsetCommit: (offset, leader epoch, metadata) per partition; an error per partition.
 
@@ -112,7 +120,10 @@ class OffsetManager:
                 return answered(dict.fromkeys(offsets, E.ILLEGAL_GENERATION))
             # Offsets of a consumer that assigns itself partitions.
             group = self._cache.groups[group_id] = Group(group_id, self._clock())
-        error = self._check_commit(group, member_id, group_instance_id, generation_id)
+        if group.consumer is not None and not group.gone:
+            error = self.consumer_member_error(group, member_id, generation_id, True, version)
+        else:
+            error = self._check_commit(group, member_id, group_instance_id, generation_id)
         if error != E.NONE:
             return answered(dict.fromkeys(offsets, error))
         return self._store_offsets(group, offsets, retention_ms)
@@ -180,14 +191,20 @@ class OffsetManager:
         group_id: str,
         partitions: list[TopicPartitionKey] | None,
         require_stable: bool = False,
+        member: tuple[str | None, int] | None = None,
     ) -> tuple[ErrorCode, list[FetchedOffset]]:
-        """OffsetFetch: the committed offsets of ``partitions`` (None: all the group has)."""
+        """OffsetFetch: the committed offsets of ``partitions`` (None: all the group has).
+        ``member`` (id, epoch) is who asks, from OffsetFetch v9 on."""
         error = self._check(group_id, True)
         if error != E.NONE:
             return error, []
         group = self._cache.groups.get(group_id)
         if group is None or group.gone:
             return E.NONE, [FetchedOffset(t, p, None) for t, p in partitions or []]
+        if member is not None and group.consumer is not None:
+            error = self.consumer_member_error(group, member[0] or "", member[1], False, 9)
+            if error != E.NONE:
+                return error, []
         if partitions is None:
             partitions = sorted(group.offsets)
         # KIP-447: a consumer asking for stable offsets retries while a commit of the
@@ -260,6 +277,7 @@ class OffsetManager:
             or group.gone
             or group.has_offsets
             or group.pending_members
+            or group.consumer is not None
             or not self._cache.is_current(group)
         ):
             return None

@@ -6,6 +6,7 @@ tools that read that topic understand kbroker's records:
 
   key v0/v1  offset commit   (group, topic, partition)   value: OffsetCommitValue v0-v4
   key v2     group metadata  (group)                     value: GroupMetadataValue v0-v4
+  key v3-v8  the consumer groups of KIP-848 (consumer_records)
 
 kbroker writes offset keys v1 with values v3 and group keys v2 with values
 v3. A record with a null value (a tombstone) deletes its key; compaction
@@ -18,6 +19,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbroker.coordinator.consumer_records import KEY_VERSIONS, ConsumerKey, parse_consumer_key
 from kbroker.protocol.codec import Codec
 from kbroker.protocol.errors import ProtocolDecodeError
 from kbroker.protocol.schema import BYTES, INT32, INT64, STRING, Array, F, message
@@ -238,8 +240,13 @@ def _split(data: bytes) -> tuple[int, memoryview]:
     return version, memoryview(data)[2:]
 
 
-def parse_key(data: bytes) -> OffsetKey | GroupKey:
+def parse_key(data: bytes) -> OffsetKey | GroupKey | ConsumerKey:
     version, body = _split(data)
+    if version in KEY_VERSIONS:
+        try:
+            return parse_consumer_key(version, body)
+        except ValueError as exc:
+            raise RecordFormatError(str(exc)) from None
     try:
         if version in (0, 1):
             k = _OFFSET_KEY[version].decode(body)

@@ -4,6 +4,7 @@
 reads them) and rebuilds what Kafka's GroupMetadataManager rebuilds:
 
 - each group's metadata (its newest record; a tombstone removes it);
+- the state of each consumer group of KIP-848 (`consumer_records`);
 - committed offsets: the newest record per partition, a tombstone removing it;
 - transactional offset commits (records of a producer's transactional
   batch) stay pending under their producer until that producer's marker:
@@ -22,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 
+from kbroker.coordinator.consumer_records import ConsumerGroupReplay, ConsumerKey
 from kbroker.coordinator.group import Group
 from kbroker.coordinator.records import (
     OFFSETS_TOPIC,
@@ -49,6 +51,7 @@ class PartitionReplay:
         self._records: dict[str, GroupRecord | None] = {}
         # producer id -> (group, partition) -> its pending transactional commit
         self._pending: dict[int, dict[GroupPartition, CommittedOffset]] = {}
+        self._consumer_groups = ConsumerGroupReplay()
 
     def add(self, batch: StoredBatch) -> None:
         """The next batch of the partition."""
@@ -62,6 +65,11 @@ class PartitionReplay:
                     self._offset(batch, key, value)
                 elif isinstance(key, GroupKey):
                     self._records[key.group] = None if value is None else parse_group_value(value)
+                elif isinstance(key, ConsumerKey):
+                    try:
+                        self._consumer_groups.add(key, value)
+                    except ValueError as exc:
+                        raise RecordFormatError(str(exc)) from None
             except RecordFormatError as exc:
                 log.warning(
                     "skipping unreadable record in %s-%d: %s", OFFSETS_TOPIC, self.index, exc
@@ -103,8 +111,12 @@ class PartitionReplay:
             for (group_id, tp), committed in pending.items():
                 pending_by_group[group_id].setdefault(producer_id, {})[tp] = committed
         out = []
+        consumer_groups = self._consumer_groups.groups()
         candidates = (
-            set(self._records) | {g for g, o in self._offsets.items() if o} | set(pending_by_group)
+            set(self._records)
+            | {g for g, o in self._offsets.items() if o}
+            | set(pending_by_group)
+            | set(consumer_groups)
         )
         for group_id in sorted(candidates):
             record = self._records.get(group_id)
@@ -115,7 +127,8 @@ class PartitionReplay:
             )
             group.offsets = dict(self._offsets.get(group_id, {}))
             group.pending_txn_offsets = pending_by_group.get(group_id, {})
-            if record is None and not group.has_offsets:
+            group.consumer = consumer_groups.get(group_id)
+            if record is None and not group.has_offsets and group.consumer is None:
                 continue
             out.append(group)
         return out

@@ -65,6 +65,7 @@ def handle_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> A
         request.generation_id_or_member_epoch,
         offsets,
         retention,
+        version,
     )
     return _respond(stored, order, early)
 

@@ -57,20 +57,25 @@ def _fetch(
     group_id: str,
     wanted: list[tuple[str, int]] | None,
     require_stable: bool,
+    member: tuple[str | None, int] | None = None,
 ) -> tuple[ErrorCode, list[FetchedOffset]]:
     """The group's committed offsets the principal may see (each partition it may not,
     when named, with TOPIC_AUTHORIZATION_FAILED)."""
     if not authorize(broker, ctx, Op.DESCRIBE, GROUP, group_id):
         return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
     if broker.authorizer is None:
-        return broker.coordinator.offsets.fetch_offsets(group_id, wanted, require_stable)
+        return broker.coordinator.offsets.fetch_offsets(group_id, wanted, require_stable, member)
     if wanted is None:
-        error, fetched = broker.coordinator.offsets.fetch_offsets(group_id, None, require_stable)
+        error, fetched = broker.coordinator.offsets.fetch_offsets(
+            group_id, None, require_stable, member
+        )
         hidden = refused(broker, ctx, Op.DESCRIBE, TOPIC, (f.topic for f in fetched))
         return error, [f for f in fetched if f.topic not in hidden]
     denied = refused(broker, ctx, Op.DESCRIBE, TOPIC, (t for t, _ in wanted))
     allowed = [(t, p) for t, p in wanted if t not in denied]
-    error, fetched = broker.coordinator.offsets.fetch_offsets(group_id, allowed, require_stable)
+    error, fetched = broker.coordinator.offsets.fetch_offsets(
+        group_id, allowed, require_stable, member
+    )
     if error != ErrorCode.NONE:
         return error, fetched
     found = {(f.topic, f.partition): f for f in fetched}
@@ -86,7 +91,12 @@ def handle_offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> An
     if version >= 8:
         groups = []
         for g in request.groups:
-            error, fetched = _fetch(broker, ctx, g.group_id, _wanted(g.topics), require_stable)
+            member = (g.member_id, g.member_epoch) if version >= 9 else None
+            if member is not None and not member[0] and member[1] < 0:
+                member = None  # not a member's fetch (a tool's)
+            error, fetched = _fetch(
+                broker, ctx, g.group_id, _wanted(g.topics), require_stable, member
+            )
             groups.append(
                 OffsetFetchResponse.Group(
                     group_id=g.group_id, topics=_topics(fetched), error_code=error

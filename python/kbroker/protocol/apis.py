@@ -76,6 +76,8 @@ class ApiKey(IntEnum):
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
     ALLOCATE_PRODUCER_IDS = 67
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,7 @@ APIS: tuple[ApiSpec, ...] = (
     _api(K.LEAVE_GROUP, "0-5", 4, group.LeaveGroupRequest, group.LeaveGroupResponse),
     _api(K.SYNC_GROUP, "0-5", 4, group.SyncGroupRequest, group.SyncGroupResponse),
     _api(K.DESCRIBE_GROUPS, "0-5", 5, group.DescribeGroupsRequest, group.DescribeGroupsResponse),
-    _api(K.LIST_GROUPS, "0-4", 3, group.ListGroupsRequest, group.ListGroupsResponse),
+    _api(K.LIST_GROUPS, "0-5", 3, group.ListGroupsRequest, group.ListGroupsResponse),
     _api(K.SASL_HANDSHAKE, "0-1", None, sasl.SaslHandshakeRequest, sasl.SaslHandshakeResponse),
     _api(K.API_VERSIONS, "0-4", 3, core.ApiVersionsRequest, core.ApiVersionsResponse),
     _api(K.CREATE_TOPICS, "2-7", 5, admin.CreateTopicsRequest, admin.CreateTopicsResponse),
@@ -323,6 +325,20 @@ APIS: tuple[ApiSpec, ...] = (
         0,
         IB.AllocateProducerIdsRequest,
         IB.AllocateProducerIdsResponse,
+    ),
+    _api(
+        K.CONSUMER_GROUP_HEARTBEAT,
+        "0-1",
+        0,
+        group.ConsumerGroupHeartbeatRequest,
+        group.ConsumerGroupHeartbeatResponse,
+    ),
+    _api(
+        K.CONSUMER_GROUP_DESCRIBE,
+        "0-1",
+        0,
+        group.ConsumerGroupDescribeRequest,
+        group.ConsumerGroupDescribeResponse,
     ),
 )
 

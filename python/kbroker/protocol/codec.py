@@ -153,7 +153,8 @@ def _min_size(t: Any, version: int, flex: bool) -> int:
     size = 1 if flex else 0
     for f in t._schema.fields:
         if f.present(version) and f.tag is None:
-            size += _min_size(f.type, version, flex)
+            nullable_struct = _is_struct(f.type) and f.nullable_at(version)
+            size += 1 if nullable_struct else _min_size(f.type, version, flex)
     return max(size, 1)
 
 
@@ -277,6 +278,17 @@ def _dec_value(
             else:
                 _dec_value(g, ind + 2, el, item, False, version, flex, what + "[]")
             g.emit(ind + 2, f"{ap}({item})")
+    elif nullable:  # a nullable struct: an int8 marker first (-1 null, 1 present)
+        g.emit(
+            ind,
+            "if pos >= end:",
+            f"    raise _Bad('truncated {what}')",
+            "if buf[pos] == 0xFF:",
+            f"    {target} = None",
+            "    pos += 1",
+            "else:",
+            f"    {target}, pos = {_decoder_name(t, version, flex)}(buf, pos + 1, end)",
+        )
     else:  # nested struct
         g.emit(ind, f"{target}, pos = {_decoder_name(t, version, flex)}(buf, pos, end)")
 
@@ -457,6 +469,15 @@ def _enc_value(
                 g.emit(ind + 2, f"{_encoder_name(el, version, flex, seg)}({item}, {out})")
             else:
                 _enc_value(g, ind + 2, el, item, ap, out, False, version, flex, seg, what + "[]")
+    elif nullable:  # a nullable struct: an int8 marker first (-1 null, 1 present)
+        g.emit(
+            ind,
+            f"if {x} is None:",
+            f"    {ap}(b'\\xff')",
+            "else:",
+            f"    {ap}(b'\\x01')",
+            f"    {_encoder_name(t, version, flex, seg)}({x}, {out})",
+        )
     else:
         g.emit(
             ind,

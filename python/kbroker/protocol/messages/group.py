@@ -8,7 +8,7 @@ offset commit, served by the group coordinator).
 
 from __future__ import annotations
 
-from ..schema import BOOL, BYTES, INT8, INT16, INT32, INT64, STRING, Array, F, message
+from ..schema import BOOL, BYTES, INT8, INT16, INT32, INT64, STRING, UUID, Array, F, message
 
 INT32_MIN = -(2**31)
 
@@ -223,6 +223,7 @@ DescribeGroupsResponse = message(
 ListGroupsRequest = message(
     "ListGroupsRequest",
     F("states_filter", Array(STRING), "4+"),
+    F("types_filter", Array(STRING), "5+"),
 )
 
 ListGroupsResponse = message(
@@ -237,6 +238,7 @@ ListGroupsResponse = message(
                 F("group_id", STRING),
                 F("protocol_type", STRING),
                 F("group_state", STRING, "4+"),
+                F("group_type", STRING, "5+"),
             )
         ),
     ),
@@ -491,6 +493,107 @@ TxnOffsetCommitResponse = message(
                         )
                     ),
                 ),
+            )
+        ),
+    ),
+)
+
+# ConsumerGroupHeartbeat (68): the consumer group protocol of KIP-848 ---------------
+
+_HeartbeatTopicPartitions = message(
+    "TopicPartitions",
+    F("topic_id", UUID),
+    F("partitions", Array(INT32)),
+)
+
+ConsumerGroupHeartbeatRequest = message(
+    "ConsumerGroupHeartbeatRequest",
+    F("group_id", STRING),
+    F("member_id", STRING),
+    F("member_epoch", INT32),
+    F("instance_id", STRING, nullable="0+", default=None),
+    F("rack_id", STRING, nullable="0+", default=None),
+    F("rebalance_timeout_ms", INT32, default=-1),
+    F("subscribed_topic_names", Array(STRING), nullable="0+", default=None),
+    F("subscribed_topic_regex", STRING, "1+", nullable="1+", default=None),
+    F("server_assignor", STRING, nullable="0+", default=None),
+    F("topic_partitions", Array(_HeartbeatTopicPartitions), nullable="0+", default=None),
+)
+
+ConsumerGroupHeartbeatResponse = message(
+    "ConsumerGroupHeartbeatResponse",
+    F("throttle_time_ms", INT32),
+    F("error_code", INT16),
+    F("error_message", STRING, nullable="0+", default=None),
+    F("member_id", STRING, nullable="0+", default=None),
+    F("member_epoch", INT32),
+    F("heartbeat_interval_ms", INT32),
+    F(
+        "assignment",
+        message("Assignment", F("topic_partitions", Array(_HeartbeatTopicPartitions))),
+        nullable="0+",
+        default=None,
+    ),
+)
+
+# ConsumerGroupDescribe (69) ----------------------------------------------------------
+
+_DescribedAssignment = message(
+    "Assignment",
+    F(
+        "topic_partitions",
+        Array(
+            message(
+                "TopicPartitions",
+                F("topic_id", UUID),
+                F("topic_name", STRING),
+                F("partitions", Array(INT32)),
+            )
+        ),
+    ),
+)
+
+ConsumerGroupDescribeRequest = message(
+    "ConsumerGroupDescribeRequest",
+    F("group_ids", Array(STRING)),
+    F("include_authorized_operations", BOOL),
+)
+
+ConsumerGroupDescribeResponse = message(
+    "ConsumerGroupDescribeResponse",
+    F("throttle_time_ms", INT32),
+    F(
+        "groups",
+        Array(
+            message(
+                "DescribedGroup",
+                F("error_code", INT16),
+                F("error_message", STRING, nullable="0+", default=None),
+                F("group_id", STRING),
+                F("group_state", STRING),
+                F("group_epoch", INT32),
+                F("assignment_epoch", INT32),
+                F("assignor_name", STRING),
+                F(
+                    "members",
+                    Array(
+                        message(
+                            "Member",
+                            F("member_id", STRING),
+                            F("instance_id", STRING, nullable="0+", default=None),
+                            F("rack_id", STRING, nullable="0+", default=None),
+                            F("member_epoch", INT32),
+                            F("client_id", STRING),
+                            F("client_host", STRING),
+                            F("subscribed_topic_names", Array(STRING)),
+                            F("subscribed_topic_regex", STRING, nullable="0+", default=None),
+                            F("assignment", _DescribedAssignment),
+                            F("target_assignment", _DescribedAssignment),
+                            F("member_type", INT8, "1+", default=-1),
+                        )
+                    ),
+                ),
+                F("authorized_operations", INT32, default=INT32_MIN),
             )
         ),
     ),
