@@ -1021,9 +1021,12 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "group.consumer.assignors",
         _S.LIST,
-        ["uniform", "range"],
-        "Server-side assignors of consumer groups, the default first (short names or Kafka's "
-        "class names of the same assignors).",
+        [
+            "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+            "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+        ],
+        "Server-side assignors of consumer groups, the default first (Kafka's class names or "
+        "their short names uniform and range).",
         choices=(
             "uniform",
             "range",

@@ -72,6 +72,8 @@ KBROKER_ONLY = {
 # Where a default kbroker deliberately answers otherwise than Kafka, and why.
 KBROKER_DIFFERENCES: dict[str, str] = {
     "queued.max.request.bytes": "kbroker bounds request memory by default (256 MiB; see its doc)",
+    "group.coordinator.rebalance.protocols": "kbroker serves the consumer group protocol "
+    "(KIP-848) by default, as Kafka 4.0 does",
 }
 # Settings kbroker implements but reads only at start, which Kafka can change per broker
 # while it runs (new listeners, TLS and SASL settings): reported read-only, and
