@@ -14,6 +14,7 @@ KIP-848 (only KRaft-mode Kafka has it), so this test runs on kbroker alone.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from pathlib import Path
@@ -53,10 +54,9 @@ def _consume_until(consumers: list[Consumer], seen: set[bytes], want: int, timeo
                 if m.error() is None:
                     seen.add(m.value())
             if msgs:
-                try:
+                # No coordinator for a moment: the next commit covers it.
+                with contextlib.suppress(KafkaException):
                     c.commit(asynchronous=False)
-                except KafkaException:
-                    pass  # no coordinator for a moment: the next commit covers it
 
 
 def test_a_consumer_group_survives_kill_9_of_its_coordinator(
@@ -101,10 +101,8 @@ def _run(c: Cluster) -> None:
         while True:
             for consumer in consumers:
                 consumer.consume(100, 0.2)
-                try:
+                with contextlib.suppress(KafkaException):
                     consumer.commit(asynchronous=False)
-                except KafkaException:
-                    pass
             committed = consumers[0].committed(
                 [TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10
             )
