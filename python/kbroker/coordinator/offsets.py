@@ -314,9 +314,15 @@ class OffsetManager:
     @staticmethod
     def _expired_offsets(group: Group, now: int, retention_ms: int) -> list[TopicPartitionKey]:
         subscribed: set[str] = set()
-        if group.protocol_type is None:
-            # Offsets of consumers that assign themselves: age from each commit.
+        if group.consumer is not None:
+            # A consumer group (KIP-848): what its members consume now never expires; the
+            # rest ages from each commit, as Kafka's modern groups do.
+            if group.consumer.members:
+                subscribed = set(group.consumer.subscription)
             base: Callable[[CommittedOffset], int] = lambda c: c.commit_timestamp  # noqa: E731
+        elif group.protocol_type is None:
+            # Offsets of consumers that assign themselves: age from each commit.
+            base = lambda c: c.commit_timestamp  # noqa: E731
         elif group.state is GroupState.EMPTY:
             # Nobody consumes: age from when the group became empty.
             base = lambda c: group.state_timestamp  # noqa: E731
