@@ -266,11 +266,13 @@ class ConsumerGroups:
             ),
         )
         updated = self._reconcile(work, updated, req.owned)
-        write = self._store(group, gid, stored, work, extra)
-        error = await write if write is not None else E.NONE
+        group = self._shell(gid)
+        error = await self._store(group, stored, work, extra)
         if error != E.NONE:
             return HeartbeatResult(api_error(error, GROUP_ERRORS))
-        group = self._install(gid, work)
+        if not self._cache.is_current(group):
+            return HeartbeatResult(E.NOT_COORDINATOR)
+        self._install(group, work)
         self._after_change(group, updated)
         full = req.member_epoch == JOIN_EPOCH or (
             req.rebalance_timeout_ms != -1
@@ -445,15 +447,17 @@ class ConsumerGroups:
         else:
             self._remove(work, member_id)
         assert group is not None
-        error = await self._store(group, req.group_id, stored, work, [])
+        error = await self._store(group, stored, work, [])
         if error != E.NONE:
             return HeartbeatResult(api_error(error, GROUP_ERRORS))
-        installed = self._install(req.group_id, work)
+        if not self._cache.is_current(group):
+            return HeartbeatResult(E.NOT_COORDINATOR)
+        self._install(group, work)
         if req.member_epoch == LEAVE_EPOCH:
             self._forget_timers(req.group_id, member_id)
             log.info("consumer group %s: member %s left", req.group_id, member_id)
         else:
-            self._after_change(installed, work.members[member_id])
+            self._after_change(group, work.members[member_id])
         return HeartbeatResult(
             E.NONE,
             member_id=member_id,
@@ -480,7 +484,7 @@ class ConsumerGroups:
                 return
             work = group.consumer.copy()
             self._remove(work, member_id)
-            error = await self._store(group, group_id, group.consumer, work, [])
+            error = await self._store(group, group.consumer, work, [])
             if error != E.NONE:
                 log.warning(
                     "consumer group %s: could not remove %s (%s): %s",
@@ -491,42 +495,45 @@ class ConsumerGroups:
                 )
                 self._schedule_session(group_id, member_id)  # try again later
                 return
-            self._install(group_id, work)
+            if not self._cache.is_current(group):
+                return
+            self._install(group, work)
             self._forget_timers(group_id, member_id)
             log.info("consumer group %s: member %s removed: %s", group_id, member_id, why)
 
     # -- storing ------------------------------------------------------------------------
 
+    def _shell(self, group_id: str) -> Group:
+        """The group's entry in the cache (a new one holds offsets and this state)."""
+        group = self._cache.groups.get(group_id)
+        if group is None:
+            group = self._cache.groups[group_id] = Group(group_id, self._clock())
+        return group
+
     def _store(
         self,
-        group: Group | None,
-        group_id: str,
+        group: Group,
         stored: ConsumerGroup | None,
         work: ConsumerGroup,
         extra: list[tuple[bytes, bytes | None]],
     ) -> asyncio.Future[ErrorCode]:
+        """Starts writing what changed from ``stored`` to ``work`` (and ``extra`` first)."""
         records = extra + changes(stored, work)
-        if group is None:
-            group = self._cache.groups.get(group_id)
-            if group is None:
-                group = self._cache.groups[group_id] = Group(group_id, self._clock())
         if not records:
             done: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
             done.set_result(E.NONE)
             return done
         return self._cache.append(group, records)
 
-    def _install(self, group_id: str, work: ConsumerGroup) -> Group:
-        group = self._cache.groups.get(group_id)
-        if group is None:
-            group = self._cache.groups[group_id] = Group(group_id, self._clock())
+    @staticmethod
+    def _install(group: Group, work: ConsumerGroup) -> None:
+        """The stored state becomes the group's."""
         if group.protocol_type is not None and group.state is GroupState.EMPTY:
             # An empty classic group it replaced (its record was tombstoned with the change).
             group.protocol_type = None
             group.protocol_name = None
             group.generation_id = 0
         group.consumer = work
-        return group
 
     # -- timers -------------------------------------------------------------------------
 
