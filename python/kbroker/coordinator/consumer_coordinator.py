@@ -219,9 +219,15 @@ class ConsumerGroups:
         stored = group.consumer if group is not None else None
         if stored is None:
             if req.member_epoch != JOIN_EPOCH:
-                return HeartbeatResult(E.UNKNOWN_MEMBER_ID, f"Consumer group {gid} not found.")
+                return HeartbeatResult(E.GROUP_ID_NOT_FOUND, f"Consumer group {gid} not found.")
             if group is not None and (group.state is not GroupState.EMPTY or group.members):
-                raise _Refused(E.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group")
+                # Kafka's words with group.consumer.migration.policy=disabled: kbroker does
+                # not convert a group with members to the other protocol.
+                raise _Refused(
+                    E.GROUP_ID_NOT_FOUND,
+                    f"Cannot upgrade classic group {gid} to consumer group because online "
+                    "upgrade is disabled.",
+                )
             if group is not None and group.protocol_type is not None:
                 extra.append((group_key(gid), None))  # the empty classic group is replaced
         work = stored.copy() if stored is not None else ConsumerGroup(gid)
