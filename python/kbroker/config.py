@@ -1036,6 +1036,16 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         read_only=True,
     ),
     Setting(
+        "group.consumer.migration.policy",
+        _S.STRING,
+        "bidirectional",
+        "Whether a group converts between the classic and the consumer protocol while it has "
+        "members: upgrade (a consumer-protocol member joins a classic group), downgrade (the "
+        "last one leaves a group of classic members), both, or neither.",
+        choices=("disabled", "upgrade", "downgrade", "bidirectional"),
+        read_only=True,
+    ),
+    Setting(
         "group.consumer.session.timeout.ms",
         _S.INT,
         45000,

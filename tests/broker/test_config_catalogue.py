@@ -60,6 +60,7 @@ SETTINGS = {
 KBROKER_ONLY = {
     "allow.everyone.if.no.acl.found",
     "cluster.id",
+    "group.consumer.migration.policy",  # Kafka 4's; Kafka 3.9.1 does not describe it
     "group.member.metadata.max.bytes",
     "log.max.open.files",
     "max.broker.partitions",

@@ -3,9 +3,9 @@ Kafka 4.1.1 (KRaft: the consumer group protocol of KIP-848 needs it) and on kbro
 
 Raw requests, so that each answer can be compared field by field: a join and its
 assignment, the errors of a bad request (their codes, and the messages Kafka gives), a
-fenced epoch, an unknown member, a leave, and a classic group in the way. Kafka runs with
-``group.consumer.migration.policy=disabled``: kbroker does not convert groups between the
-two protocols while they have members (Kafka's default, ``bidirectional``, does).
+fenced epoch, an unknown member, a leave, and a classic group in the way: both run with
+``group.consumer.migration.policy=disabled``, so that it stays in the way (by default,
+``bidirectional``, the group is converted: tests/compat/test_group_migration.py).
 """
 
 from __future__ import annotations
@@ -54,7 +54,10 @@ def _node(system: str, root: Path) -> Iterator[str]:
         with kafka_node(root, settings, None, log_path=root / "kafka4.log") as node:
             yield node.bootstrap
         return
-    broker = BrokerProcess(root / "data", extra=["group.initial.rebalance.delay.ms=0"])
+    broker = BrokerProcess(
+        root / "data",
+        extra=["group.initial.rebalance.delay.ms=0", "group.consumer.migration.policy=disabled"],
+    )
     broker.start()
     try:
         yield broker.bootstrap

@@ -25,11 +25,12 @@ import asyncio
 import logging
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from kbroker.config import as_int
+from kbroker.coordinator import consumer_protocol
 from kbroker.coordinator.cache import GroupCache
 from kbroker.coordinator.consumer_group import (
     ASSIGNORS,
@@ -38,24 +39,29 @@ from kbroker.coordinator.consumer_group import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
     Assignment,
+    ClassicMembership,
     ConsumerGroup,
     ConsumerMember,
     MemberState,
     TopicInfo,
     assign,
     compile_regex,
+    freeze,
     is_subset,
     member_topics,
     reconcile,
 )
 from kbroker.coordinator.consumer_records import changes
-from kbroker.coordinator.group import Group, GroupState
-from kbroker.coordinator.records import group_key
+from kbroker.coordinator.group import Group, GroupState, JoinResult, SyncResult
+from kbroker.coordinator.records import GroupRecord, MemberRecord, group_key, group_value
 from kbroker.coordinator.store import GROUP_ERRORS, api_error
 from kbroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from kbroker.coordinator.coordinator import JoinRequest
     from kbroker.coordinator.host import CoordinatorHost
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +100,17 @@ class HeartbeatResult:
     assignment: Assignment | None = None
 
 
+class ClassicGroups(Protocol):
+    """What the classic group coordinator does for conversions between the protocols."""
+
+    def stop_classic(self, group: Group) -> None:
+        """The classic group becomes a consumer group: its waiters are told
+        REBALANCE_IN_PROGRESS and its timers stop."""
+
+    def start_classic(self, group: Group) -> None:
+        """The group became classic again: its members' sessions start and it rebalances."""
+
+
 class _Refused(Exception):
     def __init__(self, error: ErrorCode, message: str | None = None) -> None:
         super().__init__(message or error.name)
@@ -108,21 +125,29 @@ class ConsumerGroups:
         cache: GroupCache,
         check: Callable[[str], ErrorCode],
         clock: Callable[[], int],
+        classic: ClassicGroups | None = None,
     ) -> None:
         self.broker = broker
         self.config = broker.config
         self._cache = cache
         self._check = check
         self._clock = clock
+        self._classic = classic
         self._locks: dict[str, asyncio.Lock] = {}
         self._sessions: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._revocations: dict[tuple[str, str], tuple[int, asyncio.TimerHandle]] = {}
+        # Classic members told to rejoin, or to sync, by when (else they are removed).
+        self._deadlines: dict[tuple[str, str], asyncio.TimerHandle] = {}
 
     # -- settings ------------------------------------------------------------------------
 
     @property
     def enabled(self) -> bool:
         return "consumer" in self.config["group.coordinator.rebalance.protocols"]
+
+    def _migration(self, direction: str) -> bool:
+        policy = str(self.config["group.consumer.migration.policy"]).lower()
+        return policy in ("bidirectional", direction)
 
     def assignors(self) -> list[str]:
         names = self.config["group.consumer.assignors"]
@@ -217,20 +242,14 @@ class ConsumerGroups:
             return HeartbeatResult(E.COORDINATOR_NOT_AVAILABLE)
         extra: list[tuple[bytes, bytes | None]] = []
         stored = group.consumer if group is not None else None
+        work = stored.copy() if stored is not None else ConsumerGroup(gid)
         if stored is None:
             if req.member_epoch != JOIN_EPOCH:
                 return HeartbeatResult(E.GROUP_ID_NOT_FOUND, f"Consumer group {gid} not found.")
             if group is not None and (group.state is not GroupState.EMPTY or group.members):
-                # Kafka's words with group.consumer.migration.policy=disabled: kbroker does
-                # not convert a group with members to the other protocol.
-                raise _Refused(
-                    E.GROUP_ID_NOT_FOUND,
-                    f"Cannot upgrade classic group {gid} to consumer group because online "
-                    "upgrade is disabled.",
-                )
+                work = self._upgraded(group)
             if group is not None and group.protocol_type is not None:
-                extra.append((group_key(gid), None))  # the empty classic group is replaced
-        work = stored.copy() if stored is not None else ConsumerGroup(gid)
+                extra.append((group_key(gid), None))  # the classic group is replaced
         member_id = req.member_id or str(uuid.uuid4())
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return await self._leave(group, work, req, member_id)
@@ -273,12 +292,20 @@ class ConsumerGroups:
         )
         updated = self._reconcile(work, updated, req.owned)
         group = self._shell(gid)
+        upgrading = stored is None and bool(group.members)
         error = await self._store(group, stored, work, extra)
         if error != E.NONE:
             return HeartbeatResult(api_error(error, GROUP_ERRORS))
         if not self._cache.is_current(group):
             return HeartbeatResult(E.NOT_COORDINATOR)
+        if upgrading and self._classic is not None:
+            self._classic.stop_classic(group)
         self._install(group, work)
+        if upgrading:
+            log.info("group %s upgraded from classic to consumer", gid)
+            for m in work.members.values():
+                if m.classic is not None:
+                    self._schedule_session(gid, m.member_id)
         self._after_change(group, updated)
         full = req.member_epoch == JOIN_EPOCH or (
             req.rebalance_timeout_ms != -1
@@ -453,6 +480,12 @@ class ConsumerGroups:
         else:
             self._remove(work, member_id)
         assert group is not None
+        if req.member_epoch == LEAVE_EPOCH and stored and self._downgrades(stored, member_id):
+            error = await self._downgrade(group, work)
+            if error != E.NONE:
+                return HeartbeatResult(api_error(error, GROUP_ERRORS))
+            self._forget_timers(req.group_id, member_id)
+            return HeartbeatResult(E.NONE, member_id=member_id, member_epoch=LEAVE_EPOCH)
         error = await self._store(group, stored, work, [])
         if error != E.NONE:
             return HeartbeatResult(api_error(error, GROUP_ERRORS))
@@ -488,8 +521,13 @@ class ConsumerGroups:
                 return
             if epoch is not None and member.state is not MemberState.UNREVOKED_PARTITIONS:
                 return
+            if why == "deadline" and self._deadlines.get((group_id, member_id)) is None:
+                return  # it rejoined or synced in time
             work = group.consumer.copy()
             self._remove(work, member_id)
+            if self._downgrades(group.consumer, member_id):
+                await self._downgrade(group, work)
+                return
             error = await self._store(group, group.consumer, work, [])
             if error != E.NONE:
                 log.warning(
@@ -574,7 +612,12 @@ class ConsumerGroups:
         previous = self._sessions.pop(key, None)
         if previous is not None:
             previous.cancel()
-        timeout_s = self.session_timeout_ms(group_id) / 1000
+        timeout_ms = self.session_timeout_ms(group_id)
+        group = self._cache.groups.get(group_id)
+        member = group.consumer.members.get(member_id) if group and group.consumer else None
+        if member is not None and member.classic is not None:
+            timeout_ms = member.classic.session_timeout_ms
+        timeout_s = timeout_ms / 1000
         self._sessions[key] = asyncio.get_running_loop().call_later(
             timeout_s,
             lambda: self._cache.spawn(self._expire(group_id, member_id, "session timeout", None)),
@@ -588,6 +631,9 @@ class ConsumerGroups:
         revocation = self._revocations.pop(key, None)
         if revocation is not None:
             revocation[1].cancel()
+        deadline = self._deadlines.pop(key, None)
+        if deadline is not None:
+            deadline.cancel()
 
     def on_group_loaded(self, group: Group) -> None:
         """A loaded group's members must heartbeat within their session timeout."""
@@ -600,6 +646,378 @@ class ConsumerGroups:
             for member_id in group.consumer.members:
                 self._forget_timers(group.group_id, member_id)
         self._locks.pop(group.group_id, None)
+
+    # -- classic members in a consumer group ----------------------------------------------
+
+    def classic_join(
+        self, group: Group, req: JoinRequest
+    ) -> JoinResult | asyncio.Future[JoinResult]:
+        """JoinGroup of a classic member into a consumer group that has members."""
+        consumer = group.consumer
+        assert consumer is not None
+        if not consumer.classic_protocols_supported(
+            req.protocol_type, (name for name, _ in req.protocols)
+        ):
+            return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id)
+        if not req.member_id and req.require_known_member_id and req.group_instance_id is None:
+            # KIP-394: it comes back with this id before it counts.
+            return JoinResult(E.MEMBER_ID_REQUIRED, member_id=f"{req.client_id}-{uuid.uuid4()}")
+        return self._cache.spawn(self._locked(req.group_id, self._classic_join(req)))
+
+    async def _locked(self, group_id: str, work: Coroutine[Any, Any, T]) -> T:
+        async with self._locks.setdefault(group_id, asyncio.Lock()):
+            return await work
+
+    async def _classic_join(self, req: JoinRequest) -> JoinResult:
+        gid = req.group_id
+        group = self._cache.groups.get(gid)
+        if group is None or group.consumer is None or not self._cache.is_current(group):
+            return JoinResult(E.COORDINATOR_NOT_AVAILABLE, member_id=req.member_id)
+        decoded = consumer_protocol.decode_subscription(req.protocols[0][1])
+        if decoded is None:
+            return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id)
+        _, subscription = decoded
+        stored = group.consumer
+        work = stored.copy()
+        member_id = req.member_id or f"{req.client_id}-{uuid.uuid4()}"
+        member = work.members.get(member_id)
+        instance = req.group_instance_id
+        if instance is not None:
+            existing = work.static_member(instance)
+            if existing is not None and existing.member_id != member_id:
+                if req.member_id:
+                    return JoinResult(E.FENCED_INSTANCE_ID, member_id=member_id)
+                # A restarted static member takes its predecessor's place.
+                del work.members[existing.member_id]
+                work.targets[member_id] = work.targets.pop(existing.member_id, EMPTY_ASSIGNMENT)
+                member = replace(
+                    existing, member_id=member_id, member_epoch=0, previous_member_epoch=0
+                )
+        if member is not None and member.classic is None:
+            return JoinResult(E.UNKNOWN_MEMBER_ID, member_id=member_id)
+        max_size = as_int(self.config["group.consumer.max.size"])
+        if member is None and len(work.members) >= max_size:
+            return JoinResult(E.GROUP_MAX_SIZE_REACHED, member_id=member_id)
+        previous = member or ConsumerMember(member_id)
+        updated = replace(
+            previous,
+            instance_id=instance,
+            rack_id=getattr(subscription, "rack_id", None) or None,
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            server_assignor=None,
+            subscribed_topic_names=tuple(subscription.topics),
+            subscribed_topic_regex=None,
+            client_id=req.client_id,
+            client_host=req.client_host,
+            classic=ClassicMembership(req.session_timeout_ms, tuple(req.protocols)),
+        )
+        work.members[member_id] = updated
+        self._update_target(
+            work,
+            member is None or previous.subscribed_topic_names != updated.subscribed_topic_names,
+        )
+        owned = self._owned_by_name(getattr(subscription, "owned_partitions", []))
+        updated = self._reconcile(work, updated, owned)
+        error = await self._store(group, stored, work, [])
+        if error != E.NONE:
+            return JoinResult(api_error(error, GROUP_ERRORS), member_id=member_id)
+        if not self._cache.is_current(group):
+            return JoinResult(E.NOT_COORDINATOR, member_id=member_id)
+        self._install(group, work)
+        self._after_change(group, updated)
+        # It must now sync within its rebalance timeout.
+        self._set_deadline(gid, member_id, updated.rebalance_timeout_ms)
+        assert updated.classic is not None
+        return JoinResult(
+            E.NONE,
+            member_id=member_id,
+            generation_id=updated.member_epoch,
+            protocol_type=consumer_protocol.PROTOCOL_TYPE,
+            protocol_name=updated.classic.protocol_name,
+            leader_id="",
+        )
+
+    def _owned_by_name(self, owned: Iterable[Any]) -> dict[uuid.UUID, list[int]]:
+        out: dict[uuid.UUID, list[int]] = {}
+        for tp in owned:
+            topic = self.broker.metadata_cache.topic(tp.topic)
+            if topic is not None:
+                out.setdefault(topic.topic_id, []).extend(tp.partitions)
+        return out
+
+    def _classic_member(
+        self, consumer: ConsumerGroup, member_id: str, instance: str | None
+    ) -> ConsumerMember | ErrorCode:
+        if instance is not None:
+            member = consumer.static_member(instance)
+            if member is None:
+                return E.UNKNOWN_MEMBER_ID
+            if member.member_id != member_id:
+                return E.FENCED_INSTANCE_ID
+        else:
+            found = consumer.members.get(member_id)
+            if found is None:
+                return E.UNKNOWN_MEMBER_ID
+            member = found
+        return E.UNKNOWN_MEMBER_ID if member.classic is None else member
+
+    def _must_rejoin(self, consumer: ConsumerGroup, member: ConsumerMember) -> bool:
+        if member.state is MemberState.UNREVOKED_PARTITIONS:
+            return True
+        if member.member_epoch < consumer.epoch:
+            return True
+        if member.state is MemberState.UNRELEASED_PARTITIONS:
+            # It waits for partitions others held: once they are free, it rejoins for them.
+            held = consumer.owners(member.member_id)
+            target = consumer.targets.get(member.member_id, EMPTY_ASSIGNMENT)
+            waiting = any(
+                (t, p) in held
+                for t, ps in target.items()
+                for p in ps - member.assigned.get(t, frozenset())
+            )
+            return not waiting
+        return False
+
+    def classic_sync(
+        self,
+        group: Group,
+        member_id: str,
+        instance: str | None,
+        generation_id: int,
+        protocol_type: str | None,
+        protocol_name: str | None,
+    ) -> SyncResult:
+        consumer = group.consumer
+        assert consumer is not None
+        member = self._classic_member(consumer, member_id, instance)
+        if isinstance(member, ErrorCode):
+            return SyncResult(member)
+        assert member.classic is not None
+        if generation_id != member.member_epoch:
+            return SyncResult(E.ILLEGAL_GENERATION)
+        name = member.classic.protocol_name
+        if (protocol_type is not None and protocol_type != consumer_protocol.PROTOCOL_TYPE) or (
+            protocol_name is not None and protocol_name != name
+        ):
+            return SyncResult(E.INCONSISTENT_GROUP_PROTOCOL)
+        if (
+            consumer.epoch > member.member_epoch
+            and member.state is not MemberState.UNREVOKED_PARTITIONS
+        ):
+            self._set_deadline(group.group_id, member.member_id, member.rebalance_timeout_ms)
+            return SyncResult(E.REBALANCE_IN_PROGRESS)
+        self._clear_deadline(group.group_id, member.member_id)
+        self._schedule_session(group.group_id, member.member_id)
+        return SyncResult(
+            E.NONE, consumer_protocol.PROTOCOL_TYPE, name, self._assignment_bytes(member)
+        )
+
+    def _assignment_bytes(self, member: ConsumerMember) -> bytes:
+        assert member.classic is not None
+        decoded = consumer_protocol.decode_subscription(member.classic.protocols[0][1])
+        version = decoded[0] if decoded is not None else 0
+        by_name: dict[str, list[int]] = {}
+        for topic_id, partitions in member.assigned.items():
+            topic = self.broker.metadata_cache.topic_by_id(topic_id)
+            if topic is not None:
+                by_name[topic.name] = sorted(partitions)
+        return consumer_protocol.encode_assignment(by_name, version)
+
+    def classic_heartbeat(
+        self, group: Group, member_id: str, instance: str | None, generation_id: int
+    ) -> ErrorCode:
+        consumer = group.consumer
+        assert consumer is not None
+        member = self._classic_member(consumer, member_id, instance)
+        if isinstance(member, ErrorCode):
+            return member
+        if generation_id != member.member_epoch:
+            return E.ILLEGAL_GENERATION
+        self._schedule_session(group.group_id, member.member_id)
+        if self._must_rejoin(consumer, member):
+            if (group.group_id, member.member_id) not in self._deadlines:
+                self._set_deadline(group.group_id, member.member_id, member.rebalance_timeout_ms)
+            return E.REBALANCE_IN_PROGRESS
+        return E.NONE
+
+    def classic_leave(
+        self, group: Group, leaving: list[tuple[str, str | None]]
+    ) -> asyncio.Future[list[ErrorCode]]:
+        return self._cache.spawn(self._locked(group.group_id, self._classic_leave(group, leaving)))
+
+    async def _classic_leave(
+        self, group: Group, leaving: list[tuple[str, str | None]]
+    ) -> list[ErrorCode]:
+        stored = group.consumer
+        if stored is None or not self._cache.is_current(group):
+            return [E.COORDINATOR_NOT_AVAILABLE] * len(leaving)
+        work = stored.copy()
+        errors: list[ErrorCode] = []
+        gone: list[str] = []
+        for member_id, instance in leaving:
+            if instance is not None and not member_id:
+                found = work.static_member(instance)
+                member_id = found.member_id if found is not None else ""
+            member = self._classic_member(work, member_id, instance)
+            if isinstance(member, ErrorCode):
+                errors.append(member)
+                continue
+            del work.members[member.member_id]
+            work.targets.pop(member.member_id, None)
+            gone.append(member.member_id)
+            errors.append(E.NONE)
+        if not gone:
+            return errors
+        self._update_target(work, True)
+        error = await self._store(group, stored, work, [])
+        if error != E.NONE:
+            return [api_error(error, GROUP_ERRORS) if e == E.NONE else e for e in errors]
+        if self._cache.is_current(group):
+            self._install(group, work)
+            for member_id in gone:
+                self._forget_timers(group.group_id, member_id)
+                log.info("consumer group %s: classic member %s left", group.group_id, member_id)
+        return errors
+
+    def _set_deadline(self, group_id: str, member_id: str, timeout_ms: int) -> None:
+        self._clear_deadline(group_id, member_id)
+        self._deadlines[(group_id, member_id)] = asyncio.get_running_loop().call_later(
+            max(timeout_ms, 0) / 1000,
+            lambda: self._cache.spawn(self._expire(group_id, member_id, "deadline", None)),
+        )
+
+    def _clear_deadline(self, group_id: str, member_id: str) -> None:
+        handle = self._deadlines.pop((group_id, member_id), None)
+        if handle is not None:
+            handle.cancel()
+
+    # -- conversions between the protocols ---------------------------------------------------
+
+    def _upgraded(self, group: Group) -> ConsumerGroup:
+        """The consumer group a classic group with members becomes when a member of the
+        consumer protocol joins it (group.consumer.migration.policy upgrade or
+        bidirectional): its members become classic members of it, with what they own."""
+        gid = group.group_id
+        if not self._migration("upgrade"):
+            raise _Refused(
+                E.GROUP_ID_NOT_FOUND,
+                f"Cannot upgrade classic group {gid} to consumer group because online "
+                "upgrade is disabled.",
+            )
+        if group.protocol_type != consumer_protocol.PROTOCOL_TYPE:
+            raise _Refused(
+                E.GROUP_ID_NOT_FOUND,
+                f"Cannot upgrade classic group {gid} to consumer group because the group "
+                "does not use the consumer embedded protocol.",
+            )
+        if len(group.members) > as_int(self.config["group.consumer.max.size"]):
+            raise _Refused(
+                E.GROUP_ID_NOT_FOUND,
+                f"Cannot upgrade classic group {gid} to consumer group because the group "
+                "size exceeds the consumer group maximum size.",
+            )
+        epoch = group.generation_id
+        work = ConsumerGroup(gid, epoch=epoch, assignment_epoch=epoch)
+        for m in group.members.values():
+            metadata = m.metadata(group.protocol_name) if group.protocol_name else b""
+            decoded = consumer_protocol.decode_subscription(metadata) if metadata else None
+            if decoded is None:
+                decoded = (
+                    consumer_protocol.decode_subscription(m.protocols[0][1])
+                    if m.protocols
+                    else None
+                )
+            if decoded is None:
+                raise _Refused(
+                    E.GROUP_ID_NOT_FOUND,
+                    f"Cannot upgrade classic group {gid} to consumer group because the "
+                    "embedded consumer protocol is malformed.",
+                )
+            assigned = consumer_protocol.assigned_partitions(m.assignment) or {}
+            owned = {
+                topic.topic_id: set(ps)
+                for name, ps in assigned.items()
+                if (topic := self.broker.metadata_cache.topic(name)) is not None
+            }
+            member = ConsumerMember(
+                m.member_id,
+                instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                subscribed_topic_names=tuple(decoded[1].topics),
+                rebalance_timeout_ms=m.rebalance_timeout_ms,
+                classic=ClassicMembership(m.session_timeout_ms, tuple(m.protocols)),
+                member_epoch=epoch,
+                previous_member_epoch=epoch,
+                assigned=freeze(owned),
+            )
+            work.members[m.member_id] = member
+            work.targets[m.member_id] = member.assigned
+        work.subscription = self._subscription(work)
+        return work
+
+    def _downgrades(self, stored: ConsumerGroup, leaving: str) -> bool:
+        """Whether the group becomes classic when ``leaving`` (of the consumer protocol)
+        leaves: every other member speaks the classic protocol, and the policy allows it."""
+        member = stored.members.get(leaving)
+        return (
+            member is not None
+            and member.classic is None
+            and len(stored.members) > 1
+            and stored.all_classic_except(leaving)
+            and self._migration("downgrade")
+            and len(stored.members) - 1 <= as_int(self.config["group.max.size"])
+        )
+
+    async def _downgrade(self, group: Group, work: ConsumerGroup) -> ErrorCode:
+        """Turns the consumer group (``work``: its last member of the consumer protocol gone)
+        into a classic group that rebalances at once."""
+        stored = group.consumer
+        assert stored is not None
+        members = list(work.members.values())
+        common = set.intersection(
+            *({name for name, _ in m.classic.protocols} for m in members if m.classic is not None)
+        )
+        first = members[0]
+        assert first.classic is not None
+        protocol = next((n for n, _ in first.classic.protocols if n in common), None)
+        record = GroupRecord(
+            protocol_type=consumer_protocol.PROTOCOL_TYPE,
+            generation=work.epoch,
+            protocol=protocol,
+            leader=first.member_id,
+            state_timestamp=self._clock(),
+            members=[
+                MemberRecord(
+                    m.member_id,
+                    m.instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.rebalance_timeout_ms,
+                    m.classic.session_timeout_ms,
+                    dict(m.classic.protocols).get(protocol or "", b""),
+                    self._assignment_bytes(replace(m, assigned=work.targets.get(m.member_id, {})))
+                    if m.classic
+                    else b"",
+                )
+                for m in members
+                if m.classic is not None
+            ],
+        )
+        records = [*changes(stored, None), (group_key(group.group_id), group_value(record))]
+        error = await self._cache.append(group, records)
+        if error != E.NONE:
+            return api_error(error, GROUP_ERRORS)
+        if not self._cache.is_current(group):
+            return E.NOT_COORDINATOR
+        for member_id in stored.members:
+            self._forget_timers(group.group_id, member_id)
+        group.consumer = None
+        group.load_record(record)
+        log.info("group %s downgraded from consumer to classic", group.group_id)
+        if self._classic is not None:
+            self._classic.start_classic(group)
+        return E.NONE
 
     # -- what other requests ask -----------------------------------------------------------
 
@@ -616,6 +1034,9 @@ class ConsumerGroups:
         member = consumer.members.get(member_id)
         if member is None:
             return E.UNKNOWN_MEMBER_ID
+        if member.classic is not None:
+            # A classic member commits in its generation, which is its epoch.
+            return E.NONE if epoch == member.member_epoch else E.ILLEGAL_GENERATION
         if committing and version < 9:
             return E.UNSUPPORTED_VERSION
         if epoch != member.member_epoch:

@@ -64,6 +64,20 @@ class TopicInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMembership:
+    """How a member that speaks the classic protocol (JoinGroup, SyncGroup, Heartbeat)
+    inside a consumer group joined: its session timeout and its protocols (name and
+    subscription bytes), in its order of preference."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol_name(self) -> str:
+        return self.protocols[0][0]
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerMember:
     member_id: str
     # What the member told (its metadata record).
@@ -75,6 +89,7 @@ class ConsumerMember:
     subscribed_topic_regex: str | None = None
     rebalance_timeout_ms: int = -1
     server_assignor: str | None = None
+    classic: ClassicMembership | None = None
     # Where it is (its current assignment record).
     member_epoch: int = 0
     previous_member_epoch: int = 0
@@ -107,6 +122,7 @@ def _metadata(m: ConsumerMember) -> tuple[object, ...]:
         m.subscribed_topic_regex,
         m.rebalance_timeout_ms,
         m.server_assignor,
+        m.classic,
     )
 
 
@@ -164,6 +180,20 @@ class ConsumerGroup:
         if any(not m.is_reconciled_to(self.assignment_epoch) for m in self.members.values()):
             return "Reconciling"
         return "Stable"
+
+    def classic_protocols_supported(self, protocol_type: str, names: Iterable[str]) -> bool:
+        """Whether a classic member with these protocols may join: the consumer protocol
+        type, and a protocol every classic member already in the group also has."""
+        if protocol_type != "consumer":
+            return False
+        wanted = set(names)
+        for m in self.members.values():
+            if m.classic is not None:
+                wanted &= {name for name, _ in m.classic.protocols}
+        return bool(wanted)
+
+    def all_classic_except(self, member_id: str) -> bool:
+        return all(m.classic is not None for m in self.members.values() if m.member_id != member_id)
 
     def static_member(self, instance_id: str) -> ConsumerMember | None:
         for m in self.members.values():

@@ -11,6 +11,7 @@ then assume the group may use any topic, as Kafka does.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from kbroker.protocol.codec import Codec
 from kbroker.protocol.errors import ProtocolDecodeError
@@ -78,6 +79,14 @@ def assigned_partitions(assignment: bytes) -> dict[str, list[int]] | None:
     return out
 
 
+def decode_subscription(metadata: bytes) -> tuple[int, Any] | None:
+    """(version, subscription) of consumer subscription bytes, or None when not one."""
+    msg = _decode(_SUBSCRIPTION, metadata)
+    if msg is None:
+        return None
+    return _VERSION.unpack_from(metadata, 0)[0], msg
+
+
 def encode_subscription(topics: list[str], user_data: bytes | None = None) -> bytes:
     """A v0 subscription (used by tests and tools that join groups themselves)."""
     return _VERSION.pack(0) + _SUBSCRIPTION[0].encode(
@@ -85,9 +94,10 @@ def encode_subscription(topics: list[str], user_data: bytes | None = None) -> by
     )
 
 
-def encode_assignment(partitions: dict[str, list[int]]) -> bytes:
+def encode_assignment(partitions: dict[str, list[int]], version: int = 0) -> bytes:
+    """An assignment with the version header ``version`` (every version has this layout)."""
     body = ConsumerAssignment(
         assigned_partitions=[_TopicPartitions(t, p) for t, p in sorted(partitions.items())],
         user_data=None,
     )
-    return _VERSION.pack(0) + _ASSIGNMENT[0].encode(body)
+    return _VERSION.pack(max(0, min(version, 3))) + _ASSIGNMENT[0].encode(body)

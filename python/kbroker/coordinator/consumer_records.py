@@ -26,6 +26,7 @@ from typing import Any
 from kbroker.coordinator.consumer_group import (
     EMPTY_ASSIGNMENT,
     Assignment,
+    ClassicMembership,
     ConsumerGroup,
     ConsumerMember,
     MemberState,
@@ -173,6 +174,15 @@ def _member_metadata(m: ConsumerMember) -> bytes:
             subscribed_topic_regex=m.subscribed_topic_regex,
             rebalance_timeout_ms=m.rebalance_timeout_ms,
             server_assignor=m.server_assignor,
+            classic_member_metadata=None
+            if m.classic is None
+            else MemberMetadataValue.ClassicMemberMetadata(
+                session_timeout_ms=m.classic.session_timeout_ms,
+                supported_protocols=[
+                    MemberMetadataValue.ClassicMemberMetadata.ClassicProtocol(name, metadata)
+                    for name, metadata in m.classic.protocols
+                ],
+            ),
         ),
     )
 
@@ -279,6 +289,15 @@ def _decode_value(version: int, data: bytes) -> Any:
         raise ValueError(f"bad value of key v{version}: {exc}") from None
 
 
+def _classic(value: Any) -> ClassicMembership | None:
+    if value is None:
+        return None
+    return ClassicMembership(
+        value.session_timeout_ms,
+        tuple((p.name, bytes(p.metadata)) for p in value.supported_protocols),
+    )
+
+
 def _assignment(tps: list[Any]) -> Assignment:
     return freeze({tp.topic_id: tp.partitions for tp in tps})
 
@@ -359,6 +378,7 @@ class ConsumerGroupReplay:
                     subscribed_topic_regex=meta.subscribed_topic_regex,
                     rebalance_timeout_ms=meta.rebalance_timeout_ms,
                     server_assignor=meta.server_assignor,
+                    classic=_classic(meta.classic_member_metadata),
                     member_epoch=current.member_epoch if current is not None else 0,
                     previous_member_epoch=current.previous_member_epoch if current else 0,
                     state=state,

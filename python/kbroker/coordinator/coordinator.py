@@ -152,7 +152,9 @@ class GroupCoordinator:
             broker, self.cache, self.check, self._schedule_heartbeat, lambda: self.clock()
         )
         self.txn_offsets = TxnOffsetManager(broker, self.cache, self.check, lambda: self.clock())
-        self.consumer_groups = ConsumerGroups(broker, self.cache, self.check, lambda: self.clock())
+        self.consumer_groups = ConsumerGroups(
+            broker, self.cache, self.check, lambda: self.clock(), self
+        )
         self.offsets.consumer_member_error = self.consumer_groups.member_error  # type: ignore[method-assign]
         self._active = False
         # Backoff between attempts to create __consumer_offsets after one failed.
@@ -303,7 +305,7 @@ class GroupCoordinator:
         if group is None:
             return JoinResult(E.UNKNOWN_MEMBER_ID, member_id=req.member_id)
         if group.consumer is not None and group.consumer.members:
-            return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id)
+            return self.consumer_groups.classic_join(group, req)
         return self._join_known_member(group, req)
 
     def _check_join(self, req: JoinRequest) -> ErrorCode:
@@ -327,8 +329,8 @@ class GroupCoordinator:
             return JoinResult(E.COORDINATOR_NOT_AVAILABLE)
         if group.consumer is not None:
             if group.consumer.members:
-                # A consumer group (KIP-848) with members: classic members cannot join it.
-                return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL)
+                # A consumer group (KIP-848) with members: classic members join it as such.
+                return self.consumer_groups.classic_join(group, req)
             # An empty consumer group becomes a classic one (its offsets stay).
             self.cache.append(group, tombstones(group.consumer))
             group.consumer = None
@@ -637,6 +639,10 @@ class GroupCoordinator:
             return SyncResult(E.UNKNOWN_MEMBER_ID)
         if group.gone:
             return SyncResult(E.COORDINATOR_NOT_AVAILABLE)
+        if group.consumer is not None:
+            return self.consumer_groups.classic_sync(
+                group, member_id, group_instance_id, generation_id, protocol_type, protocol_name
+            )
         if group.is_static_member_fenced(member_id, group_instance_id):
             return SyncResult(E.FENCED_INSTANCE_ID)
         member = group.members.get(member_id)
@@ -708,6 +714,10 @@ class GroupCoordinator:
             return E.UNKNOWN_MEMBER_ID
         if group.gone:
             return E.COORDINATOR_NOT_AVAILABLE
+        if group.consumer is not None:
+            return self.consumer_groups.classic_heartbeat(
+                group, member_id, group_instance_id, generation_id
+            )
         if group.is_static_member_fenced(member_id, group_instance_id):
             return E.FENCED_INSTANCE_ID
         member = group.members.get(member_id)
@@ -722,8 +732,9 @@ class GroupCoordinator:
 
     def leave_group(
         self, group_id: str, leaving: list[tuple[str, str | None]]
-    ) -> tuple[ErrorCode, list[ErrorCode]]:
-        """Members (member_id, group_instance_id) leave; returns (top error, one per member)."""
+    ) -> tuple[ErrorCode, list[ErrorCode]] | asyncio.Future[tuple[ErrorCode, list[ErrorCode]]]:
+        """Members (member_id, group_instance_id) leave; returns (top error, one per member),
+        once stored when the group is a consumer group."""
         error = self.check(group_id)
         if error != E.NONE:
             return error, []
@@ -732,6 +743,9 @@ class GroupCoordinator:
             return E.NONE, [E.UNKNOWN_MEMBER_ID] * len(leaving)
         if group.gone:
             return E.COORDINATOR_NOT_AVAILABLE, []
+        if group.consumer is not None:
+            left = self.consumer_groups.classic_leave(group, leaving)
+            return asyncio.ensure_future(_with_top_error(left))
         return E.NONE, [
             self._leave_one(group, member_id, instance) for member_id, instance in leaving
         ]
@@ -755,6 +769,33 @@ class GroupCoordinator:
         log.info("group %s: member %s leaves", group.group_id, member_id)
         self._remove_member_and_update_group(group, member, "LeaveGroup")
         return E.NONE
+
+    # -- conversions between the protocols (ConsumerGroups calls these) ----------------------
+
+    def stop_classic(self, group: Group) -> None:
+        """The classic group becomes a consumer group: waiting members are told to rejoin
+        (they join the consumer group as its classic members), its timers stop."""
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+            group.join_timer = None
+        for timer in group.pending_members.values():
+            timer.cancel()
+        group.pending_members.clear()
+        for m in list(group.members.values()):
+            self._stop_heartbeat(m)
+            m.answer_join(JoinResult(E.REBALANCE_IN_PROGRESS, member_id=m.member_id))
+            m.answer_sync(SyncResult(E.REBALANCE_IN_PROGRESS))
+            group.remove(m.member_id)
+        group.state = GroupState.EMPTY
+        group.protocol_type = None
+        group.protocol_name = None
+        group.leader_id = None
+
+    def start_classic(self, group: Group) -> None:
+        """A consumer group became classic: sessions start and the members rejoin."""
+        for m in group.members.values():
+            self._schedule_heartbeat(group, m)
+        self._prepare_rebalance(group, "converted from a consumer group")
 
     # -- DescribeGroups, ListGroups, DeleteGroups --------------------------------------------
 
@@ -885,3 +926,9 @@ class GroupCoordinator:
         """Starts storing the group as `Group.to_record` describes it."""
         record = group.to_record(assignments, replacing)
         return self.cache.append(group, [(group_key(group.group_id), group_value(record))])
+
+
+async def _with_top_error(
+    left: asyncio.Future[list[ErrorCode]],
+) -> tuple[ErrorCode, list[ErrorCode]]:
+    return E.NONE, await left

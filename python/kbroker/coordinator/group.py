@@ -454,6 +454,15 @@ class Group:
     def from_record(cls, group_id: str, record: GroupRecord, now_ms: int) -> Group:
         """A group as loaded from ``__consumer_offsets``: Stable with its members, or Empty."""
         group = cls(group_id, record.state_timestamp if record.state_timestamp >= 0 else now_ms)
+        group.load_record(record)
+        return group
+
+    def load_record(self, record: GroupRecord) -> None:
+        """Takes the state a group metadata record holds: Stable with its members, or
+        Empty (a group converted from the consumer group protocol takes it in place)."""
+        group = self
+        if record.state_timestamp >= 0:
+            group.state_timestamp = record.state_timestamp
         group.protocol_type = record.protocol_type or None
         group.generation_id = record.generation
         group.protocol_name = record.protocol
@@ -479,4 +488,3 @@ class Group:
             record.leader if record.leader in group.members else next(iter(group.members), None)
         )
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
-        return group

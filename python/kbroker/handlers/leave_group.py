@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from kbroker.broker import Broker
 
 
-def handle_leave_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_leave_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
     if not authorize(broker, ctx, Op.READ, GROUP, request.group_id):
         return LeaveGroupResponse(
@@ -28,7 +28,8 @@ def handle_leave_group(broker: Broker, ctx: RequestContext, request: Any) -> Any
         leaving: list[tuple[str, str | None]] = [(request.member_id, None)]
     else:
         leaving = [(m.member_id or "", m.group_instance_id) for m in request.members]
-    top, errors = broker.coordinator.leave_group(request.group_id, leaving)
+    answer = broker.coordinator.leave_group(request.group_id, leaving)
+    top, errors = answer if isinstance(answer, tuple) else await answer
     if version < 3:
         if top == ErrorCode.NONE and errors:
             top = errors[0]
