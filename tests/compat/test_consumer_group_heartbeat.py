@@ -10,14 +10,11 @@ fenced epoch, an unknown member, a leave, and a classic group in the way: both r
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from bench.systems import kafka_available, kafka_node
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -29,7 +26,8 @@ from kbroker.protocol.messages.group import (
     FindCoordinatorRequest,
     ListGroupsRequest,
 )
-from tests.helpers import BrokerProcess, Wire
+from tests.compat import kafka4
+from tests.helpers import Wire
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -41,34 +39,13 @@ FENCED_MEMBER_EPOCH = 110
 UNSUPPORTED_ASSIGNOR = 112
 INVALID_REGULAR_EXPRESSION = 128
 
-SYSTEMS = [pytest.param("kafka4", marks=pytest.mark.kafka), "kbroker"]
 PARTITIONS = 3
 
 
-@contextlib.contextmanager
-def _node(system: str, root: Path) -> Iterator[str]:
-    if system == "kafka4":
-        if not kafka_available():
-            pytest.skip("Apache Kafka 4.1.1 jars are not fetched (bench/kafka/fetch.sh)")
-        settings = {"group.consumer.migration.policy": "disabled"}
-        with kafka_node(root, settings, None, log_path=root / "kafka4.log") as node:
-            yield node.bootstrap
-        return
-    broker = BrokerProcess(
-        root / "data",
-        extra=["group.initial.rebalance.delay.ms=0", "group.consumer.migration.policy=disabled"],
-    )
-    broker.start()
-    try:
-        yield broker.bootstrap
-        assert "Traceback" not in broker.output()
-    finally:
-        broker.kill()
-
-
-@pytest.fixture(scope="module", params=SYSTEMS)
+@pytest.fixture(scope="module", params=kafka4.SYSTEMS)
 def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with _node(request.param, tmp_path_factory.mktemp(request.param)) as bootstrap:
+    settings = {"group.consumer.migration.policy": "disabled"}
+    with kafka4.node(request.param, tmp_path_factory.mktemp(request.param), settings) as bootstrap:
         yield bootstrap
 
 
