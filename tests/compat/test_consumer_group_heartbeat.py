@@ -23,6 +23,7 @@ from kbroker.protocol.messages.core import MetadataRequest
 from kbroker.protocol.messages.group import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
+    DescribeGroupsRequest,
     FindCoordinatorRequest,
     ListGroupsRequest,
 )
@@ -158,6 +159,13 @@ def test_a_join_gets_every_partition_and_the_heartbeat_interval(
             ).groups
             if g.group_id == group
         ]
+        # DescribeGroups (up to v5) does not describe it: Dead, no error.
+        classic = w.request(
+            ApiKey.DESCRIBE_GROUPS,
+            5,
+            DescribeGroupsRequest(groups=[group], include_authorized_operations=False),
+        ).groups[0]
+        assert (classic.error_code, classic.group_state, classic.members) == (NONE, "Dead", [])
         # Leaving: epoch -1 back, and the group is empty.
         left = _heartbeat(w, group, member, -1)
         assert (left.error_code, left.member_id, left.member_epoch) == (NONE, member, -1)

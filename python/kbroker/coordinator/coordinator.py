@@ -807,8 +807,9 @@ class GroupCoordinator:
         if group is None:
             return GroupDescription(E.NONE, group_id, members=[])
         if group.consumer is not None:
-            # Not a classic group: Kafka answers so, and DescribeConsumerGroup describes it.
-            return GroupDescription(E.GROUP_ID_NOT_FOUND, group_id, members=[])
+            # Not a classic group: Dead to DescribeGroups v0-5, as Kafka 4 answers (from v6
+            # it says GROUP_ID_NOT_FOUND); ConsumerGroupDescribe describes it.
+            return GroupDescription(E.NONE, group_id, members=[])
         stable = group.state is GroupState.STABLE
         protocol = group.protocol_name if stable else None
         members = [
