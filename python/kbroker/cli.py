@@ -1381,8 +1381,8 @@ def group_list(bootstrap: str, timeout: float, states: tuple[str, ...], as_json:
         _echo_json(rows)
         return
     _echo_table(
-        ["GROUP", "STATE", "PROTOCOL-TYPE"],
-        [[r["group"], r["state"], r["protocol_type"]] for r in rows],
+        ["GROUP", "TYPE", "STATE", "PROTOCOL-TYPE"],
+        [[r["group"], r["type"], r["state"], r["protocol_type"]] for r in rows],
     )
 
 
@@ -1405,7 +1405,7 @@ def group_describe(
         if i:
             click.echo()
         click.echo(
-            f"Group {d['group']}: {d['state']} "
+            f"Group {d['group']}: {d['state']} {d['type']} group "
             f"({d['protocol_type'] or '-'}/{d['protocol'] or '-'}), "
             f"{len(d['members'])} members"
         )

@@ -120,7 +120,7 @@ def test_active_group_is_refused_and_offsets_deleted(cluster: Cluster) -> None:
 
         wait_for(stable, timeout=40)
         text = cluster.run("group", "describe", group).stdout
-        assert f"Group {group}: Stable (consumer/range), 1 members" in text
+        assert f"Group {group}: Stable classic group (consumer/range), 1 members" in text
         # Planning is fine while the group is active; applying is not.
         assert (
             cluster.json("group", "reset-offsets", group, "--all-topics", "--to-earliest")["state"]
@@ -151,3 +151,46 @@ def test_active_group_is_refused_and_offsets_deleted(cluster: Cluster) -> None:
 
     assert cluster.run("group", "delete", group).stdout.strip() == f"{group}: deleted"
     assert group not in [g["group"] for g in cluster.json("groups", "list")]  # the old name
+
+
+def test_a_consumer_protocol_group_is_described_listed_and_protected(cluster: Cluster) -> None:
+    """A group of KIP-848's protocol: described through ConsumerGroupDescribe (members,
+    epochs, assignments, the assignor), listed with its type, and its offsets are not reset
+    while it has members."""
+    topic = cluster.new_topic("-p", "2")
+    group = f"g848-{topic}"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+
+        def stable() -> bool:
+            consumer.poll(0.2)
+            [d] = cluster.json("group", "describe", group)
+            return d["state"] == "Stable" and sum(len(m["assignment"]) for m in d["members"]) == 1
+
+        wait_for(stable, timeout=40)
+        [d] = cluster.json("group", "describe", group)
+        assert (d["type"], d["protocol_type"], d["protocol"]) == ("consumer", "consumer", "uniform")
+        [member] = d["members"]
+        assert member["assignment"] == {topic: [0, 1]} and member["member_epoch"] >= 1
+        assert sorted((o["partition"], o["member_id"]) for o in d["offsets"]) == [
+            (0, member["member_id"]),
+            (1, member["member_id"]),
+        ]
+        text = cluster.run("group", "describe", group).stdout
+        assert f"Group {group}: Stable consumer group (consumer/uniform), 1 members" in text
+        listed = {g["group"]: g for g in cluster.json("group", "list")}
+        assert (listed[group]["type"], listed[group]["state"]) == ("consumer", "Stable")
+        refused = cluster.run("group", "reset-offsets", group, "--all-topics", "--to-earliest",
+                              "--execute", ok=False)  # fmt: skip
+        assert refused.exit_code == 1
+        assert f"group {group!r} is Stable" in single_error_line(refused.stderr)
+    finally:
+        consumer.close()

@@ -20,7 +20,7 @@ from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import DescribeGroupsRequest, OffsetDeleteRequest
 from kbroker.tools.client import BrokerClient, ClientError, error_name
 from kbroker.tools.cluster import Cluster, broker_error
-from kbroker.tools.groups import commit_offsets, committed_offsets
+from kbroker.tools.groups import commit_offsets, committed_offsets, consumer_group
 from kbroker.tools.offsets import EARLIEST, LATEST, TP, list_offsets, partition_leaders
 
 # States in which a group has no members whose offsets a reset would fight with.
@@ -99,7 +99,11 @@ class ResetSpec:
 
 def group_state(coordinator: BrokerClient, group: str) -> str:
     """The group's state ("Dead" if it does not exist), once its coordinator has loaded it
-    (Kafka's answers NOT_COORDINATOR for a moment after creating __consumer_offsets)."""
+    (Kafka's answers NOT_COORDINATOR for a moment after creating __consumer_offsets); a
+    consumer group of KIP-848 as ConsumerGroupDescribe tells it."""
+    modern = consumer_group(coordinator, group)
+    if modern is not None:
+        return str(modern.group_state)
     deadline = time.monotonic() + coordinator.timeout
     while True:
         resp = coordinator.request(

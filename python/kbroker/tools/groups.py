@@ -7,12 +7,14 @@ format them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kbroker.coordinator.consumer_protocol import PROTOCOL_TYPE, assigned_partitions
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import (
+    ConsumerGroupDescribeRequest,
     DeleteGroupsRequest,
     DescribeGroupsRequest,
     ListGroupsRequest,
@@ -23,19 +25,59 @@ from kbroker.tools.client import BrokerClient, ClientError
 from kbroker.tools.cluster import Cluster
 from kbroker.tools.offsets import LATEST, TP, list_offsets
 
+# Answers of a coordinator that is loading its groups or is not there yet: asked again.
+_NOT_READY = (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR)
+
 
 def _error(code: int) -> str | None:
     return None if code == ErrorCode.NONE else ErrorCode(code).name
 
 
 def list_groups(client: BrokerClient, states: Iterable[str] = ()) -> list[dict[str, str]]:
-    resp = client.request(ApiKey.LIST_GROUPS, 4, ListGroupsRequest(states_filter=list(states)))
+    """Every group with its state, protocol type and type (classic or consumer: from
+    ListGroups v5 on; before, classic)."""
+    version = max(4, client.version(ApiKey.LIST_GROUPS))
+    resp = client.request(
+        ApiKey.LIST_GROUPS, version, ListGroupsRequest(states_filter=list(states), types_filter=[])
+    )
     if resp.error_code != ErrorCode.NONE:
         raise ClientError(f"ListGroups failed: {ErrorCode(resp.error_code).name}")
     return [
-        {"group": g.group_id, "state": g.group_state, "protocol_type": g.protocol_type}
+        {
+            "group": g.group_id,
+            "state": g.group_state,
+            "protocol_type": g.protocol_type,
+            "type": (g.group_type if version >= 5 else "") or "classic",
+        }
         for g in sorted(resp.groups, key=lambda g: g.group_id)
     ]
+
+
+def consumer_group(coordinator: BrokerClient, group: str) -> Any | None:
+    """The group as ConsumerGroupDescribe describes it, or None when it is not a consumer
+    group of KIP-848 (or the broker does not have the API)."""
+    try:
+        version = coordinator.version(ApiKey.CONSUMER_GROUP_DESCRIBE)
+    except ClientError:
+        return None
+    deadline = time.monotonic() + coordinator.timeout
+    while True:
+        resp = coordinator.request(
+            ApiKey.CONSUMER_GROUP_DESCRIBE,
+            version,
+            ConsumerGroupDescribeRequest(group_ids=[group], include_authorized_operations=False),
+        )
+        [d] = resp.groups
+        if d.error_code not in _NOT_READY or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if d.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+        return None
+    if d.error_code != ErrorCode.NONE:
+        raise ClientError(
+            f"ConsumerGroupDescribe of {group!r} failed: {ErrorCode(d.error_code).name}"
+        )
+    return d
 
 
 def committed_offsets(client: BrokerClient, group: str) -> dict[tuple[str, int], tuple[int, str]]:
@@ -75,30 +117,12 @@ def describe_group(cluster: Cluster, group: str) -> dict[str, Any]:
     client = cluster.bootstrap
     coordinator = client.for_group(group)
     try:
-        resp = coordinator.request(ApiKey.DESCRIBE_GROUPS, 5, DescribeGroupsRequest(groups=[group]))
-        [d] = resp.groups
-        if d.error_code != ErrorCode.NONE:
-            raise ClientError(f"DescribeGroups of {group!r} failed: {ErrorCode(d.error_code).name}")
-        owners: dict[tuple[str, int], str] = {}
-        members = []
-        for m in d.members:
-            assignment = (
-                assigned_partitions(m.member_assignment)
-                if d.protocol_type == PROTOCOL_TYPE
-                else None
-            )
-            for topic, parts in (assignment or {}).items():
-                for p in parts:
-                    owners[(topic, p)] = m.member_id
-            members.append(
-                {
-                    "member_id": m.member_id,
-                    "group_instance_id": m.group_instance_id,
-                    "client_id": m.client_id,
-                    "host": m.client_host,
-                    "assignment": {t: sorted(ps) for t, ps in sorted((assignment or {}).items())},
-                }
-            )
+        modern = consumer_group(coordinator, group)
+        if modern is not None:
+            state, protocol_type, protocol = modern.group_state, PROTOCOL_TYPE, modern.assignor_name
+            owners, members = _consumer_members(modern)
+        else:
+            state, protocol_type, protocol, owners, members = _classic_group(coordinator, group)
         committed = committed_offsets(coordinator, group)
     finally:
         if coordinator is not client:
@@ -120,12 +144,63 @@ def describe_group(cluster: Cluster, group: str) -> dict[str, Any]:
         )
     return {
         "group": group,
-        "state": d.group_state,
-        "protocol_type": d.protocol_type,
-        "protocol": d.protocol_data,
+        "type": "consumer" if modern is not None else "classic",
+        "state": state,
+        "protocol_type": protocol_type,
+        "protocol": protocol,
         "members": members,
         "offsets": offsets,
     }
+
+
+def _consumer_members(d: Any) -> tuple[dict[tuple[str, int], str], list[dict[str, Any]]]:
+    owners: dict[tuple[str, int], str] = {}
+    members = []
+    for m in d.members:
+        assignment: dict[str, list[int]] = {}
+        for tp in m.assignment.topic_partitions:
+            assignment[tp.topic_name] = sorted(tp.partitions)
+            for p in tp.partitions:
+                owners[(tp.topic_name, p)] = m.member_id
+        members.append(
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.instance_id,
+                "client_id": m.client_id,
+                "host": m.client_host,
+                "member_epoch": m.member_epoch,
+                "assignment": dict(sorted(assignment.items())),
+            }
+        )
+    return owners, members
+
+
+def _classic_group(
+    coordinator: BrokerClient, group: str
+) -> tuple[str, str, str, dict[tuple[str, int], str], list[dict[str, Any]]]:
+    resp = coordinator.request(ApiKey.DESCRIBE_GROUPS, 5, DescribeGroupsRequest(groups=[group]))
+    [d] = resp.groups
+    if d.error_code != ErrorCode.NONE:
+        raise ClientError(f"DescribeGroups of {group!r} failed: {ErrorCode(d.error_code).name}")
+    owners: dict[tuple[str, int], str] = {}
+    members = []
+    for m in d.members:
+        assignment = (
+            assigned_partitions(m.member_assignment) if d.protocol_type == PROTOCOL_TYPE else None
+        )
+        for topic, parts in (assignment or {}).items():
+            for p in parts:
+                owners[(topic, p)] = m.member_id
+        members.append(
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "host": m.client_host,
+                "assignment": {t: sorted(ps) for t, ps in sorted((assignment or {}).items())},
+            }
+        )
+    return d.group_state, d.protocol_type, d.protocol_data, owners, members
 
 
 def delete_groups(client: BrokerClient, groups: list[str]) -> dict[str, str | None]:
