@@ -76,6 +76,7 @@ class ApiKey(IntEnum):
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
     ALLOCATE_PRODUCER_IDS = 67
+    LIST_CONFIG_RESOURCES = 74
 
 
 @dataclass(frozen=True)
@@ -323,6 +324,14 @@ APIS: tuple[ApiSpec, ...] = (
         0,
         IB.AllocateProducerIdsRequest,
         IB.AllocateProducerIdsResponse,
+    ),
+    # Kafka 4.1's kafka-configs asks it before describing a group's configs.
+    _api(
+        K.LIST_CONFIG_RESOURCES,
+        "0-1",
+        0,
+        admin.ListConfigResourcesRequest,
+        admin.ListConfigResourcesResponse,
     ),
 )
 
