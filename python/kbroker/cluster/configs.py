@@ -24,7 +24,8 @@ creating missing parents with no data as Kafka does.
 Groups' own configs (Kafka 4.x's GROUP config resource, which Kafka keeps in
 KRaft's metadata) are the same kind of znode at /config/groups/<group id>
 (sanitized as users' names are): `set_group_configs` writes one and announces
-``groups/<group id>``.
+``groups/<group id>``. A Kafka 3.9 broker of a mixed cluster logs an error for
+such a notification (not one of its entity types) and goes on with the next.
 
 Readers: `read_topic_configs`, `read_broker_configs`, `read_group_configs`,
 `read_quota_entity_configs` (a missing znode reads as no configs) and
