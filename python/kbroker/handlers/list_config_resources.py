@@ -1,9 +1,10 @@
-"""ListConfigResources (74; Kafka 4.1, ListClientMetricsResources at version 0).
+"""ListConfigResources (74, version 1; Kafka 4.1).
 
-What config resources there are, by type: version 0 lists client metrics
-resources only, version 1 the types asked for (none asked: every type listed
-here). Kafka 4.1's kafka-configs asks it before describing a group, to tell
-"doesn't exist and doesn't have dynamic config" apart from a group with none.
+What config resources there are, of the types asked for (none asked: every
+type listed here). Kafka 4.1's kafka-configs asks it before describing a
+group, to tell "doesn't exist and doesn't have dynamic config" apart from a
+group with none. Version 0 (ListClientMetricsResources) is not served, as a
+Kafka 3.9 ZooKeeper-mode broker does not serve it.
 
 - GROUP (32): the groups this broker coordinates and every group that has or
   had configs (as Kafka 4.1.1 lists them).
@@ -55,9 +56,7 @@ def handle_list_config_resources(broker: Broker, ctx: RequestContext, request: A
 
     if broker.authorizer is not None and not authorize_cluster(broker, ctx, Op.DESCRIBE_CONFIGS):
         return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, [])
-    wanted = list(request.resource_types) if ctx.api_version >= 1 else [CLIENT_METRICS]
-    if not wanted:
-        wanted = list(LISTED)
+    wanted = list(request.resource_types) or list(LISTED)
     if any(t not in LISTED for t in wanted):
         return answer(ErrorCode.INVALID_REQUEST, [])
     resources = [

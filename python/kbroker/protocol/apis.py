@@ -325,10 +325,11 @@ APIS: tuple[ApiSpec, ...] = (
         IB.AllocateProducerIdsRequest,
         IB.AllocateProducerIdsResponse,
     ),
-    # Kafka 4.1's kafka-configs asks it before describing a group's configs.
+    # Kafka 4.1's kafka-configs asks it before describing a group's configs. Version 0 is
+    # ListClientMetricsResources, which a Kafka 3.9 ZooKeeper-mode broker does not have.
     _api(
         K.LIST_CONFIG_RESOURCES,
-        "0-1",
+        "1",
         0,
         admin.ListConfigResourcesRequest,
         admin.ListConfigResourcesResponse,

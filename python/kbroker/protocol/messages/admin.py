@@ -726,7 +726,7 @@ AlterReplicaLogDirsResponse = message(
 
 ListConfigResourcesRequest = message(
     "ListConfigResourcesRequest",
-    # Version 0 lists client metrics resources only; version 1 names the types (none: all).
+    # The types to list (none: all). Version 0 (ListClientMetricsResources) had no field.
     F("resource_types", Array(INT8), "1+"),
 )
 
