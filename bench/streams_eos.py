@@ -140,8 +140,19 @@ class StreamsApp:
     """The word-count application's JVM, its stdout read by a thread."""
 
     def __init__(
-        self, bootstrap: str, app_id: str, source: str, sink: str, work: Path, cache_bytes: int
+        self,
+        bootstrap: str,
+        app_id: str,
+        source: str,
+        sink: str,
+        work: Path,
+        cache_bytes: int,
+        *,
+        replicas: int = 3,
+        guarantee: str = "exactly_once_v2",
     ) -> None:
+        """``replicas``: of the application's internal topics; ``guarantee``: its
+        processing.guarantee (exactly_once_v2 or at_least_once)."""
         work.mkdir(parents=True, exist_ok=True)
         cmd = java_command(
             SOURCE,
@@ -151,8 +162,9 @@ class StreamsApp:
             source,
             sink,
             str(work / "state"),
-            "3",
+            str(replicas),
             str(cache_bytes),
+            guarantee,
             jvm_opts=STREAMS_JVM_OPTS,
         )
         self.log = work / "streams.log"

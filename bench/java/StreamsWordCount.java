@@ -1,11 +1,12 @@
-// Kafka Streams' word count with processing.guarantee=exactly_once_v2, for bench/streams_eos.py
-// and its test: lines of words from the input topic, each word's running count (a Long) to
+// Kafka Streams' word count, for bench/streams_eos.py and its tests: lines of words from the input topic, each word's running count (a Long) to
 // the output topic, keyed by the word. Runs until SIGTERM (the shutdown hook closes the
 // application). Prints "state=<STATE>" on each state change and "thread.error=<exception>"
 // when a stream thread dies (it is replaced), as "name=value" lines on stdout. Usage:
 //   StreamsWordCount <bootstrap> <application.id> <input> <output> <state.dir> <replicas> <cache>
+//                    [<processing.guarantee>]
 // <cache>: statestore.cache.max.bytes; 0 sends every count on at once (no cache folding
 // updates together), so each word's counts are 1, 2, 3, ... in the output.
+// <processing.guarantee>: exactly_once_v2 (the default) or at_least_once.
 
 import java.time.Duration;
 import java.util.Arrays;
@@ -29,7 +30,9 @@ public final class StreamsWordCount {
         p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
         p.put(StreamsConfig.APPLICATION_ID_CONFIG, args[1]);
         p.put(StreamsConfig.STATE_DIR_CONFIG, args[4]);
-        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+        p.put(
+                StreamsConfig.PROCESSING_GUARANTEE_CONFIG,
+                args.length > 7 ? args[7] : StreamsConfig.EXACTLY_ONCE_V2);
         p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, Integer.parseInt(args[5]));
         p.put(StreamsConfig.topicPrefix("min.insync.replicas"), args[5].equals("1") ? "1" : "2");
         p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import ssl
 import uuid
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 
 from kbroker.cluster import zk_data as zd
 from kbroker.cluster.entity_configs import ZkEntityConfigStore
+from kbroker.cluster.errors import ZkDataError
 from kbroker.cluster_member import ClusterMember, MemberSettings
 from kbroker.config import (
     TOPIC_SETTINGS,
@@ -35,6 +37,7 @@ from kbroker.config import (
 )
 from kbroker.controller.controller import ControllerSettings
 from kbroker.coordinator import GroupCoordinator
+from kbroker.coordinator.group_configs import GroupConfigs
 from kbroker.errors import ErrorCode, TopicError
 from kbroker.local_acls import LocalAclStorage
 from kbroker.log import LogConfig, LogManager, TopicPartition, log_config_from_topic
@@ -119,6 +122,8 @@ class Broker:
         self.replica_manager: ReplicaManager
         self.servers: dict[str, Server] = {}
         self.producer_ids: ProducerIds
+        # Every group's own configs (the GROUP config resource), which the coordinator reads.
+        self.group_configs = GroupConfigs(config)
         self.coordinator = GroupCoordinator(self)
         # The transaction coordinator, and its connections to the other brokers (markers,
         # and the partitions' KIP-890 verification).
@@ -162,6 +167,7 @@ class Broker:
                 on_broker_configs=self.on_broker_configs,
                 authorizer=self.authorizer,
                 on_quota_entity_configs=self.on_quota_entity_configs,
+                on_group_configs=self.group_configs.update,
                 allow_unclean=lambda topic: bool(
                     self.topic_config(topic)["unclean.leader.election.enable"]
                 ),
@@ -193,6 +199,7 @@ class Broker:
         for entity, configs in entity_configs.load().items():
             self.on_quota_entity_configs(entity, configs)
         self.entity_configs = entity_configs
+        self._load_group_configs(store)
         stored = store.broker_configs()
         for name, text in stored.items():
             try:
@@ -208,6 +215,17 @@ class Broker:
         for topic in store.topics().values():
             self._collisions[collision_key(topic.name)] = topic.name
             self._open_partitions(topic)
+
+    def _load_group_configs(self, store: LocalMetadataStore) -> None:
+        prefix = f"{zd.CONFIG_PATH}/{zd.GROUPS_CONFIG_TYPE}/"
+        for path, data in store.entries(prefix).items():
+            try:
+                group_id = desanitize(path[len(prefix) :])
+                configs = zd.decode_entity_config(json.dumps(data).encode()).as_dict()
+            except (ValueError, ZkDataError) as exc:
+                log.warning("skipping the stored group configs at %s: %s", path, exc)
+                continue
+            self.group_configs.update(group_id, configs)
 
     def _reconcile_logs(self, had_metadata: bool) -> None:
         """Matches the partition directories on disk with the metadata.
@@ -993,6 +1011,23 @@ class Broker:
         if entity.client_id is None and entity.user is not None and entity.user != DEFAULT:
             self.credentials.update_user(desanitize(entity.user), configs)
         self.quotas.update_entity(entity, configs)
+
+    def set_group_configs(self, group_id: str, configs: Mapping[str, str]) -> None:
+        """Replaces a group's configs with ``configs`` (checked by the caller), applies them
+        at once and records them in the background (`config_changes_recorded`): in the
+        metadata store, or in a cluster in ZooKeeper, which tells every broker. ValueError
+        for a group id that cannot be stored (see zk_data.group_config_path)."""
+        try:
+            path = zd.group_config_path(group_id)
+        except ZkDataError as exc:
+            raise ValueError(str(exc)) from None
+        if self.cluster is not None:
+            self.cluster.record_group_configs(group_id, configs)
+        else:
+            assert isinstance(self.metadata, LocalMetadataStore)
+            data = json.loads(zd.encode_entity_config(zd.EntityConfig.of(configs)))
+            self.metadata.put_entry(path, data)  # kept when empty, as in ZooKeeper
+        self.group_configs.update(group_id, configs)
 
     def dynamic_broker_configs(self, cluster_default: bool) -> dict[str, str]:
         """The dynamic broker settings of this broker, or (``cluster_default``) those every

@@ -21,7 +21,8 @@ What a broker does in a cluster beyond serving its partitions, in Kafka
   serves), kept up to date from Kafka's change notifications, and written
   through ZooKeeper by whichever broker takes CreateAcls or DeleteAcls.
 - Users' and clients' configs (SCRAM credentials, quotas): all of them at
-  `connect`, then each change announced, to ``on_quota_entity_configs``.
+  `connect`, then each change announced, to ``on_quota_entity_configs``;
+  groups' own configs (/config/groups) the same way, to ``on_group_configs``.
 
 Until followers replicate (the replication issue), a partition has one
 replica: topics with a replication factor above 1 are refused.
@@ -44,9 +45,11 @@ from kbroker.cluster import zk_data as zd
 from kbroker.cluster.acls import AclChangeWatcher
 from kbroker.cluster.configs import (
     ConfigChangeWatcher,
+    GroupCallback,
     QuotaEntityCallback,
     read_topic_configs,
     set_broker_configs,
+    set_group_configs,
     set_topic_configs,
 )
 from kbroker.cluster.controller import ControllerEpoch
@@ -137,6 +140,7 @@ class ClusterMember:
         on_broker_configs: Callable[[int | None, dict[str, str]], None],
         authorizer: AclAuthorizer | None = None,
         on_quota_entity_configs: QuotaEntityCallback | None = None,
+        on_group_configs: GroupCallback | None = None,
         allow_unclean: Callable[[str], bool] = lambda _topic: False,
         controller_settings: ControllerSettings | None = None,
     ) -> None:
@@ -148,7 +152,11 @@ class ClusterMember:
         self.producer_ids = ZkProducerIdAllocator(self.zk, settings.broker_id)
         self.allow_unclean = allow_unclean
         self.configs = ConfigChangeWatcher(
-            self.zk, on_topic_configs, on_broker_configs, on_quota_entity=on_quota_entity_configs
+            self.zk,
+            on_topic_configs,
+            on_broker_configs,
+            on_quota_entity=on_quota_entity_configs,
+            on_group=on_group_configs,
         )
         # The ACLs, loaded and kept up to date from ZooKeeper, when there is an authorizer.
         self.acls = None if authorizer is None else AclChangeWatcher(self.zk, authorizer)
@@ -441,6 +449,11 @@ class ClusterMember:
     def record_broker_configs(self, broker_id: int | None, configs: Mapping[str, str]) -> None:
         """Writes a broker's dynamic settings (None: the cluster default) to ZooKeeper."""
         self._record(set_broker_configs(self.zk, broker_id, dict(configs)))
+
+    def record_group_configs(self, group_id: str, configs: Mapping[str, str]) -> None:
+        """Writes a group's configs to ZooKeeper (/config/groups/<group id>) and announces
+        them to every broker, in the background (`config_writes_done`)."""
+        self._record(set_group_configs(self.zk, group_id, dict(configs)))
 
     def _record(self, write: Coroutine[Any, Any, object]) -> None:
         # One after the other: the last change made is the last written.

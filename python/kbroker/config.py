@@ -1009,6 +1009,59 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         min=0,
     ),
     Setting("group.max.size", _S.INT, 2147483647, "Most members a consumer group may have.", min=1),
+    # The consumer group protocol's timings (KIP-848): the defaults of a group's
+    # consumer.session.timeout.ms and consumer.heartbeat.interval.ms configs, and the
+    # bounds those configs are checked against.
+    Setting(
+        "group.consumer.session.timeout.ms",
+        _S.INT,
+        45000,
+        "Session timeout of a consumer-protocol group member, unless its group's "
+        "consumer.session.timeout.ms says otherwise.",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "group.consumer.min.session.timeout.ms",
+        _S.INT,
+        45000,
+        "Smallest consumer.session.timeout.ms a group may be given.",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "group.consumer.max.session.timeout.ms",
+        _S.INT,
+        60000,
+        "Largest consumer.session.timeout.ms a group may be given.",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "group.consumer.heartbeat.interval.ms",
+        _S.INT,
+        5000,
+        "Heartbeat interval given to consumer-protocol group members, unless their "
+        "group's consumer.heartbeat.interval.ms says otherwise.",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "group.consumer.min.heartbeat.interval.ms",
+        _S.INT,
+        5000,
+        "Smallest consumer.heartbeat.interval.ms a group may be given.",
+        min=1,
+        read_only=True,
+    ),
+    Setting(
+        "group.consumer.max.heartbeat.interval.ms",
+        _S.INT,
+        15000,
+        "Largest consumer.heartbeat.interval.ms a group may be given.",
+        min=1,
+        read_only=True,
+    ),
     Setting(
         "group.coordinator.rebalance.protocols",
         _S.LIST,
@@ -1043,22 +1096,6 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         "members: upgrade (a consumer-protocol member joins a classic group), downgrade (the "
         "last one leaves a group of classic members), both, or neither.",
         choices=("disabled", "upgrade", "downgrade", "bidirectional"),
-        read_only=True,
-    ),
-    Setting(
-        "group.consumer.session.timeout.ms",
-        _S.INT,
-        45000,
-        "Consumer groups: a member that does not heartbeat for this long is removed.",
-        min=1,
-        read_only=True,
-    ),
-    Setting(
-        "group.consumer.heartbeat.interval.ms",
-        _S.INT,
-        5000,
-        "Consumer groups: how often members heartbeat.",
-        min=1,
         read_only=True,
     ),
     Setting(
@@ -1731,6 +1768,16 @@ class BrokerConfig(TypedReads):
                 f"queued.max.request.bytes ({pool}) must be at least "
                 f"socket.request.max.bytes ({largest}), or -1 for no bound"
             )
+        # As Kafka's group coordinator checks its consumer group bounds at start.
+        for what in ("session.timeout.ms", "heartbeat.interval.ms"):
+            low = self[f"group.consumer.min.{what}"]
+            default = self[f"group.consumer.{what}"]
+            high = self[f"group.consumer.max.{what}"]
+            if not low <= default <= high:
+                raise ConfigError(
+                    f"group.consumer.{what} ({default}) must lie between "
+                    f"group.consumer.min.{what} ({low}) and group.consumer.max.{what} ({high})"
+                )
 
     def value(self, name: str) -> Value:
         """The effective value of ``name``, untyped (for rendering and comparison)."""

@@ -1,5 +1,6 @@
 """What the compatibility tests run against: a single node of Apache Kafka 3.9.1 (ZooKeeper
-mode, broker id 0) or of kbroker (broker id 0, no ZooKeeper), and Kafka's own tools."""
+mode, broker id 0) or of kbroker (broker id 0, no ZooKeeper), and Kafka's own tools (3.9.1's,
+or with `kafka4_lib` 4.1.1's, for what Kafka 4 added)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import subprocess
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+
+import pytest
+from bench.systems import KAFKA_VERSION, kafka_available, kafka_lib
 
 from tests.cluster.kafka_zk import kafka_zk_broker, require_kafka
 from tests.helpers import BrokerProcess
@@ -43,19 +47,27 @@ def single_node(
         broker.kill()
 
 
-def run_kafka_tool(main: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def run_kafka_tool(
+    main: str, *args: str, stdin: str = "", lib: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """Kafka 3.9.1's tool class ``main`` (kafka-topics is org.apache.kafka.tools.TopicCommand,
-    ...) run to its end."""
-    java, lib = require_kafka()
+    ...) run to its end; with ``lib``, the tool of the Kafka whose jars are there (see
+    `kafka4_lib`)."""
+    java, lib_391 = require_kafka()
+    # Kafka 3.9's tools log through log4j 1 (silenced by an empty configuration), Kafka
+    # 4's through slf4j-simple (warnings and worse, on stderr).
+    logging = "-Dlog4j.configuration=file:/dev/null"
+    if lib is not None:
+        logging = "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"
     return subprocess.run(
         [
             java,
             "-Xmx256m",
             "-XX:TieredStopAtLevel=1",
             "-XX:+UseSerialGC",
-            "-Dlog4j.configuration=file:/dev/null",
+            logging,
             "-cp",
-            f"{lib}/*",
+            f"{lib or lib_391}/*",
             main,
             *args,
         ],
@@ -64,3 +76,11 @@ def run_kafka_tool(main: str, *args: str, stdin: str = "") -> subprocess.Complet
         text=True,
         timeout=120,
     )
+
+
+def kafka4_lib() -> Path:
+    """Where Apache Kafka 4.1.1's jars are (bench/kafka/fetch.sh): the reference for what
+    Kafka 4 added (KIP-848's group configs); skips the test when they are not fetched."""
+    if not kafka_available(KAFKA_VERSION):
+        pytest.skip(f"Apache Kafka {KAFKA_VERSION}'s jars are not fetched (bench/kafka/fetch.sh)")
+    return kafka_lib(KAFKA_VERSION)

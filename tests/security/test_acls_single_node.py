@@ -18,6 +18,11 @@ from kbroker.protocol.messages.acls import (
     DeleteAclsRequest,
     DescribeAclsRequest,
 )
+from kbroker.protocol.messages.admin import (
+    DescribeConfigsRequest,
+    IncrementalAlterConfigsRequest,
+    ListConfigResourcesRequest,
+)
 from tests.helpers import (
     KBROKER,
     BrokerProcess,
@@ -115,6 +120,36 @@ def test_no_acl_means_no_access_by_default(tmp_path: Path) -> None:
             ApiKey.CREATE_ACLS, 3, CreateAclsRequest(creations=[creation])
         ).results
         assert result.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        # A group's configs: DescribeConfigs, then AlterConfigs on the group (Kafka 4.x);
+        # which resources have configs: DescribeConfigs on the cluster.
+        describe = DescribeConfigsRequest
+        (described,) = w.request(
+            ApiKey.DESCRIBE_CONFIGS,
+            4,
+            describe(resources=[describe.Resource(32, "g", None)], include_synonyms=False),
+        ).results
+        assert (described.error_code, described.error_message, described.configs) == (
+            ErrorCode.GROUP_AUTHORIZATION_FAILED,
+            "Group authorization failed.",
+            [],
+        )
+        alter = IncrementalAlterConfigsRequest
+        op = alter.Resource.Config(
+            name="consumer.session.timeout.ms", config_operation=0, value="50000"
+        )
+        (altered,) = w.request(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS,
+            1,
+            alter(resources=[alter.Resource(32, "g", [op])], validate_only=False),
+        ).responses
+        assert altered.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        listed = w.request(
+            ApiKey.LIST_CONFIG_RESOURCES, 1, ListConfigResourcesRequest(resource_types=[32])
+        )
+        assert (listed.error_code, listed.config_resources) == (
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            [],
+        )
         w.close()
         refused = acl("list", bootstrap=broker.bootstrap)
         assert refused.returncode == 1

@@ -21,9 +21,15 @@ defaults; see kbroker.quota.entity): `set_quota_entity_configs` writes one and
 announces ``users/<user>``, ``clients/<id>`` or ``users/<user>/clients/<id>``,
 creating missing parents with no data as Kafka does.
 
-Readers: `read_topic_configs`, `read_broker_configs`,
+Groups' own configs (Kafka 4.x's GROUP config resource, which Kafka keeps in
+KRaft's metadata) are the same kind of znode at /config/groups/<group id>
+(sanitized as users' names are): `set_group_configs` writes one and announces
+``groups/<group id>``. A Kafka 3.9 broker of a mixed cluster logs an error for
+such a notification (not one of its entity types) and goes on with the next.
+
+Readers: `read_topic_configs`, `read_broker_configs`, `read_group_configs`,
 `read_quota_entity_configs` (a missing znode reads as no configs) and
-`read_all_topic_configs`, `read_all_broker_configs`,
+`read_all_topic_configs`, `read_all_broker_configs`, `read_all_group_configs`,
 `read_all_quota_entity_configs`.
 
 Values are stored as given. Kafka stores password-type broker configs
@@ -36,7 +42,8 @@ over ZkNodeChangeNotificationListener): it reports every notification newer
 than those present at its start, in sequence order, with the entity's
 configs as read after the notification, to ``on_topic(topic, configs)`` or
 ``on_broker(broker_id | None, configs)`` on the event loop, and, when given,
-users' and clients' to ``on_quota_entity(entity, configs)``. Notifications
+users' and clients' to ``on_quota_entity(entity, configs)`` and groups' to
+``on_group(group_id, configs)``. Notifications
 and config znodes it cannot read (not Kafka's JSON, a bad entity name) are
 logged and skipped. Other entity types (ips) are ignored.
 Like Kafka it deletes notifications older than 15 minutes after each round.
@@ -73,11 +80,12 @@ from kbroker.cluster.zk_data import (
     decode_entity_config,
     encode_config_change,
     encode_entity_config,
+    group_config_path,
     quota_entity_config_path,
     sequence_number,
     topic_config_path,
 )
-from kbroker.quota.entity import QuotaEntity
+from kbroker.quota.entity import QuotaEntity, desanitize, sanitize
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +95,7 @@ TOPICS_CONFIG_PATH = f"{CONFIG_PATH}/topics"
 BROKERS_CONFIG_PATH = f"{CONFIG_PATH}/brokers"
 USERS_CONFIG_PATH = f"{CONFIG_PATH}/users"
 CLIENTS_CONFIG_PATH = f"{CONFIG_PATH}/clients"
+GROUPS_CONFIG_PATH = f"{CONFIG_PATH}/groups"
 # How many znodes one read_all_* asks for at once.
 _READ_BATCH = 128
 # Set-or-create rounds when another writer creates or deletes the znode between our calls.
@@ -95,6 +104,7 @@ _WRITE_ATTEMPTS = 3
 TopicCallback = Callable[[str, dict[str, str]], None]
 BrokerCallback = Callable[[int | None, dict[str, str]], None]
 QuotaEntityCallback = Callable[[QuotaEntity, dict[str, str]], None]
+GroupCallback = Callable[[str, dict[str, str]], None]
 T = TypeVar("T")
 
 
@@ -130,6 +140,16 @@ async def set_quota_entity_configs(
     quotas) and announces the change; returns the notification's sequence number."""
     return await _set_entity_configs(
         zk, quota_entity_config_path(entity), entity.path, configs, notify
+    )
+
+
+async def set_group_configs(
+    zk: ZkClient, group_id: str, configs: Mapping[str, str], *, notify: bool = True
+) -> int | None:
+    """Writes a group's whole set of configs and announces the change; returns the
+    notification's sequence number. ZkDataError for a group id no znode can be named by."""
+    return await _set_entity_configs(
+        zk, group_config_path(group_id), f"groups/{sanitize(group_id)}", configs, notify
     )
 
 
@@ -184,6 +204,16 @@ async def read_all_topic_configs(zk: ZkClient) -> dict[str, dict[str, str]]:
 async def read_all_broker_configs(zk: ZkClient) -> dict[int | None, dict[str, str]]:
     """Every broker's dynamic configs (None: the cluster-wide default), by broker id."""
     return await _read_all(zk, BROKERS_CONFIG_PATH, broker_entity_id)
+
+
+async def read_group_configs(zk: ZkClient, group_id: str) -> dict[str, str]:
+    """A group's configs ({} when it has none); ZkDataError when unreadable."""
+    return await _read_entity(zk, group_config_path(group_id)) or {}
+
+
+async def read_all_group_configs(zk: ZkClient) -> dict[str, dict[str, str]]:
+    """Every group's configs, by group id (some may be empty)."""
+    return await _read_all(zk, GROUPS_CONFIG_PATH, desanitize)
 
 
 async def read_quota_entity_configs(zk: ZkClient, entity: QuotaEntity) -> dict[str, str]:
@@ -295,6 +325,7 @@ class ConfigChangeWatcher:
         on_broker: BrokerCallback,
         *,
         on_quota_entity: QuotaEntityCallback | None = None,
+        on_group: GroupCallback | None = None,
         change_expiration_ms: int = CONFIG_CHANGE_EXPIRATION_MS,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -302,6 +333,7 @@ class ConfigChangeWatcher:
         self._on_topic = on_topic
         self._on_broker = on_broker
         self._on_quota_entity = on_quota_entity
+        self._on_group = on_group
         self._expiration_ms = change_expiration_ms
         self._clock = clock
         self._last = -1
@@ -430,6 +462,13 @@ class ConfigChangeWatcher:
                     return
                 configs = await read_quota_entity_configs(self._zk, entity)
                 self._call(self._on_quota_entity, entity, configs)
+            elif change.entity_type == "groups" and self._on_group:
+                try:
+                    group_id = desanitize(change.entity_name)
+                except ValueError as exc:
+                    log.warning("skipping config change %s: %s", path, exc)
+                    return
+                self._call(self._on_group, group_id, await read_group_configs(self._zk, group_id))
             else:
                 log.debug("ignoring config change for %s", change.entity_path)
         except ZkDataError as exc:
@@ -451,6 +490,11 @@ class ConfigChangeWatcher:
             log.info("reporting the configs of %d users and clients", len(entities))
             for entity, configs in entities.items():
                 self._call(self._on_quota_entity, entity, configs)
+        if self._on_group is not None:
+            groups = await read_all_group_configs(self._zk)
+            log.info("reporting the configs of %d groups", len(groups))
+            for group_id, configs in groups.items():
+                self._call(self._on_group, group_id, configs)
         self._last = max(self._last, top)
 
     async def _purge(self, numbered: Sequence[tuple[int, str]]) -> None:

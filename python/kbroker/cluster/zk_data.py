@@ -43,7 +43,7 @@ from kbroker.cluster.errors import ZkDataError
 from kbroker.log.log import TopicPartition
 from kbroker.log.partition_metadata import decode_topic_id, encode_topic_id
 from kbroker.metadata_types import PartitionState
-from kbroker.quota.entity import QuotaEntity
+from kbroker.quota.entity import QuotaEntity, sanitize
 from kbroker.security.acl import (
     CONCRETE_RESOURCE_TYPES,
     AccessControlEntry,
@@ -145,6 +145,18 @@ def broker_config_path(broker_id: int | None) -> str:
     if broker_id is None:
         return config_path("brokers", DEFAULT_ENTITY)
     return config_path("brokers", str(_check_int("broker id", broker_id, 0, INT32_MAX)))
+
+
+# Where a group's own configs (Kafka 4.x's GROUP config resource) are kept: Kafka keeps
+# them in KRaft's metadata; kbroker keeps them as an entity type of /config, named as
+# users and clients are (sanitized: any group id makes one znode name).
+GROUPS_CONFIG_TYPE = "groups"
+
+
+def group_config_path(group_id: str) -> str:
+    """/config/groups/<group id, sanitized>; ZkDataError for an id that cannot name a
+    znode ("." or "..", or too long)."""
+    return config_path(GROUPS_CONFIG_TYPE, sanitize(group_id))
 
 
 def quota_entity_config_path(entity: QuotaEntity) -> str:

@@ -153,19 +153,11 @@ class ConsumerGroups:
         names = self.config["group.consumer.assignors"]
         return [_CLASS_NAMES.get(n, n) for n in names if _CLASS_NAMES.get(n, n) in ASSIGNORS]
 
-    def _group_setting(self, group_id: str, name: str) -> int:
-        configs = getattr(self.broker, "group_configs", None)
-        if configs is not None:
-            getter = getattr(configs, name.replace(".", "_"), None)
-            if getter is not None:
-                return int(getter(group_id))
-        return as_int(self.config[f"group.{name}"])
-
     def session_timeout_ms(self, group_id: str) -> int:
-        return self._group_setting(group_id, "consumer.session.timeout.ms")
+        return self.broker.group_configs.consumer_session_timeout_ms(group_id)
 
     def heartbeat_interval_ms(self, group_id: str) -> int:
-        return self._group_setting(group_id, "consumer.heartbeat.interval.ms")
+        return self.broker.group_configs.consumer_heartbeat_interval_ms(group_id)
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------
 

@@ -2,7 +2,9 @@
 
 The coordinator reads settings and topics, appends to and reads
 ``__consumer_offsets`` through the replica manager, reports storage failures,
-and creates its topic on first use; naming those here (instead of the
+creates its topic on first use, and reads each group's own configs
+(`group_configs`: ``consumer_session_timeout_ms(group_id)``,
+``consumer_heartbeat_interval_ms(group_id)``); naming those here (instead of the
 `Broker` class) keeps the coordinator below the broker.
 """
 
@@ -12,6 +14,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from kbroker.config import BrokerConfig
+from kbroker.coordinator.group_configs import GroupConfigs
 from kbroker.log import LogManager
 from kbroker.metadata_cache import MetadataCache
 from kbroker.metadata_types import TopicMetadata
@@ -23,6 +26,7 @@ class CoordinatorHost(Protocol):
     metadata_cache: MetadataCache
     replica_manager: ReplicaManager
     logs: LogManager
+    group_configs: GroupConfigs
 
     @property
     def in_cluster(self) -> bool: ...

@@ -15,13 +15,23 @@ resource types:
   broker takes them).
 - BROKER_LOGGER (8): the levels of the broker's Python loggers, changeable
   (not persisted) with IncrementalAlterConfigs.
+- GROUP (32): a group's own configs (Kafka 4.x; names, defaults and checks in
+  `kbroker.coordinator.group_configs`): every one with its effective value, the
+  group's override (DYNAMIC_GROUP_CONFIG) or the default the broker's settings
+  give (DEFAULT_CONFIG); alterations replace or edit the group's overrides,
+  which are stored with the metadata (in a cluster: in ZooKeeper, under
+  /config/groups/<group id>, whence every broker takes them). The group need
+  not exist. As Kafka 4.1.1: an unknown name is refused when set, and may be
+  deleted; APPEND and SUBTRACT are refused (no group config is a list); the
+older AlterConfigs sets the configs it names and keeps the group's others.
 
 Names, types, defaults and documentation all come from ``kbroker.config``; no
 list of names lives here. `topic_config_entries` is shared with CreateTopics.
 
 With an authorizer, as Kafka: describing needs DescribeConfigs, altering
-AlterConfigs, on the topic (TOPIC_AUTHORIZATION_FAILED) or, for a broker
-or its loggers, on the cluster (CLUSTER_AUTHORIZATION_FAILED).
+AlterConfigs, on the topic (TOPIC_AUTHORIZATION_FAILED), on the group
+(GROUP_AUTHORIZATION_FAILED) or, for a broker or its loggers, on the cluster
+(CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -48,7 +58,15 @@ from kbroker.config import (
     is_tls_setting,
     topic_setting,
 )
+from kbroker.coordinator.group_configs import (
+    GROUP_CONFIG_KEYS,
+    GroupConfigError,
+    check_group_configs,
+    group_config_default,
+    group_config_key,
+)
 from kbroker.errors import ResourceError, TopicError
+from kbroker.handlers.authorization import GROUP as ACL_GROUP
 from kbroker.handlers.authorization import TOPIC as ACL_TOPIC
 from kbroker.handlers.authorization import Op, authorize, authorize_cluster
 from kbroker.log.log import illegal_topic_name
@@ -70,6 +88,7 @@ class ResourceType(IntEnum):
     TOPIC = 2
     BROKER = 4
     BROKER_LOGGER = 8
+    GROUP = 32
 
 
 class ConfigSource(IntEnum):
@@ -80,6 +99,8 @@ class ConfigSource(IntEnum):
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    DYNAMIC_GROUP_CONFIG = 8
 
 
 class AlterOp(IntEnum):
@@ -200,6 +221,29 @@ def topic_config_entries(config: BrokerConfig, overrides: Mapping[str, Value]) -
     return out
 
 
+def group_config_entries(config: BrokerConfig, overrides: Mapping[str, str]) -> list[ConfigEntry]:
+    """Every group config of a group with these overrides (as stored), by name. As Kafka,
+    each has one synonym, under its own name: the override, or the default."""
+    out: list[ConfigEntry] = []
+    for key in sorted(GROUP_CONFIG_KEYS, key=lambda k: k.name):
+        if key.name in overrides:
+            value, source = overrides[key.name], ConfigSource.DYNAMIC_GROUP_CONFIG
+        else:
+            value, source = str(group_config_default(config, key)), ConfigSource.DEFAULT_CONFIG
+        out.append(
+            ConfigEntry(
+                name=key.name,
+                value=value,
+                source=source,
+                read_only=False,
+                type=key.type,
+                doc=key.doc,
+                synonyms=[(key.name, value, source)],
+            )
+        )
+    return out
+
+
 _LEVEL_NAMES = {"WARNING": "WARN", "CRITICAL": "FATAL", "NOTSET": "INFO"}
 _LEVELS = {
     "TRACE": logging.DEBUG,
@@ -272,6 +316,11 @@ def _check_broker_name(broker: Broker, name: str, allow_default: bool = True) ->
     return False
 
 
+def _check_group(name: str) -> None:
+    if not name:
+        raise ResourceError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+
+
 def _describe_resource(broker: Broker, rtype: int, name: str) -> list[ConfigEntry]:
     if rtype == ResourceType.TOPIC:
         _check_topic(broker, name)
@@ -296,6 +345,9 @@ def _describe_resource(broker: Broker, rtype: int, name: str) -> list[ConfigEntr
     if rtype == ResourceType.BROKER_LOGGER:
         _check_broker_name(broker, name, allow_default=False)
         return logger_entries()
+    if rtype == ResourceType.GROUP:
+        _check_group(name)
+        return group_config_entries(broker.config, broker.group_configs.overrides(name))
     raise ResourceError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {rtype}")
 
 
@@ -320,6 +372,9 @@ def _refusal(
     if resource_type == ResourceType.TOPIC:
         allowed = authorize(broker, ctx, op, ACL_TOPIC, name)
         return None if allowed else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if resource_type == ResourceType.GROUP:
+        allowed = authorize(broker, ctx, op, ACL_GROUP, name)
+        return None if allowed else ErrorCode.GROUP_AUTHORIZATION_FAILED
     if resource_type in (ResourceType.BROKER, ResourceType.BROKER_LOGGER):
         allowed = authorize_cluster(broker, ctx, op)
         return None if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
@@ -329,6 +384,7 @@ def _refusal(
 # Kafka's texts for the two refusals of DescribeConfigs.
 _REFUSAL_MESSAGES = {
     ErrorCode.TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
     ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "Cluster authorization failed.",
 }
 
@@ -469,10 +525,15 @@ def _alter_resource(broker: Broker, res: Any, validate_only: bool) -> None:
     elif res.resource_type == ResourceType.BROKER:
         default = _check_broker_name(broker, res.resource_name)
         _set_broker(broker, configs, validate_only, default)
+    elif res.resource_type == ResourceType.GROUP:
+        # As Kafka 4.1.1: the group's overrides not named are kept.
+        _check_group(res.resource_name)
+        current = broker.group_configs.overrides(res.resource_name)
+        _set_group(broker, res.resource_name, {**current, **configs}, validate_only)
     else:
         raise ResourceError(
             ErrorCode.INVALID_REQUEST,
-            "AlterConfigs is only supported for topics and brokers, "
+            "AlterConfigs is only supported for topics, brokers and groups, "
             f"not resource type {res.resource_type}",
         )
 
@@ -526,6 +587,52 @@ def _topic_setting_checked(name: str) -> Setting:
     if name not in TOPIC:
         raise ResourceError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
     return topic_setting(name)
+
+
+def _set_group(broker: Broker, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
+    """Replaces the group's overrides with ``configs``, checked as a whole."""
+    _check_group(name)
+    try:
+        checked = check_group_configs(broker.config, configs)
+    except GroupConfigError as exc:
+        raise ResourceError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    if validate_only:
+        return
+    try:
+        broker.set_group_configs(name, checked)
+    except ValueError as exc:
+        raise ResourceError(ErrorCode.INVALID_REQUEST, str(exc)) from None
+
+
+def _edit_group(current: Mapping[str, str], ops: Sequence[Any]) -> dict[str, str]:
+    """Applies IncrementalAlterConfigs operations to a group's overrides, as Kafka 4.1.1
+    answers them (INVALID_CONFIG)."""
+    out = dict(current)
+    for op in ops:
+        name, value = op.name, op.value
+        try:
+            kind = AlterOp(op.config_operation)
+        except ValueError:
+            raise ResourceError(
+                ErrorCode.INVALID_REQUEST,
+                f"Unknown alter configs operation {op.config_operation} for {name}",
+            ) from None
+        if kind is AlterOp.DELETE:
+            out.pop(name, None)
+            continue
+        try:
+            group_config_key(name)
+        except GroupConfigError as exc:
+            raise ResourceError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        if kind is not AlterOp.SET:
+            raise ResourceError(
+                ErrorCode.INVALID_CONFIG,
+                f"Can't {kind.name} to key {name} because its type is not LIST.",
+            )
+        if value is None:
+            raise ResourceError(ErrorCode.INVALID_REQUEST, f"Null value not supported for: {name}")
+        out[name] = value
+    return out
 
 
 def _set_logger_levels(ops: Sequence[Any], validate_only: bool) -> None:
@@ -584,6 +691,10 @@ def _incremental_alter_resource(broker: Broker, res: Any, validate_only: bool) -
     elif rtype == ResourceType.BROKER_LOGGER:
         _check_broker_name(broker, name, allow_default=False)
         _set_logger_levels(res.configs, validate_only)
+    elif rtype == ResourceType.GROUP:
+        _check_group(name)
+        configs = _edit_group(broker.group_configs.overrides(name), res.configs)
+        _set_group(broker, name, configs, validate_only)
     else:
         raise ResourceError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {rtype}")
 

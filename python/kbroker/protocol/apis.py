@@ -78,6 +78,7 @@ class ApiKey(IntEnum):
     ALLOCATE_PRODUCER_IDS = 67
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    LIST_CONFIG_RESOURCES = 74
 
 
 @dataclass(frozen=True)
@@ -339,6 +340,15 @@ APIS: tuple[ApiSpec, ...] = (
         0,
         group.ConsumerGroupDescribeRequest,
         group.ConsumerGroupDescribeResponse,
+    ),
+    # Kafka 4.1's kafka-configs asks it before describing a group's configs. Version 0 is
+    # ListClientMetricsResources, which a Kafka 3.9 ZooKeeper-mode broker does not have.
+    _api(
+        K.LIST_CONFIG_RESOURCES,
+        "1",
+        0,
+        admin.ListConfigResourcesRequest,
+        admin.ListConfigResourcesResponse,
     ),
 )
 

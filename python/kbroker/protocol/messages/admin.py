@@ -2,8 +2,8 @@
 
 CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs,
 AlterConfigs, IncrementalAlterConfigs, DescribeCluster, DescribeLogDirs,
-ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments and
-DescribeProducers.
+ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments,
+DescribeProducers and ListConfigResources.
 """
 
 from __future__ import annotations
@@ -717,6 +717,30 @@ AlterReplicaLogDirsResponse = message(
                         message("Partition", F("partition_index", INT32), F("error_code", INT16))
                     ),
                 ),
+            )
+        ),
+    ),
+)
+
+# ListConfigResources (74; ListClientMetricsResources at version 0) ----------------
+
+ListConfigResourcesRequest = message(
+    "ListConfigResourcesRequest",
+    # The types to list (none: all). Version 0 (ListClientMetricsResources) had no field.
+    F("resource_types", Array(INT8), "1+"),
+)
+
+ListConfigResourcesResponse = message(
+    "ListConfigResourcesResponse",
+    F("throttle_time_ms", INT32),
+    F("error_code", INT16),
+    F(
+        "config_resources",
+        Array(
+            message(
+                "ConfigResource",
+                F("resource_name", STRING),
+                F("resource_type", INT8, "1+", default=16),
             )
         ),
     ),
