@@ -16,7 +16,14 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from kbroker.protocol import ApiKey
 from kbroker.protocol.messages.core import MetadataRequest
@@ -274,3 +281,19 @@ def test_a_group_of_the_other_protocol_is_not_a_consumer_group(
             assert d.error_code == GROUP_ID_NOT_FOUND
     finally:
         classic.close()
+
+
+def test_a_groups_heartbeat_interval_config_is_what_members_are_told(
+    node: str, topic: tuple[str, uuid.UUID]
+) -> None:
+    group, member = f"g-{uuid.uuid4().hex[:8]}", str(uuid.uuid4())
+    admin = AdminClient({"bootstrap.servers": node})
+    entry = ConfigEntry(
+        "consumer.heartbeat.interval.ms", "7000", incremental_operation=AlterConfigOpType.SET
+    )
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    with _coordinator(node, group) as w:
+        r = _join(w, group, member, topic[0])
+        assert (r.error_code, r.heartbeat_interval_ms) == (NONE, 7000)
+        _heartbeat(w, group, member, -1)
