@@ -47,6 +47,9 @@ class MetadataCache:
         self._topics: dict[str, TopicMetadata] = {}
         self._by_id: dict[uuid.UUID, TopicMetadata] = {}
         self._brokers: dict[int, BrokerInfo] = {}
+        # Grows whenever a topic is added, replaced or removed (not on partition changes):
+        # readers cache what they derive from the topic names under it.
+        self.topics_version = 0
 
     # -- reads (handlers) ----------------------------------------------------------
 
@@ -87,11 +90,13 @@ class MetadataCache:
             self._by_id.pop(old.topic_id, None)
         self._topics[topic.name] = topic
         self._by_id[topic.topic_id] = topic
+        self.topics_version += 1
 
     def remove_topic(self, name: str) -> TopicMetadata | None:
         topic = self._topics.pop(name, None)
         if topic is not None:
             self._by_id.pop(topic.topic_id, None)
+            self.topics_version += 1
         return topic
 
     def put_broker(self, broker: BrokerInfo) -> None:

@@ -10,9 +10,11 @@ from kbroker.coordinator.consumer_group import (
     ConsumerGroup,
     ConsumerMember,
     MemberState,
+    RegexMatches,
     TopicInfo,
     assign,
     freeze,
+    member_topics,
     reconcile,
 )
 from kbroker.coordinator.consumer_records import ConsumerGroupReplay, changes
@@ -149,3 +151,23 @@ def test_only_what_changed_is_written_and_departures_are_tombstoned() -> None:
     assert written == [3, 6, 8]
     assert _replay(changes(None, before) + delta)["g"] == after
     assert _replay(changes(None, before) + changes(before, None)) == {}
+
+
+def test_regex_matches_are_kept_until_the_topic_names_change() -> None:
+    version = [1]
+    matches = RegexMatches(lambda: version[0])
+    topics: dict[str, object] = {"orders-eu": 1, "orders-us": 1, "__consumer_offsets": 1}
+    m = ConsumerMember("m", subscribed_topic_names=("gone",), subscribed_topic_regex="orders-.*")
+    assert member_topics(m, topics, matches) == {"orders-eu", "orders-us"}
+    topics["orders-asia"] = 1
+    # Same version: the names did not change as far as it knows.
+    assert member_topics(m, topics, matches) == {"orders-eu", "orders-us"}
+    version[0] = 2
+    assert member_topics(m, topics, matches) == {"orders-eu", "orders-us", "orders-asia"}
+    # A name is whole-matched, and internal topics never match.
+    assert member_topics(ConsumerMember("x", subscribed_topic_regex="orders"), topics) == set()
+    assert member_topics(ConsumerMember("y", subscribed_topic_regex=".*"), topics) == {
+        "orders-eu",
+        "orders-us",
+        "orders-asia",
+    }

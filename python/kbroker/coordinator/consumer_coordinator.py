@@ -43,6 +43,7 @@ from kbroker.coordinator.consumer_group import (
     ConsumerGroup,
     ConsumerMember,
     MemberState,
+    RegexMatches,
     TopicInfo,
     assign,
     compile_regex,
@@ -136,6 +137,7 @@ class ConsumerGroups:
         self._locks: dict[str, asyncio.Lock] = {}
         self._sessions: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._revocations: dict[tuple[str, str], tuple[int, asyncio.TimerHandle]] = {}
+        self._regexes = RegexMatches(lambda: broker.metadata_cache.topics_version)
         # Classic members told to rejoin, or to sync, by when (else they are removed).
         self._deadlines: dict[tuple[str, str], asyncio.TimerHandle] = {}
 
@@ -394,14 +396,11 @@ class ConsumerGroups:
             )
 
     def _subscription(self, work: ConsumerGroup) -> dict[str, TopicInfo]:
-        topics = {
-            name: t
-            for name, t in self.broker.metadata_cache.topics().items()
-            if not getattr(t, "pending_delete", False)
-        }
+        """The existing topics the group's members subscribe to, as they are now."""
+        topics = self.broker.metadata_cache.topics()
         return {
             name: TopicInfo(topics[name].topic_id, name, len(topics[name].partitions))
-            for name in sorted(work.subscribed_names(topics))
+            for name in sorted(work.subscribed_names(topics, self._regexes))
         }
 
     def _update_target(self, work: ConsumerGroup, subscriptions_changed: bool) -> None:
@@ -416,9 +415,9 @@ class ConsumerGroups:
             log.info("consumer group %s: epoch %d", work.group_id, work.epoch)
         if work.epoch <= work.assignment_epoch:
             return
-        existing = list(work.subscription)
+        topics = self.broker.metadata_cache.topics()
         wanted = {
-            m.member_id: member_topics(m, existing) & set(work.subscription)
+            m.member_id: member_topics(m, topics, self._regexes) & work.subscription.keys()
             for m in work.members.values()
         }
         default = (self.assignors() or ["uniform"])[0]

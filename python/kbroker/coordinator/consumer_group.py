@@ -214,12 +214,13 @@ class ConsumerGroup:
                         held[(topic_id, p)] = m.member_epoch
         return held
 
-    def subscribed_names(self, topics: Iterable[str]) -> set[str]:
-        """Which of ``topics`` (existing names) some member subscribes to."""
-        known = list(topics)
+    def subscribed_names(
+        self, topics: Mapping[str, object], matches: RegexMatches | None = None
+    ) -> set[str]:
+        """Which of ``topics`` (existing ones, by name) some member subscribes to."""
         out: set[str] = set()
         for m in self.members.values():
-            out.update(member_topics(m, known))
+            out.update(member_topics(m, topics, matches))
         return out
 
     def preferred_assignor(self, default: str) -> str:
@@ -245,17 +246,41 @@ def compile_regex(pattern: str) -> re.Pattern[str]:
     return compiled
 
 
-def member_topics(m: ConsumerMember, existing: Iterable[str]) -> set[str]:
-    """The existing topics ``m`` subscribes to, by name or by its regex (whole names)."""
-    names = set(existing)
-    out = {t for t in m.subscribed_topic_names if t in names}
+def member_topics(
+    m: ConsumerMember, existing: Mapping[str, object], matches: RegexMatches | None = None
+) -> set[str]:
+    """The ``existing`` topics ``m`` subscribes to, by name or by its regex (whole names;
+    internal topics never match)."""
+    out = {t for t in m.subscribed_topic_names if t in existing}
     if m.subscribed_topic_regex:
-        try:
-            rx = compile_regex(m.subscribed_topic_regex)
-        except re.error:
-            return out
-        out.update(t for t in names if not t.startswith("__") and rx.fullmatch(t))
+        out.update((matches or RegexMatches()).get(m.subscribed_topic_regex, existing))
     return out
+
+
+class RegexMatches:
+    """The topics each subscription regex matches, kept while the topic names stay the same:
+    ``version()`` grows whenever they change (without it nothing is kept)."""
+
+    def __init__(self, version: Callable[[], int] | None = None) -> None:
+        self._version_of = version
+        self._version: int | None = None
+        self._matched: dict[str, frozenset[str]] = {}
+
+    def get(self, pattern: str, existing: Mapping[str, object]) -> frozenset[str]:
+        version = self._version_of() if self._version_of is not None else None
+        if version is None or version != self._version:
+            self._matched.clear()
+            self._version = version
+        found = self._matched.get(pattern)
+        if found is None:
+            try:
+                rx = compile_regex(pattern)
+            except re.error:
+                return frozenset()
+            found = frozenset(t for t in existing if not t.startswith("__") and rx.fullmatch(t))
+            if version is not None:
+                self._matched[pattern] = found
+        return found
 
 
 # -- reconciliation -------------------------------------------------------------------------
