@@ -20,10 +20,9 @@ from kbroker.coordinator.coordinator import (
     GroupCoordinator,
     GroupDescription,
     GroupListing,
-    JoinRequest,
     MemberDescription,
 )
-from kbroker.coordinator.group import GroupState, JoinResult, SyncResult
+from kbroker.coordinator.group import GroupState, JoinRequest, JoinResult, SyncResult
 from kbroker.coordinator.offsets import FetchedOffset
 
 __all__ = [

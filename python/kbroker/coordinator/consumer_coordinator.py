@@ -32,6 +32,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from kbroker.config import as_int
 from kbroker.coordinator import consumer_protocol
 from kbroker.coordinator.cache import GroupCache
+from kbroker.coordinator.consumer_conversion import (
+    ConversionError,
+    assignment_bytes,
+    from_classic,
+    to_classic,
+)
 from kbroker.coordinator.consumer_group import (
     ASSIGNORS,
     EMPTY_ASSIGNMENT,
@@ -47,19 +53,17 @@ from kbroker.coordinator.consumer_group import (
     TopicInfo,
     assign,
     compile_regex,
-    freeze,
     is_subset,
     member_topics,
     reconcile,
 )
 from kbroker.coordinator.consumer_records import changes
-from kbroker.coordinator.group import Group, GroupState, JoinResult, SyncResult
-from kbroker.coordinator.records import GroupRecord, MemberRecord, group_key, group_value
+from kbroker.coordinator.group import Group, GroupState, JoinRequest, JoinResult, SyncResult
+from kbroker.coordinator.records import group_key, group_value
 from kbroker.coordinator.store import GROUP_ERRORS, api_error
 from kbroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kbroker.coordinator.coordinator import JoinRequest
     from kbroker.coordinator.host import CoordinatorHost
 
 T = TypeVar("T")
@@ -804,15 +808,15 @@ class ConsumerGroups:
         )
 
     def _assignment_bytes(self, member: ConsumerMember) -> bytes:
-        assert member.classic is not None
-        decoded = consumer_protocol.decode_subscription(member.classic.protocols[0][1])
-        version = decoded[0] if decoded is not None else 0
-        by_name: dict[str, list[int]] = {}
-        for topic_id, partitions in member.assigned.items():
-            topic = self.broker.metadata_cache.topic_by_id(topic_id)
-            if topic is not None:
-                by_name[topic.name] = sorted(partitions)
-        return consumer_protocol.encode_assignment(by_name, version)
+        return assignment_bytes(member, member.assigned, self._topic_name)
+
+    def _topic_name(self, topic_id: uuid.UUID) -> str | None:
+        topic = self.broker.metadata_cache.topic_by_id(topic_id)
+        return None if topic is None else topic.name
+
+    def _topic_id(self, name: str) -> uuid.UUID | None:
+        topic = self.broker.metadata_cache.topic(name)
+        return None if topic is None else topic.topic_id
 
     def classic_heartbeat(
         self, group: Group, member_id: str, instance: str | None, generation_id: int
@@ -895,55 +899,16 @@ class ConsumerGroups:
                 f"Cannot upgrade classic group {gid} to consumer group because online "
                 "upgrade is disabled.",
             )
-        if group.protocol_type != consumer_protocol.PROTOCOL_TYPE:
-            raise _Refused(
-                E.GROUP_ID_NOT_FOUND,
-                f"Cannot upgrade classic group {gid} to consumer group because the group "
-                "does not use the consumer embedded protocol.",
-            )
         if len(group.members) > as_int(self.config["group.consumer.max.size"]):
             raise _Refused(
                 E.GROUP_ID_NOT_FOUND,
                 f"Cannot upgrade classic group {gid} to consumer group because the group "
                 "size exceeds the consumer group maximum size.",
             )
-        epoch = group.generation_id
-        work = ConsumerGroup(gid, epoch=epoch, assignment_epoch=epoch)
-        for m in group.members.values():
-            metadata = m.metadata(group.protocol_name) if group.protocol_name else b""
-            decoded = consumer_protocol.decode_subscription(metadata) if metadata else None
-            if decoded is None:
-                decoded = (
-                    consumer_protocol.decode_subscription(m.protocols[0][1])
-                    if m.protocols
-                    else None
-                )
-            if decoded is None:
-                raise _Refused(
-                    E.GROUP_ID_NOT_FOUND,
-                    f"Cannot upgrade classic group {gid} to consumer group because the "
-                    "embedded consumer protocol is malformed.",
-                )
-            assigned = consumer_protocol.assigned_partitions(m.assignment) or {}
-            owned = {
-                topic.topic_id: set(ps)
-                for name, ps in assigned.items()
-                if (topic := self.broker.metadata_cache.topic(name)) is not None
-            }
-            member = ConsumerMember(
-                m.member_id,
-                instance_id=m.group_instance_id,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                subscribed_topic_names=tuple(decoded[1].topics),
-                rebalance_timeout_ms=m.rebalance_timeout_ms,
-                classic=ClassicMembership(m.session_timeout_ms, tuple(m.protocols)),
-                member_epoch=epoch,
-                previous_member_epoch=epoch,
-                assigned=freeze(owned),
-            )
-            work.members[m.member_id] = member
-            work.targets[m.member_id] = member.assigned
+        try:
+            work = from_classic(group, self._topic_id)
+        except ConversionError as exc:
+            raise _Refused(E.GROUP_ID_NOT_FOUND, str(exc)) from None
         work.subscription = self._subscription(work)
         return work
 
@@ -965,36 +930,7 @@ class ConsumerGroups:
         into a classic group that rebalances at once."""
         stored = group.consumer
         assert stored is not None
-        members = list(work.members.values())
-        common = set.intersection(
-            *({name for name, _ in m.classic.protocols} for m in members if m.classic is not None)
-        )
-        first = members[0]
-        assert first.classic is not None
-        protocol = next((n for n, _ in first.classic.protocols if n in common), None)
-        record = GroupRecord(
-            protocol_type=consumer_protocol.PROTOCOL_TYPE,
-            generation=work.epoch,
-            protocol=protocol,
-            leader=first.member_id,
-            state_timestamp=self._clock(),
-            members=[
-                MemberRecord(
-                    m.member_id,
-                    m.instance_id,
-                    m.client_id,
-                    m.client_host,
-                    m.rebalance_timeout_ms,
-                    m.classic.session_timeout_ms,
-                    dict(m.classic.protocols).get(protocol or "", b""),
-                    self._assignment_bytes(replace(m, assigned=work.targets.get(m.member_id, {})))
-                    if m.classic
-                    else b"",
-                )
-                for m in members
-                if m.classic is not None
-            ],
-        )
+        record = to_classic(work, self._topic_name, self._clock())
         records = [*changes(stored, None), (group_key(group.group_id), group_value(record))]
         error = await self._cache.append(group, records)
         if error != E.NONE:

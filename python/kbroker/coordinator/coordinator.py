@@ -51,7 +51,14 @@ from kbroker.coordinator.delayed import (
     PendingMemberTimer,
     member_key,
 )
-from kbroker.coordinator.group import Group, GroupState, JoinResult, Member, SyncResult
+from kbroker.coordinator.group import (
+    Group,
+    GroupState,
+    JoinRequest,
+    JoinResult,
+    Member,
+    SyncResult,
+)
 from kbroker.coordinator.offsets import OffsetManager
 from kbroker.coordinator.records import OFFSETS_TOPIC, group_key, group_value
 from kbroker.coordinator.store import GROUP_ERRORS, OffsetsStore, answered, api_error
@@ -80,22 +87,6 @@ _PROTOCOL_OVERHEAD = 6
 
 # How long `stop` waits for writes under way.
 STOP_WRITES_TIMEOUT_S = 10.0
-
-
-@dataclass(slots=True)
-class JoinRequest:
-    """A JoinGroup request, as the coordinator needs it."""
-
-    group_id: str
-    member_id: str
-    group_instance_id: str | None
-    require_known_member_id: bool
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
 
 
 @dataclass(slots=True)

@@ -60,6 +60,22 @@ class IllegalStateTransition(RuntimeError):
 
 
 @dataclass(slots=True)
+class JoinRequest:
+    """A JoinGroup request, as the coordinator needs it."""
+
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    require_known_member_id: bool
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+
+
+@dataclass(slots=True)
 class JoinResult:
     """What a JoinGroup waiter is answered with."""
 
