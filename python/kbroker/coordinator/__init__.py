@@ -13,6 +13,11 @@
 - `store`: reading and appending ``__consumer_offsets``.
 - `replay`: rebuilding a partition's groups from its batches at load time.
 - `consumer_protocol`: the subscription/assignment bytes of consumers.
+- `consumer_group`, `consumer_records`, `consumer_coordinator`, `consumer_conversion`:
+  groups of the consumer group protocol (KIP-848): their state and rules, their records,
+  ConsumerGroupHeartbeat and classic members among them, and conversions between the
+  two protocols.
+- `group_configs`: the GROUP config resources (a group's session timeout, ...).
 - `zk_import`: copying offsets old consumers kept in ZooKeeper.
 """
 
