@@ -1,33 +1,57 @@
 """What the compatibility tests run against: a single node of Apache Kafka 3.9.1 (ZooKeeper
-mode, broker id 0) or of kbroker (broker id 0, no ZooKeeper), and Kafka's own tools."""
+mode, broker id 0), of Apache Kafka 4.1.1 (KRaft, the reference for KIP-848 consumer groups)
+or of kbroker (broker id 0, no ZooKeeper), and Kafka's own tools of either version."""
 
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from tests.cluster.kafka_zk import kafka_zk_broker, require_kafka
+import pytest
+from bench.systems import KAFKA_VERSION, kafka_lib, kafka_node
+
+from tests.cluster.kafka_zk import KAFKA_ZK_VERSION, kafka_zk_broker, require_kafka
 from tests.helpers import BrokerProcess
 from tests.zookeeper import ZooKeeperServer
 
 SYSTEMS = ["kafka", "kbroker"]
+# KIP-848 (the consumer group protocol) has no Kafka 3.9.1 reference: Kafka 4.1.1 is it.
+KAFKA4_VERSION = KAFKA_VERSION
+KAFKA4_SYSTEMS = ["kafka4", "kbroker"]
 BROKER_ID = 0
+
+
+def require_kafka4() -> Path:
+    """Kafka 4.1.1's jar folder, or skip the test."""
+    lib = kafka_lib(KAFKA4_VERSION)
+    if shutil.which("java") is None or not any(lib.glob(f"kafka_2.13-{KAFKA4_VERSION}.jar")):
+        pytest.skip(f"needs java and Kafka {KAFKA4_VERSION} (bash bench/kafka/fetch.sh)")
+    return lib
 
 
 @contextlib.contextmanager
 def single_node(
     system: str,
-    zookeeper: ZooKeeperServer,
+    zookeeper: ZooKeeperServer | None,
     root: Path,
     settings: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
-    """A fresh single node of ``system`` ("kafka" or "kbroker") with ``settings``: its
-    bootstrap address."""
+    """A fresh single node of ``system`` ("kafka", "kafka4" or "kbroker") with ``settings``:
+    its bootstrap address. Only "kafka" (ZooKeeper mode) needs ``zookeeper``."""
     settings = dict(settings or {})
+    if system == "kafka4":
+        require_kafka4()
+        kraft = {"group.initial.rebalance.delay.ms": "0", **settings}
+        with kafka_node(root, kraft, None, log_path=root / "kafka4.log") as node:
+            yield node.bootstrap
+        return
     if system == "kafka":
+        if zookeeper is None:
+            raise ValueError("Kafka 3.9.1 runs in ZooKeeper mode: it needs a ZooKeeper")
         chroot = f"/compat-{uuid.uuid4().hex[:8]}"
         with kafka_zk_broker(
             zookeeper.connect, chroot, root, broker_id=BROKER_ID, settings=settings
@@ -43,10 +67,16 @@ def single_node(
         broker.kill()
 
 
-def run_kafka_tool(main: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    """Kafka 3.9.1's tool class ``main`` (kafka-topics is org.apache.kafka.tools.TopicCommand,
-    ...) run to its end."""
-    java, lib = require_kafka()
+def run_kafka_tool(
+    main: str, *args: str, stdin: str = "", version: str = KAFKA_ZK_VERSION
+) -> subprocess.CompletedProcess[str]:
+    """Kafka's tool class ``main`` (kafka-topics is org.apache.kafka.tools.TopicCommand, ...)
+    from the jars of ``version`` (3.9.1 unless told), run to its end."""
+    if version == KAFKA_ZK_VERSION:
+        java, lib = require_kafka()
+    else:
+        lib = require_kafka4() if version == KAFKA4_VERSION else kafka_lib(version)
+        java = shutil.which("java") or "java"
     return subprocess.run(
         [
             java,
