@@ -11,9 +11,9 @@ import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-import pytest
 from bench.systems import KAFKA_VERSION, kafka_lib, kafka_node
 
+from tests.cluster.kafka_kraft import require_kafka4
 from tests.cluster.kafka_zk import KAFKA_ZK_VERSION, kafka_zk_broker, require_kafka
 from tests.helpers import BrokerProcess
 from tests.zookeeper import ZooKeeperServer
@@ -23,14 +23,6 @@ SYSTEMS = ["kafka", "kbroker"]
 KAFKA4_VERSION = KAFKA_VERSION
 KAFKA4_SYSTEMS = ["kafka4", "kbroker"]
 BROKER_ID = 0
-
-
-def require_kafka4() -> Path:
-    """Kafka 4.1.1's jar folder, or skip the test."""
-    lib = kafka_lib(KAFKA4_VERSION)
-    if shutil.which("java") is None or not any(lib.glob(f"kafka_2.13-{KAFKA4_VERSION}.jar")):
-        pytest.skip(f"needs java and Kafka {KAFKA4_VERSION} (bash bench/kafka/fetch.sh)")
-    return lib
 
 
 @contextlib.contextmanager

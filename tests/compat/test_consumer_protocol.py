@@ -30,6 +30,9 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, 
 from confluent_kafka.admin import AdminClient, ConfigResource
 from kafka import KafkaConsumer
 
+from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages.group import OffsetCommitRequest, OffsetFetchRequest
+from kbroker.tools.client import BrokerClient
 from tests.compat.systems import (
     KAFKA4_SYSTEMS,
     KAFKA4_VERSION,
@@ -461,6 +464,92 @@ def test_consumer_groups_tool(member: MemberFactory, bootstrap: str) -> None:
     for m in members:
         m.close()
         assert m.errors == []
+
+
+# -- offset commits and fetches checked against the member epoch ----------------------
+
+
+def commit_offset(
+    bootstrap: str, version: int, group: str, member_id: str, epoch: int, topic: str, offset: int
+) -> int:
+    """OffsetCommit of partition 0 at ``offset`` as member ``member_id`` at ``epoch``: the
+    partition's error code."""
+    topics = [
+        OffsetCommitRequest.Topic(
+            name=topic,
+            partitions=[
+                OffsetCommitRequest.Topic.Partition(
+                    partition_index=0, committed_offset=offset, committed_metadata=""
+                )
+            ],
+        )
+    ]
+    body = OffsetCommitRequest(
+        group_id=group, generation_id_or_member_epoch=epoch, member_id=member_id, topics=topics
+    )
+    with BrokerClient(bootstrap) as client:
+        answer = client.request(ApiKey.OFFSET_COMMIT, version, body)
+    return int(answer.topics[0].partitions[0].error_code)
+
+
+def fetch_offset(
+    bootstrap: str, group: str, member_id: str | None, epoch: int, topic: str
+) -> tuple[int, list[tuple[int, int, int]]]:
+    """OffsetFetch v9 of partition 0 as member ``member_id`` at ``epoch``: (the group's
+    error code, [(partition, offset, error code)])."""
+    asked = OffsetFetchRequest.Group(
+        group_id=group,
+        member_id=member_id,
+        member_epoch=epoch,
+        topics=[OffsetFetchRequest.Topic(name=topic, partition_indexes=[0])],
+    )
+    with BrokerClient(bootstrap) as client:
+        answer = client.request(
+            ApiKey.OFFSET_FETCH, 9, OffsetFetchRequest(groups=[asked], require_stable=True)
+        )
+    found = answer.groups[0]
+    return int(found.error_code), [
+        (p.partition_index, p.committed_offset, p.error_code)
+        for t in found.topics
+        for p in t.partitions
+    ]
+
+
+def test_offsets_checked_against_the_member_epoch(member: MemberFactory, bootstrap: str) -> None:
+    """OffsetCommit v9+ and OffsetFetch v9+ carry the member id and epoch; a consumer group
+    takes them only from a current member at its current epoch (the single member of a new
+    group has epoch 1). The admin form (no member) is for an empty group only, but reads."""
+    e = ErrorCode
+    topic, group = topic_name("epoch"), group_name()
+    create_topic(bootstrap, topic, 2)
+    m = member(bootstrap, group, "epoch")
+    m.consumer.subscribe([topic])
+    poll_until([m], lambda: m.partitions() == [0, 1], "the member's partitions")
+    me = m.consumer.memberid()
+    commits = {
+        epoch: commit_offset(bootstrap, 9, group, me, epoch, topic, 5) for epoch in (0, 2, 1)
+    }
+    # Any other epoch than the member's is stale, older or newer.
+    assert commits == {0: e.STALE_MEMBER_EPOCH, 2: e.STALE_MEMBER_EPOCH, 1: e.NONE}
+    assert commit_offset(bootstrap, 9, group, "not-a-member", 1, topic, 6) == e.UNKNOWN_MEMBER_ID
+    assert commit_offset(bootstrap, 9, group, "", -1, topic, 6) == e.UNKNOWN_MEMBER_ID
+    # A consumer-protocol member commits with OffsetCommit v9 or later only.
+    assert commit_offset(bootstrap, 8, group, me, 1, topic, 6) == e.UNSUPPORTED_VERSION
+
+    assert fetch_offset(bootstrap, group, me, 1, topic) == (e.NONE, [(0, 5, e.NONE)])
+    assert fetch_offset(bootstrap, group, me, 0, topic) == (e.STALE_MEMBER_EPOCH, [])
+    assert fetch_offset(bootstrap, group, me, 2, topic) == (e.STALE_MEMBER_EPOCH, [])
+    assert fetch_offset(bootstrap, group, "not-a-member", 1, topic) == (e.UNKNOWN_MEMBER_ID, [])
+    # No member id (null) is an admin's read; an empty one is a member unknown.
+    assert fetch_offset(bootstrap, group, None, -1, topic) == (e.NONE, [(0, 5, e.NONE)])
+    assert fetch_offset(bootstrap, group, "", -1, topic) == (e.UNKNOWN_MEMBER_ID, [])
+
+    m.close()
+    # The group is empty: the admin form commits, the old member is unknown.
+    assert commit_offset(bootstrap, 9, group, "", -1, topic, 7) == e.NONE
+    assert commit_offset(bootstrap, 9, group, me, 1, topic, 8) == e.UNKNOWN_MEMBER_ID
+    assert fetch_offset(bootstrap, group, None, -1, topic) == (e.NONE, [(0, 7, e.NONE)])
+    assert m.errors == []
 
 
 # -- classic and consumer-protocol members in one group (e) ----------------------------
