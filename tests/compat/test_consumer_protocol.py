@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, ConfigResource
 from kafka import KafkaConsumer
 
@@ -177,8 +183,22 @@ def group_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
 
 
 def describe(bootstrap: str, group: str) -> Any:
+    """The admin client's description of ``group``; asked again while its coordinator is
+    still loading (just after __consumer_offsets was created, say)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    return admin.describe_consumer_groups([group])[group].result(timeout=15)
+    loading = {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            return admin.describe_consumer_groups([group])[group].result(timeout=15)
+        except KafkaException as exc:
+            if exc.args[0].code() not in loading or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
 
 
 def group_view(bootstrap: str, group: str) -> tuple[str, str, str, list[tuple[str, list[int]]]]:
@@ -464,6 +484,29 @@ def test_consumer_groups_tool(member: MemberFactory, bootstrap: str) -> None:
     for m in members:
         m.close()
         assert m.errors == []
+
+
+# -- refusals -----------------------------------------------------------------------
+
+
+def test_unknown_assignor_and_unknown_group(member: MemberFactory, bootstrap: str) -> None:
+    topic = topic_name("refused")
+    create_topic(bootstrap, topic, 1)
+    m = member(bootstrap, group_name(), "bogus", **{"group.remote.assignor": "bogus"})
+    m.consumer.subscribe([topic])
+    poll_until([m], lambda: bool(m.errors), "an error")
+    # UNSUPPORTED_ASSIGNOR (112) in the heartbeat's answer: fatal to librdkafka.
+    assert [(e.code(), e.fatal()) for e in m.errors] == [(KafkaError._FATAL, False)]
+    assert "The assignor or its version range is not supported" in m.errors[0].str()
+    assert m.partitions() == []
+
+    # An unknown group: ConsumerGroupDescribe says GROUP_ID_NOT_FOUND; librdkafka then asks
+    # DescribeGroups (a dead classic group), the Java client reports it not found.
+    missing = group_name()
+    view = describe(bootstrap, missing)
+    assert (view.type.name, view.state.name, view.members) == ("CLASSIC", "DEAD", [])
+    described = run_java("ConsumerProtocol", [require_kafka4()], "describe", bootstrap, missing)
+    assert described == {"error": "GroupIdNotFoundException", "done": "true"}
 
 
 # -- offset commits and fetches checked against the member epoch ----------------------

@@ -6,7 +6,8 @@
 // the Java Admin client shows of the group (describeConsumerGroups, listGroups with a type
 // filter, and with a type and a state filter) as name=value lines.
 // Usage: ConsumerProtocol <bootstrap> <topic> <group> <partitions> <records> <members>
-//        ConsumerProtocol describe <bootstrap> <group>   (only what describeConsumerGroups shows)
+//        ConsumerProtocol describe <bootstrap> <group>   (only what describeConsumerGroups shows,
+//        or error=<the exception's class>)
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -15,6 +16,7 @@ import java.util.List;
 import java.util.Properties;
 import java.util.Set;
 import java.util.TreeSet;
+import java.util.concurrent.ExecutionException;
 import java.util.stream.Collectors;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
@@ -41,6 +43,8 @@ public final class ConsumerProtocol {
             a.put("bootstrap.servers", args[1]);
             try (Admin admin = Admin.create(a)) {
                 printDescription(describe(admin, args[2]));
+            } catch (ExecutionException e) {
+                System.out.println("error=" + e.getCause().getClass().getSimpleName());
             }
             System.out.println("done=true");
             return;
