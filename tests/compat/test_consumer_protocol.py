@@ -31,6 +31,7 @@ from confluent_kafka import (
     ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, ConfigResource
@@ -484,6 +485,80 @@ def test_consumer_groups_tool(member: MemberFactory, bootstrap: str) -> None:
     for m in members:
         m.close()
         assert m.errors == []
+
+
+# -- the group's records in __consumer_offsets ----------------------------------------
+
+
+def test_group_records_in_consumer_offsets(member: MemberFactory, bootstrap: str) -> None:
+    """What a consumer group leaves in __consumer_offsets, read back with Kafka's own serde
+    (tests/java/GroupRecords.java): Kafka's record types and versions, in Kafka's order, from
+    one member's join, commits and leave."""
+    topic, group = topic_name("records"), group_name()
+    create_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, [(f"k{i}", "v", None, i % 2) for i in range(4)])
+    m = member(bootstrap, group, "recorder")
+    m.consumer.subscribe([topic])
+    poll_until([m], lambda: len(m.received) == 4, "4 records")
+    m.consumer.commit(asynchronous=False)
+    m.close()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic_id = str(admin.describe_topics(TopicCollection([topic]))[topic].result(15).topic_id)
+    # Kafka prints a Uuid in URL-safe base64, librdkafka in the standard alphabet.
+    topic_id = topic_id.replace("+", "-").replace("/", "_")
+
+    out = run_java("GroupRecords", [require_kafka4()], bootstrap, group)
+    assert out.get("done") == "true", out
+    assert not any(k.startswith("undecodable.") for k in out), out
+
+    def masked(value: str) -> str:
+        value = value.replace(topic_id, "TOPIC_ID")
+        value = re.sub(r"commitTimestamp=\d+", "commitTimestamp=T", value)
+        return re.sub(r"metadataHash=-?[1-9]\d*", "metadataHash=HASH", value)
+
+    records = [
+        (out[f"record.{n}"], masked(out.get(f"fields.{n}", ""))) for n in range(int(out["records"]))
+    ]
+    assignment = "[TopicPartitions(topicId=TOPIC_ID, partitions=[0, 1])]"
+    offset = (
+        "OffsetCommitValue(offset=2, leaderEpoch=0, metadata='', commitTimestamp=T, "
+        "expireTimestamp=-1, topicId=AAAAAAAAAAAAAAAAAAAAAA)"
+    )
+    assert records == [
+        (
+            "ConsumerGroupMemberMetadataKey ConsumerGroupMemberMetadataValue@0",
+            "ConsumerGroupMemberMetadataValue(instanceId=null, rackId=null, clientId='recorder', "
+            f"clientHost='/127.0.0.1', subscribedTopicNames=[{topic}], subscribedTopicRegex='', "
+            "rebalanceTimeoutMs=300000, serverAssignor=null, classicMemberMetadata=null)",
+        ),
+        (
+            "ConsumerGroupMetadataKey ConsumerGroupMetadataValue@0",
+            "ConsumerGroupMetadataValue(epoch=1, metadataHash=HASH)",
+        ),
+        (
+            "ConsumerGroupTargetAssignmentMemberKey ConsumerGroupTargetAssignmentMemberValue@0",
+            "ConsumerGroupTargetAssignmentMemberValue("
+            "topicPartitions=[TopicPartition(topicId=TOPIC_ID, partitions=[0, 1])])",
+        ),
+        (
+            "ConsumerGroupTargetAssignmentMetadataKey ConsumerGroupTargetAssignmentMetadataValue@0",
+            "ConsumerGroupTargetAssignmentMetadataValue(assignmentEpoch=1)",
+        ),
+        (
+            "ConsumerGroupCurrentMemberAssignmentKey ConsumerGroupCurrentMemberAssignmentValue@0",
+            "ConsumerGroupCurrentMemberAssignmentValue(memberEpoch=1, previousMemberEpoch=0, "
+            f"state=0, assignedPartitions={assignment}, partitionsPendingRevocation=[])",
+        ),
+        ("OffsetCommitKey OffsetCommitValue@4", offset),
+        ("OffsetCommitKey OffsetCommitValue@4", offset),
+        ("ConsumerGroupCurrentMemberAssignmentKey tombstone", ""),
+        ("ConsumerGroupTargetAssignmentMemberKey tombstone", ""),
+        ("ConsumerGroupMemberMetadataKey tombstone", ""),
+        (
+            "ConsumerGroupMetadataKey ConsumerGroupMetadataValue@0",
+            "ConsumerGroupMetadataValue(epoch=2, metadataHash=0)",
+        ),
+    ]
 
 
 # -- refusals -----------------------------------------------------------------------
