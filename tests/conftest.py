@@ -3,7 +3,8 @@ and a real ZooKeeper (tests/zookeeper.py); what tests share that is not a fixtur
 tests/helpers.py.
 
 Reference runs: a test marked ``kafka`` and parametrized by system runs once against
-Apache Kafka 3.9.1 alone (which proves the test itself) and once against kbroker. The
+Apache Kafka alone (3.9.1 as "kafka"; 4.1.1 KRaft as "kafka4", the reference for KIP-848
+consumer groups), which proves the test itself, and once against kbroker. The
 Kafka-alone runs test no kbroker code, so they are left out unless ``--kafka-reference``
 is given (``tests/run.sh --kafka-reference``); the kbroker runs, and every test where
 kbroker and Kafka run together, always run.
@@ -23,16 +24,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--kafka-reference",
         action="store_true",
-        help="also run the kafka-marked tests' runs against Apache Kafka 3.9.1 alone",
+        help="also run the kafka-marked tests' runs against Apache Kafka alone (3.9.1, 4.1.1)",
     )
 
 
+# The system parameters that are Apache Kafka alone.
+REFERENCE_SYSTEMS = ("kafka", "kafka4")
+
+
 def is_kafka_reference_run(item: pytest.Item) -> bool:
-    """A kafka-marked test's run with the system parameter "kafka" (no kbroker in it)."""
+    """A kafka-marked test's run with the system parameter "kafka" or "kafka4" (no kbroker
+    in it)."""
     callspec = getattr(item, "callspec", None)
     if callspec is None or item.get_closest_marker("kafka") is None:
         return False
-    return "kafka" in callspec.params.values()
+    return any(system in callspec.params.values() for system in REFERENCE_SYSTEMS)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

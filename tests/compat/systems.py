@@ -1,37 +1,49 @@
 """What the compatibility tests run against: a single node of Apache Kafka 3.9.1 (ZooKeeper
-mode, broker id 0) or of kbroker (broker id 0, no ZooKeeper), and Kafka's own tools (3.9.1's,
-or with `kafka4_lib` 4.1.1's, for what Kafka 4 added)."""
+mode, broker id 0), of Apache Kafka 4.1.1 (KRaft, the reference for KIP-848 consumer groups)
+or of kbroker (broker id 0, no ZooKeeper), and Kafka's own tools of either version."""
 
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-import pytest
-from bench.systems import KAFKA_VERSION, kafka_available, kafka_lib
+from bench.systems import KAFKA_VERSION, kafka_lib, kafka_node
 
-from tests.cluster.kafka_zk import kafka_zk_broker, require_kafka
+from tests.cluster.kafka_kraft import require_kafka4
+from tests.cluster.kafka_zk import KAFKA_ZK_VERSION, kafka_zk_broker, require_kafka
 from tests.helpers import BrokerProcess
 from tests.zookeeper import ZooKeeperServer
 
 SYSTEMS = ["kafka", "kbroker"]
+# KIP-848 (the consumer group protocol) has no Kafka 3.9.1 reference: Kafka 4.1.1 is it.
+KAFKA4_VERSION = KAFKA_VERSION
+KAFKA4_SYSTEMS = ["kafka4", "kbroker"]
 BROKER_ID = 0
 
 
 @contextlib.contextmanager
 def single_node(
     system: str,
-    zookeeper: ZooKeeperServer,
+    zookeeper: ZooKeeperServer | None,
     root: Path,
     settings: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
-    """A fresh single node of ``system`` ("kafka" or "kbroker") with ``settings``: its
-    bootstrap address."""
+    """A fresh single node of ``system`` ("kafka", "kafka4" or "kbroker") with ``settings``:
+    its bootstrap address. Only "kafka" (ZooKeeper mode) needs ``zookeeper``."""
     settings = dict(settings or {})
+    if system == "kafka4":
+        require_kafka4()
+        kraft = {"group.initial.rebalance.delay.ms": "0", **settings}
+        with kafka_node(root, kraft, None, log_path=root / "kafka4.log") as node:
+            yield node.bootstrap
+        return
     if system == "kafka":
+        if zookeeper is None:
+            raise ValueError("Kafka 3.9.1 runs in ZooKeeper mode: it needs a ZooKeeper")
         chroot = f"/compat-{uuid.uuid4().hex[:8]}"
         with kafka_zk_broker(
             zookeeper.connect, chroot, root, broker_id=BROKER_ID, settings=settings
@@ -48,16 +60,18 @@ def single_node(
 
 
 def run_kafka_tool(
-    main: str, *args: str, stdin: str = "", lib: Path | None = None
+    main: str, *args: str, stdin: str = "", version: str = KAFKA_ZK_VERSION
 ) -> subprocess.CompletedProcess[str]:
-    """Kafka 3.9.1's tool class ``main`` (kafka-topics is org.apache.kafka.tools.TopicCommand,
-    ...) run to its end; with ``lib``, the tool of the Kafka whose jars are there (see
-    `kafka4_lib`)."""
-    java, lib_391 = require_kafka()
+    """Kafka's tool class ``main`` (kafka-topics is org.apache.kafka.tools.TopicCommand, ...)
+    from the jars of ``version`` (3.9.1 unless told), run to its end."""
     # Kafka 3.9's tools log through log4j 1 (silenced by an empty configuration), Kafka
     # 4's through slf4j-simple (warnings and worse, on stderr).
     logging = "-Dlog4j.configuration=file:/dev/null"
-    if lib is not None:
+    if version == KAFKA_ZK_VERSION:
+        java, lib = require_kafka()
+    else:
+        lib = require_kafka4() if version == KAFKA4_VERSION else kafka_lib(version)
+        java = shutil.which("java") or "java"
         logging = "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"
     return subprocess.run(
         [
@@ -67,7 +81,7 @@ def run_kafka_tool(
             "-XX:+UseSerialGC",
             logging,
             "-cp",
-            f"{lib or lib_391}/*",
+            f"{lib}/*",
             main,
             *args,
         ],
@@ -76,11 +90,3 @@ def run_kafka_tool(
         text=True,
         timeout=120,
     )
-
-
-def kafka4_lib() -> Path:
-    """Where Apache Kafka 4.1.1's jars are (bench/kafka/fetch.sh): the reference for what
-    Kafka 4 added (KIP-848's group configs); skips the test when they are not fetched."""
-    if not kafka_available(KAFKA_VERSION):
-        pytest.skip(f"Apache Kafka {KAFKA_VERSION}'s jars are not fetched (bench/kafka/fetch.sh)")
-    return kafka_lib(KAFKA_VERSION)

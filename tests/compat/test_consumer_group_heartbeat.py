@@ -34,7 +34,7 @@ from kbroker.protocol.messages.group import (
     FindCoordinatorRequest,
     ListGroupsRequest,
 )
-from tests.compat import kafka4
+from tests.compat.systems import KAFKA4_SYSTEMS, single_node
 from tests.helpers import Wire
 
 pytestmark = pytest.mark.timeout(180)
@@ -50,10 +50,14 @@ INVALID_REGULAR_EXPRESSION = 128
 PARTITIONS = 3
 
 
-@pytest.fixture(scope="module", params=kafka4.SYSTEMS)
+@pytest.fixture(scope="module", params=KAFKA4_SYSTEMS)
 def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    settings = {"group.consumer.migration.policy": "disabled"}
-    with kafka4.node(request.param, tmp_path_factory.mktemp(request.param), settings) as bootstrap:
+    settings = {
+        "group.initial.rebalance.delay.ms": "0",
+        "group.consumer.migration.policy": "disabled",
+    }
+    root = tmp_path_factory.mktemp(request.param)
+    with single_node(request.param, None, root, settings) as bootstrap:
         yield bootstrap
 
 

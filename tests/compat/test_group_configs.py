@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench.systems import KAFKA_VERSION, kafka_node
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AdminClient,
@@ -40,8 +39,9 @@ from kafka.admin import KafkaAdminClient
 
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages import admin as msgs
+from tests.cluster.kafka_kraft import require_kafka4
 from tests.cluster.nodes import cluster
-from tests.compat.systems import kafka4_lib, run_kafka_tool
+from tests.compat.systems import KAFKA4_SYSTEMS, KAFKA4_VERSION, run_kafka_tool, single_node
 from tests.helpers import BrokerProcess, Wire
 from tests.zookeeper import ZooKeeperServer
 
@@ -70,23 +70,14 @@ DEFAULTS = {
 }
 
 
-@pytest.fixture(scope="module", params=["kafka", "kbroker"])
+@pytest.fixture(scope="module", params=KAFKA4_SYSTEMS)
 def bootstrap(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    kafka4_lib()  # the tool's jars, and the reference
+    require_kafka4()  # the tool's jars, and the reference
     root = tmp_path_factory.mktemp(f"group-configs-{request.param}")
-    if request.param == "kafka":
-        with kafka_node(root, SETTINGS, None, root / "kafka.log", version=KAFKA_VERSION) as node:
-            yield node.bootstrap
-        return
-    broker = BrokerProcess(root / "data")
-    broker.start(*(f"{k}={v}" for k, v in SETTINGS.items()))
-    try:
-        yield broker.bootstrap
-        assert "Traceback" not in broker.output()
-    finally:
-        broker.kill()
+    with single_node(request.param, None, root, SETTINGS) as bootstrap:
+        yield bootstrap
 
 
 def group_name() -> str:
@@ -97,7 +88,7 @@ def group_name() -> str:
 
 
 def configs_tool(bootstrap: str, *args: str, ok: bool = True) -> tuple[int, str, str]:
-    done = run_kafka_tool(CONFIGS, "--bootstrap-server", bootstrap, *args, lib=kafka4_lib())
+    done = run_kafka_tool(CONFIGS, "--bootstrap-server", bootstrap, *args, version=KAFKA4_VERSION)
     if ok:
         assert done.returncode == 0, f"{args}:\n{done.stdout}\n{done.stderr[-3000:]}"
     return done.returncode, done.stdout, done.stderr

@@ -19,16 +19,18 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.compat import kafka4
+from tests.compat.systems import KAFKA4_SYSTEMS, single_node
 
 pytestmark = pytest.mark.timeout(240)
 
 PARTITIONS = 4
 
 
-@pytest.fixture(scope="module", params=kafka4.SYSTEMS)
+@pytest.fixture(scope="module", params=KAFKA4_SYSTEMS)
 def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with kafka4.node(request.param, tmp_path_factory.mktemp(request.param)) as bootstrap:
+    root = tmp_path_factory.mktemp(request.param)
+    settings = {"group.initial.rebalance.delay.ms": "0"}
+    with single_node(request.param, None, root, settings) as bootstrap:
         yield bootstrap
 
 

@@ -7,6 +7,7 @@ import dataclasses
 import uuid
 
 from kbroker.coordinator.consumer_group import (
+    ClassicMembership,
     ConsumerGroup,
     ConsumerMember,
     MemberState,
@@ -111,7 +112,12 @@ def _group() -> ConsumerGroup:
         assigned=freeze({T1: {0}}),
         pending_revocation=freeze({T1: {1}}),
     )
-    m2 = ConsumerMember("m2", subscribed_topic_regex="^b.*", member_epoch=2)
+    m2 = ConsumerMember(
+        "m2",
+        subscribed_topic_regex="^b.*",
+        member_epoch=2,
+        classic=ClassicMembership(10000, (("range", b"\x00\x01sub"), ("roundrobin", b""))),
+    )
     return ConsumerGroup(
         "g",
         epoch=3,

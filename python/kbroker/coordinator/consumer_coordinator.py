@@ -22,6 +22,7 @@ JoinGroup).
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import re
 import uuid
@@ -103,6 +104,12 @@ class HeartbeatResult:
     member_epoch: int = 0
     heartbeat_interval_ms: int = 0
     assignment: Assignment | None = None
+
+
+def new_member_id() -> str:
+    """A member id as Kafka makes them in consumer groups: a random UUID in URL-safe base64
+    without padding (22 characters)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 class ClassicGroups(Protocol):
@@ -248,7 +255,7 @@ class ConsumerGroups:
                 work = self._upgraded(group)
             if group is not None and group.protocol_type is not None:
                 extra.append((group_key(gid), None))  # the classic group is replaced
-        member_id = req.member_id or str(uuid.uuid4())
+        member_id = req.member_id or new_member_id()
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return await self._leave(group, work, req, member_id)
         member = self._member(work, req, member_id)
@@ -271,7 +278,7 @@ class ConsumerGroups:
             subscribed_topic_names=tuple(req.subscribed_topic_names)
             if req.subscribed_topic_names is not None
             else member.subscribed_topic_names,
-            subscribed_topic_regex=(req.subscribed_topic_regex or None)
+            subscribed_topic_regex=req.subscribed_topic_regex
             if req.subscribed_topic_regex is not None
             else member.subscribed_topic_regex,
             client_id=req.client_id,
@@ -407,9 +414,12 @@ class ConsumerGroups:
             for name in sorted(work.subscribed_names(topics, self._regexes))
         }
 
-    def _update_target(self, work: ConsumerGroup, subscriptions_changed: bool) -> None:
+    def _update_target(
+        self, work: ConsumerGroup, subscriptions_changed: bool, assign_now: bool = True
+    ) -> None:
         """Bumps the group epoch when what it consumes changed, and computes the target
-        assignment of a new epoch."""
+        assignment of a new epoch (unless not ``assign_now``: a departure leaves that to the
+        next heartbeat, as Kafka does)."""
         subscription = self._subscription(work)
         if subscription != work.subscription:
             work.subscription = subscription
@@ -417,7 +427,7 @@ class ConsumerGroups:
         if subscriptions_changed:
             work.epoch += 1
             log.info("consumer group %s: epoch %d", work.group_id, work.epoch)
-        if work.epoch <= work.assignment_epoch:
+        if work.epoch <= work.assignment_epoch or not assign_now:
             return
         topics = self.broker.metadata_cache.topics()
         wanted = {
@@ -502,7 +512,7 @@ class ConsumerGroups:
     def _remove(self, work: ConsumerGroup, member_id: str) -> None:
         del work.members[member_id]
         work.targets.pop(member_id, None)
-        self._update_target(work, True)
+        self._update_target(work, True, assign_now=False)
 
     async def _expire(self, group_id: str, member_id: str, why: str, epoch: int | None) -> None:
         """Removes a member that stopped heartbeating (or revoking) in time."""
@@ -656,7 +666,7 @@ class ConsumerGroups:
             return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id)
         if not req.member_id and req.require_known_member_id and req.group_instance_id is None:
             # KIP-394: it comes back with this id before it counts.
-            return JoinResult(E.MEMBER_ID_REQUIRED, member_id=f"{req.client_id}-{uuid.uuid4()}")
+            return JoinResult(E.MEMBER_ID_REQUIRED, member_id=new_member_id())
         return self._cache.spawn(self._locked(req.group_id, self._classic_join(req)))
 
     async def _locked(self, group_id: str, work: Coroutine[Any, Any, T]) -> T:
@@ -674,7 +684,7 @@ class ConsumerGroups:
         _, subscription = decoded
         stored = group.consumer
         work = stored.copy()
-        member_id = req.member_id or f"{req.client_id}-{uuid.uuid4()}"
+        member_id = req.member_id or new_member_id()
         member = work.members.get(member_id)
         instance = req.group_instance_id
         if instance is not None:
@@ -863,7 +873,7 @@ class ConsumerGroups:
             errors.append(E.NONE)
         if not gone:
             return errors
-        self._update_target(work, True)
+        self._update_target(work, True, assign_now=False)
         error = await self._store(group, stored, work, [])
         if error != E.NONE:
             return [api_error(error, GROUP_ERRORS) if e == E.NONE else e for e in errors]
@@ -954,10 +964,9 @@ class ConsumerGroups:
         """OffsetCommit/OffsetFetch by a member of a consumer group: NONE when it may."""
         consumer = group.consumer
         assert consumer is not None
-        if epoch < 0 and not member_id:
-            if committing and consumer.members:
-                return E.UNKNOWN_MEMBER_ID
-            return E.NONE  # a tool's, or the group is empty
+        if committing and epoch < 0 and not member_id:
+            # A tool's (or a consumer assigning itself partitions): only to an empty group.
+            return E.UNKNOWN_MEMBER_ID if consumer.members else E.NONE
         member = consumer.members.get(member_id)
         if member is None:
             return E.UNKNOWN_MEMBER_ID

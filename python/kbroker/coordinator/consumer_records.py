@@ -33,7 +33,7 @@ from kbroker.coordinator.consumer_group import (
     TopicInfo,
     freeze,
 )
-from kbroker.protocol.codec import Codec
+from kbroker.protocol.codec import Codec, read_uvarint, uvarint
 from kbroker.protocol.errors import ProtocolDecodeError
 from kbroker.protocol.schema import BYTES, INT8, INT32, STRING, UUID, Array, F, message
 
@@ -90,20 +90,19 @@ MemberMetadataValue = message(
     F("subscribed_topic_regex", STRING, nullable="0+", default=None),
     F("rebalance_timeout_ms", INT32, default=-1),
     F("server_assignor", STRING, nullable="0+", default=None),
+)
+# Its tagged field 0, ClassicMemberMetadata: nullable, and an empty struct by default, so
+# Kafka writes it always (a consumer-protocol member's as null) with a varint marker
+# first (0 null, 1 present). `_member_metadata` and `_classic_tag` handle it by hand.
+ClassicMemberMetadata = message(
+    "ClassicMemberMetadata",
+    F("session_timeout_ms", INT32),
     F(
-        "classic_member_metadata",
-        message(
-            "ClassicMemberMetadata",
-            F("session_timeout_ms", INT32),
-            F(
-                "supported_protocols",
-                Array(message("ClassicProtocol", F("name", STRING), F("metadata", BYTES))),
-            ),
-        ),
-        tag=0,
-        default=None,
+        "supported_protocols",
+        Array(message("ClassicProtocol", F("name", STRING), F("metadata", BYTES))),
     ),
 )
+_CLASSIC_TAG = 0
 
 TargetEpochValue = message(
     "ConsumerGroupTargetAssignmentMetadataValue", F("assignment_epoch", INT32)
@@ -134,6 +133,7 @@ _VALUES: dict[int, Codec] = {
     MEMBER_TARGET_KEY: Codec(MemberTargetValue, 0, flexible=True),
     MEMBER_CURRENT_KEY: Codec(MemberCurrentValue, 0, flexible=True),
 }
+_CLASSIC = Codec(ClassicMemberMetadata, 0, flexible=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +163,7 @@ def _partitions(assignment: Assignment) -> list[Any]:
 
 
 def _member_metadata(m: ConsumerMember) -> bytes:
-    return _value(
+    value = _value(
         MEMBER_METADATA_KEY,
         MemberMetadataValue(
             instance_id=m.instance_id,
@@ -174,17 +174,42 @@ def _member_metadata(m: ConsumerMember) -> bytes:
             subscribed_topic_regex=m.subscribed_topic_regex,
             rebalance_timeout_ms=m.rebalance_timeout_ms,
             server_assignor=m.server_assignor,
-            classic_member_metadata=None
-            if m.classic is None
-            else MemberMetadataValue.ClassicMemberMetadata(
-                session_timeout_ms=m.classic.session_timeout_ms,
-                supported_protocols=[
-                    MemberMetadataValue.ClassicMemberMetadata.ClassicProtocol(name, metadata)
-                    for name, metadata in m.classic.protocols
-                ],
-            ),
         ),
     )
+    if m.classic is None:
+        payload = b"\x00"
+    else:
+        payload = b"\x01" + _CLASSIC.encode(
+            ClassicMemberMetadata(
+                session_timeout_ms=m.classic.session_timeout_ms,
+                supported_protocols=[
+                    ClassicMemberMetadata.ClassicProtocol(name, metadata)
+                    for name, metadata in m.classic.protocols
+                ],
+            )
+        )
+    # The value ends with its tagged fields' count (0): one field instead.
+    return value[:-1] + b"\x01" + uvarint(_CLASSIC_TAG) + uvarint(len(payload)) + payload
+
+
+def _classic_tag(data: bytes, decoded: Any) -> ClassicMembership | None:
+    """The ClassicMemberMetadata tagged field of a member metadata value (``data``, whose
+    other fields are ``decoded``)."""
+    pos = 2 + len(_VALUES[MEMBER_METADATA_KEY].encode(decoded)) - 1
+    count, pos = read_uvarint(data, pos)
+    for _ in range(count):
+        tag, pos = read_uvarint(data, pos)
+        size, pos = read_uvarint(data, pos)
+        field = data[pos : pos + size]
+        pos += size
+        if tag != _CLASSIC_TAG or not field or field[0] == 0:
+            continue
+        value = _CLASSIC.decode(memoryview(field)[1:])
+        return ClassicMembership(
+            value.session_timeout_ms,
+            tuple((p.name, bytes(p.metadata)) for p in value.supported_protocols),
+        )
+    return None
 
 
 def _member_current(m: ConsumerMember) -> bytes:
@@ -289,15 +314,6 @@ def _decode_value(version: int, data: bytes) -> Any:
         raise ValueError(f"bad value of key v{version}: {exc}") from None
 
 
-def _classic(value: Any) -> ClassicMembership | None:
-    if value is None:
-        return None
-    return ClassicMembership(
-        value.session_timeout_ms,
-        tuple((p.name, bytes(p.metadata)) for p in value.supported_protocols),
-    )
-
-
 def _assignment(tps: list[Any]) -> Assignment:
     return freeze({tp.topic_id: tp.partitions for tp in tps})
 
@@ -351,6 +367,13 @@ class ConsumerGroupReplay:
                 table.pop(key.member_id, None)
             elif v == MEMBER_TARGET_KEY:
                 table[key.member_id] = _assignment(_decode_value(v, value).topic_partitions)
+            elif v == MEMBER_METADATA_KEY:
+                decoded = _decode_value(v, value)
+                try:
+                    classic = _classic_tag(value, decoded)
+                except (ProtocolDecodeError, IndexError) as exc:
+                    raise ValueError(f"bad classic member metadata: {exc}") from None
+                table[key.member_id] = (decoded, classic)
             else:
                 table[key.member_id] = _decode_value(v, value)
 
@@ -360,7 +383,7 @@ class ConsumerGroupReplay:
             if g.epoch is None:
                 continue  # records of a group whose epoch record was deleted later
             members = {}
-            for member_id, meta in (g.metadata or {}).items():
+            for member_id, (meta, classic) in (g.metadata or {}).items():
                 current = (g.current or {}).get(member_id)
                 try:
                     state = (
@@ -378,7 +401,7 @@ class ConsumerGroupReplay:
                     subscribed_topic_regex=meta.subscribed_topic_regex,
                     rebalance_timeout_ms=meta.rebalance_timeout_ms,
                     server_assignor=meta.server_assignor,
-                    classic=_classic(meta.classic_member_metadata),
+                    classic=classic,
                     member_epoch=current.member_epoch if current is not None else 0,
                     previous_member_epoch=current.previous_member_epoch if current else 0,
                     state=state,

@@ -107,6 +107,7 @@ class GroupDescription:
     protocol_type: str = ""
     protocol_name: str = ""
     members: list[MemberDescription] | None = None
+    message: str | None = None
 
 
 @dataclass(slots=True)
@@ -790,16 +791,22 @@ class GroupCoordinator:
 
     # -- DescribeGroups, ListGroups, DeleteGroups --------------------------------------------
 
-    def describe_group(self, group_id: str) -> GroupDescription:
+    def describe_group(self, group_id: str, version: int = 5) -> GroupDescription:
+        """DescribeGroups of ``group_id``: a group that is not there, or not a classic group
+        (ConsumerGroupDescribe describes those), is Dead with no error before v6 and
+        GROUP_ID_NOT_FOUND from v6, as Kafka 4 answers."""
         error = self.check(group_id, allow_empty=True)
         if error != E.NONE:
             return GroupDescription(error, group_id)
         group = self.groups.get(group_id)
-        if group is None:
-            return GroupDescription(E.NONE, group_id, members=[])
-        if group.consumer is not None:
-            # Not a classic group: Dead to DescribeGroups v0-5, as Kafka 4 answers (from v6
-            # it says GROUP_ID_NOT_FOUND); ConsumerGroupDescribe describes it.
+        missing = None
+        if group is None or group.gone:
+            missing = f"Group {group_id} not found."
+        elif group.consumer is not None:
+            missing = f"Group {group_id} is not a classic group."
+        if group is None or missing is not None:
+            if version >= 6:
+                return GroupDescription(E.GROUP_ID_NOT_FOUND, group_id, members=[], message=missing)
             return GroupDescription(E.NONE, group_id, members=[])
         stable = group.state is GroupState.STABLE
         protocol = group.protocol_name if stable else None

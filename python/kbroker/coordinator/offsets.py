@@ -202,6 +202,7 @@ class OffsetManager:
         if group is None or group.gone:
             return E.NONE, [FetchedOffset(t, p, None) for t, p in partitions or []]
         if member is not None and group.consumer is not None:
+            # (A classic group answers a member's fetch without checking it, as Kafka's.)
             error = self.consumer_member_error(group, member[0] or "", member[1], False, 9)
             if error != E.NONE:
                 return error, []

@@ -25,7 +25,8 @@ Member = Described.Member
 _Assignment = Member.Assignment
 _TopicPartitions = _Assignment.TopicPartitions
 
-# KIP-1099's member types.
+# KIP-1099's member types: a classic member among the group's, or one of the protocol's.
+CLASSIC_MEMBER = 0
 CONSUMER_MEMBER = 1
 
 
@@ -73,7 +74,7 @@ def _describe(broker: Broker, group: ConsumerGroup, default_assignor: str) -> An
                 subscribed_topic_regex=m.subscribed_topic_regex,
                 assignment=_assignment(broker, m.assigned),
                 target_assignment=_assignment(broker, group.targets.get(m.member_id, {})),
-                member_type=CONSUMER_MEMBER,
+                member_type=CLASSIC_MEMBER if m.classic is not None else CONSUMER_MEMBER,
             )
             for m in group.members.values()
         ],

@@ -1,7 +1,8 @@
 """DescribeGroups (15): state, protocol and members of groups.
 
-A group the coordinator does not know is described as Dead with no error
-(the behaviour of v0-5). Member metadata and assignments are shown only
+A group the coordinator does not know, or one of the consumer group protocol, is
+described as Dead with no error in v0-5 and GROUP_ID_NOT_FOUND (with a message)
+from v6, as Kafka 4 answers. Member metadata and assignments are shown only
 while the group is Stable, as Kafka does. With an authorizer each group
 needs Describe (GROUP_AUTHORIZATION_FAILED); the authorized operations, when
 asked for, are what the principal may do to the group.
@@ -40,10 +41,11 @@ def handle_describe_groups(broker: Broker, ctx: RequestContext, request: Any) ->
                 )
             )
             continue
-        d = broker.coordinator.describe_group(group_id)
+        d = broker.coordinator.describe_group(group_id, ctx.api_version)
         groups.append(
             Group(
                 error_code=d.error,
+                error_message=d.message,
                 group_id=group_id,
                 group_state=d.state,
                 protocol_type=d.protocol_type,

@@ -91,9 +91,10 @@ def handle_offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> An
     if version >= 8:
         groups = []
         for g in request.groups:
+            # From v9 a member says who it is; a null member id is a tool's fetch.
             member = (g.member_id, g.member_epoch) if version >= 9 else None
-            if member is not None and not member[0] and member[1] < 0:
-                member = None  # not a member's fetch (a tool's)
+            if member is not None and member[0] is None:
+                member = None
             error, fetched = _fetch(
                 broker, ctx, g.group_id, _wanted(g.topics), require_stable, member
             )

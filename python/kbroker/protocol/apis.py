@@ -169,7 +169,7 @@ APIS: tuple[ApiSpec, ...] = (
     _api(K.HEARTBEAT, "0-4", 4, group.HeartbeatRequest, group.HeartbeatResponse),
     _api(K.LEAVE_GROUP, "0-5", 4, group.LeaveGroupRequest, group.LeaveGroupResponse),
     _api(K.SYNC_GROUP, "0-5", 4, group.SyncGroupRequest, group.SyncGroupResponse),
-    _api(K.DESCRIBE_GROUPS, "0-5", 5, group.DescribeGroupsRequest, group.DescribeGroupsResponse),
+    _api(K.DESCRIBE_GROUPS, "0-6", 5, group.DescribeGroupsRequest, group.DescribeGroupsResponse),
     _api(K.LIST_GROUPS, "0-5", 3, group.ListGroupsRequest, group.ListGroupsResponse),
     _api(K.SASL_HANDSHAKE, "0-1", None, sasl.SaslHandshakeRequest, sasl.SaslHandshakeResponse),
     _api(K.API_VERSIONS, "0-4", 3, core.ApiVersionsRequest, core.ApiVersionsResponse),

@@ -194,6 +194,7 @@ DescribeGroupsResponse = message(
             message(
                 "Group",
                 F("error_code", INT16),
+                F("error_message", STRING, "6+", nullable="6+", default=None),
                 F("group_id", STRING),
                 F("group_state", STRING),
                 F("protocol_type", STRING),
