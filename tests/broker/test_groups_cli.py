@@ -56,7 +56,12 @@ def test_groups_list_describe_delete(broker_factory: Any) -> None:
                 got += 1
         consumer.commit(asynchronous=False)
         listed = json.loads(cli("groups", "list", "-b", b, "--json").stdout)
-        assert {"group": "cli-live", "state": "Stable", "protocol_type": "consumer"} in listed
+        assert {
+            "group": "cli-live",
+            "state": "Stable",
+            "protocol_type": "consumer",
+            "type": "classic",
+        } in listed
         assert json.loads(cli("groups", "list", "-b", b, "--state", "Empty", "--json").stdout) == []
         [d] = json.loads(cli("groups", "describe", "-b", b, "cli-live", "--json").stdout)
         assert (d["state"], d["protocol"]) == ("Stable", "range")
@@ -69,7 +74,7 @@ def test_groups_list_describe_delete(broker_factory: Any) -> None:
             o["log_end_offset"] == 5 and o["lag"] == 5 - o["current_offset"] for o in rows.values()
         )
         text = cli("groups", "describe", "-b", b, "cli-live").stdout
-        assert "Group cli-live: Stable (consumer/range), 1 members" in text
+        assert "Group cli-live: Stable classic group (consumer/range), 1 members" in text
         refused = cli("groups", "delete", "-b", b, "cli-live", check=False)
         assert refused.returncode == 1 and "NON_EMPTY_GROUP" in refused.stdout
     finally:
