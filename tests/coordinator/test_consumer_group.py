@@ -67,6 +67,9 @@ def test_range_gives_each_subscriber_one_contiguous_range_per_topic() -> None:
     out = assign("range", {"m2": {"a", "b"}, "m1": {"a", "b"}}, TOPICS, {})
     assert dict(out["m1"]) == {T1: frozenset({0, 1}), T2: frozenset({0, 1})}
     assert dict(out["m2"]) == {T1: frozenset({2, 3}), T2: frozenset({2})}
+    # Static members come first, by instance id.
+    static = assign("range", {"m2": {"a"}, "m1": {"a"}}, TOPICS, {}, {"m2": "i0", "m1": None})
+    assert dict(static["m2"]) == {T1: frozenset({0, 1})}
 
 
 def _all_once(out: dict[str, object], topics: dict[str, TopicInfo]) -> None:

@@ -435,7 +435,10 @@ class ConsumerGroups:
             for m in work.members.values()
         }
         default = (self.assignors() or ["uniform"])[0]
-        targets = assign(work.preferred_assignor(default), wanted, work.subscription, work.targets)
+        instances = {m.member_id: m.instance_id for m in work.members.values()}
+        targets = assign(
+            work.preferred_assignor(default), wanted, work.subscription, work.targets, instances
+        )
         work.targets = targets
         work.assignment_epoch = work.epoch
 

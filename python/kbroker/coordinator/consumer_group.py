@@ -374,23 +374,33 @@ def assign(
     members: Mapping[str, set[str]],
     topics: Mapping[str, TopicInfo],
     previous: Mapping[str, Assignment],
+    instances: Mapping[str, str | None] | None = None,
 ) -> dict[str, Assignment]:
     """The target assignment: ``members`` maps each member id to the topic names it
     subscribes to (existing ones), ``topics`` every subscribed topic, ``previous`` the
-    last target (which `uniform` keeps where it can)."""
+    last target (which `uniform` keeps where it can), ``instances`` the static members'
+    instance ids (which `range` orders first)."""
     if assignor == "range":
-        return _assign_range(members, topics)
+        return _assign_range(members, topics, instances or {})
     return _assign_uniform(members, topics, previous)
 
 
 def _assign_range(
-    members: Mapping[str, set[str]], topics: Mapping[str, TopicInfo]
+    members: Mapping[str, set[str]],
+    topics: Mapping[str, TopicInfo],
+    instances: Mapping[str, str | None],
 ) -> dict[str, Assignment]:
-    """Per topic, its subscribers in member id order each get one contiguous range; the
-    first ones one partition more when they do not divide evenly."""
+    """Per topic, its subscribers each get one contiguous range, in Kafka's order: static
+    members first by instance id, then the others by member id; the first ones one
+    partition more when they do not divide evenly."""
+
+    def order(member_id: str) -> tuple[int, str]:
+        instance = instances.get(member_id)
+        return (0, instance) if instance is not None else (1, member_id)
+
     out: dict[str, dict[uuid.UUID, set[int]]] = {m: {} for m in members}
     for name, info in sorted(topics.items()):
-        subscribers = sorted(m for m, subscribed in members.items() if name in subscribed)
+        subscribers = sorted((m for m, s in members.items() if name in s), key=order)
         if not subscribers:
             continue
         quota, extra = divmod(info.partitions, len(subscribers))
