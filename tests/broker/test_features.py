@@ -16,7 +16,8 @@ from bench.systems import kafka_available, kafka_lib, kafka_node
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kbroker.protocol import ApiKey
+from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages.admin import UpdateFeaturesRequest
 from kbroker.protocol.messages.core import ApiVersionsRequest
 from kbroker.tools.client import BrokerClient
 from tests.helpers import BrokerProcess
@@ -169,3 +170,57 @@ def test_downgrade_switches_consumer_protocol_off(bootstrap: str) -> None:
     _finalized, apis = wait_level(bootstrap, 1)
     assert apis == {68, 69}
     assert consumer_outcome(bootstrap, topic) == "assigned"
+
+
+def test_upgrade_to_a_lower_level_and_unsafe_downgrade(bootstrap: str) -> None:
+    # The tool itself refuses this one; the request straight on the wire reaches the broker.
+    out = features_tool(bootstrap, "upgrade", "--feature", "group.version=0")
+    assert out.returncode == 1
+    assert "should be set to SAFE_DOWNGRADE or UNSAFE_DOWNGRADE" in out.stderr
+    update = UpdateFeaturesRequest.FeatureUpdate(
+        feature="group.version", max_version_level=0, upgrade_type=1
+    )
+    with BrokerClient(bootstrap) as client:
+        r = client.request(
+            ApiKey.UPDATE_FEATURES,
+            1,
+            UpdateFeaturesRequest(timeout_ms=10000, feature_updates=[update], validate_only=True),
+        )
+    assert (r.error_code, r.error_message, r.results) == (
+        ErrorCode.INVALID_UPDATE_VERSION,
+        "The update failed for all features since the following feature had an error: "
+        "Invalid update version 0 for feature group.version. Can't downgrade the version of "
+        "this feature without setting the upgrade type to either safe or unsafe downgrade.",
+        [],
+    )
+    out = features_tool(bootstrap, "downgrade", "--feature", "group.version=0", "--unsafe")
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+    try:
+        wait_level(bootstrap, 0)
+    finally:
+        out = features_tool(bootstrap, "upgrade", "--feature", "group.version=1")
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+    wait_level(bootstrap, 1)
+
+
+def test_a_single_node_keeps_its_finalized_level(tmp_path: Path) -> None:
+    """kbroker alone: the level and epoch survive a restart (Kafka keeps them in its metadata
+    log; a kbroker node in its metadata store)."""
+    node = BrokerProcess(tmp_path / "data")
+    node.start()
+    try:
+        out = features_tool(node.bootstrap, "downgrade", "--feature", "group.version=0")
+        assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+        node.stop()
+        node.start()
+        finalized, _apis = api_versions(node.bootstrap)
+        assert finalized == {}
+        with BrokerClient(node.bootstrap) as client:
+            r = client.request(
+                ApiKey.API_VERSIONS,
+                3,
+                ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+            )
+        assert r.finalized_features_epoch == 1
+    finally:
+        node.kill()

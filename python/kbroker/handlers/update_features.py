@@ -2,8 +2,8 @@
 supported levels 0-1: an upgrade, or a SAFE or UNSAFE downgrade (to 0 switches the consumer
 group protocol off), written to its /feature entry with the epoch one higher; validate_only
 checks without writing. A level out of range or a downgrade asked as an upgrade is refused in
-Kafka 4.1's words, and the whole request fails when one update does (each feature then carries
-that error), as Kafka's controller answers. Features kbroker does not have are refused in the
+Kafka 4.1's words, and the whole request fails when one update does (a top-level error and no
+results), as Kafka 4.1.1's controller answers. Features kbroker does not have are refused in the
 words Kafka's controller uses for each case. A cluster does not yet write its /feature znode,
 so there every update is refused that way too; brokers other than the controller answer
 NOT_CONTROLLER. With an authorizer it needs Alter on the cluster (CLUSTER_AUTHORIZATION_FAILED),
@@ -54,7 +54,7 @@ def refusal(update: Any, version: int) -> str:
     return NOT_SUPPORTED
 
 
-def handle_update_features(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_update_features(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     def answer(code: ErrorCode, message: str | None, results: list[Any]) -> Any:
         return UpdateFeaturesResponse(
             throttle_time_ms=0, error_code=code, error_message=message, results=results
@@ -72,7 +72,9 @@ def handle_update_features(broker: Broker, ctx: RequestContext, request: Any) ->
         and broker.cluster is None
         and any(u.feature in SUPPORTED for u in updates)
     ):
-        return _apply(broker, store, updates, version, bool(request.validate_only), answer)
+        response = _apply(broker, store, updates, version, bool(request.validate_only), answer)
+        await broker.metadata.durable()  # answered once /feature is on disk
+        return response
     results = [
         Result(
             feature=u.feature,
@@ -122,10 +124,7 @@ def _apply(
                 "The update failed for all features since the following feature had an "
                 f"error: {problem}"
             )
-            results = [
-                Result(feature=x.feature, error_code=code, error_message=message) for x in updates
-            ]
-            return answer(code, message, results)
+            return answer(code, message, [])
     if not validate_only:
         levels = dict(broker.features.levels)
         for u in updates:
