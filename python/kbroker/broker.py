@@ -153,9 +153,10 @@ class Broker:
         # Cluster mode: dynamic broker settings, the cluster default's (True) and this
         # broker's own (False, over the default).
         self._dynamic_layers: dict[bool, dict[str, str]] = {True: {}, False: {}}
-        # A broker of a ZooKeeper cluster (zookeeper.connect), or None for a single node.
+        # Finalized feature levels (KIP-584); a single node keeps them in its metadata store.
         self.features = Features()
         self.feature_store: LocalFeatureStore | None = None
+        # A broker of a ZooKeeper cluster (zookeeper.connect), or None for a single node.
         self.cluster: ClusterMember | None = None
         if config.get_optional_str("zookeeper.connect"):
             self.cluster = ClusterMember(

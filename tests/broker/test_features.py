@@ -4,6 +4,7 @@ protocol, each test run against one Apache Kafka 4.1.1 KRaft node and one kbroke
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import time
@@ -16,6 +17,8 @@ from bench.systems import kafka_available, kafka_lib, kafka_node
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kbroker.features import FEATURE_PATH, Features, LocalFeatureStore
+from kbroker.metadata import LocalMetadataStore
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import UpdateFeaturesRequest
 from kbroker.protocol.messages.core import ApiVersionsRequest
@@ -224,3 +227,28 @@ def test_a_single_node_keeps_its_finalized_level(tmp_path: Path) -> None:
         assert r.finalized_features_epoch == 1
     finally:
         node.kill()
+
+
+def test_feature_entry_is_kafkas_feature_znode(tmp_path: Path) -> None:
+    """A single node's /feature entry is the JSON Kafka's controller writes to its /feature
+    znode (ZkData.scala FeatureZNode, version 2), a feature at level 0 left out, and reloads."""
+    store = LocalMetadataStore(tmp_path, 0)
+    store.load()
+    features = Features()
+    LocalFeatureStore(store, features).load()
+    assert store.entry(FEATURE_PATH) == {
+        "features": {"group.version": {"max_version_level": 1}},
+        "version": 2,
+        "status": 1,
+    }
+    LocalFeatureStore(store, features).write({"group.version": 0})
+    assert store.entry(FEATURE_PATH) == {"features": {}, "version": 2, "status": 1}
+    assert (features.levels, features.epoch) == ({}, 1)
+    asyncio.run(store.durable())
+    store.close()
+    again = LocalMetadataStore(tmp_path, 0)
+    again.load()
+    reloaded = Features()
+    LocalFeatureStore(again, reloaded).load()
+    assert (reloaded.level("group.version"), reloaded.epoch) == (0, 1)
+    again.close()

@@ -16,11 +16,6 @@ if TYPE_CHECKING:
     from kbroker.broker import Broker
 
 
-_CONSUMER_PROTOCOL_APIS = frozenset(
-    {ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE}
-)
-
-
 def handle_api_versions(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     features = broker.features
     resp = api_versions_response(broker.handled_api_keys)
