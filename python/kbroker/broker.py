@@ -39,6 +39,7 @@ from kbroker.controller.controller import ControllerSettings
 from kbroker.coordinator import GroupCoordinator
 from kbroker.coordinator.group_configs import GroupConfigs
 from kbroker.errors import ErrorCode, TopicError
+from kbroker.features import Features, LocalFeatureStore
 from kbroker.local_acls import LocalAclStorage
 from kbroker.log import LogConfig, LogManager, TopicPartition, log_config_from_topic
 from kbroker.log.cleaner import CleanerSettings, LogCleaner
@@ -157,6 +158,9 @@ class Broker:
         # Cluster mode: dynamic broker settings, the cluster default's (True) and this
         # broker's own (False, over the default).
         self._dynamic_layers: dict[bool, dict[str, str]] = {True: {}, False: {}}
+        # Finalized feature levels (KIP-584); a single node keeps them in its metadata store.
+        self.features = Features()
+        self.feature_store: LocalFeatureStore | None = None
         # A broker of a ZooKeeper cluster (zookeeper.connect), or None for a single node.
         self.cluster: ClusterMember | None = None
         if config.get_optional_str("zookeeper.connect"):
@@ -190,6 +194,8 @@ class Broker:
         store = LocalMetadataStore(self.data_dir, self.broker_id, self.metadata_cache)
         store.load()
         self.metadata = store
+        self.feature_store = LocalFeatureStore(store, self.features)
+        self.feature_store.load()
         if self.authorizer is not None:
             acls = LocalAclStorage(store)
             self.authorizer.replace_all(acls.read_all())

@@ -156,6 +156,10 @@ class ConsumerGroups:
 
     @property
     def enabled(self) -> bool:
+        # Both the config and the finalized group.version (KIP-584) must allow it.
+        features = getattr(self.broker, "features", None)
+        if features is not None and features.level("group.version") < 1:
+            return False
         return "consumer" in self.config["group.coordinator.rebalance.protocols"]
 
     def _migration(self, direction: str) -> bool:

@@ -39,7 +39,8 @@ async def handle_consumer_group_heartbeat(broker: Broker, ctx: RequestContext, r
     if not groups.enabled:
         return _refused(
             ErrorCode.UNSUPPORTED_VERSION,
-            "The consumer group protocol is disabled (group.coordinator.rebalance.protocols).",
+            "The consumer group protocol is disabled "
+            "(group.coordinator.rebalance.protocols, or group.version 0).",
         )
     if not authorize(broker, ctx, Op.READ, GROUP, request.group_id):
         return _refused(ErrorCode.GROUP_AUTHORIZATION_FAILED)
