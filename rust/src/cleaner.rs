@@ -50,7 +50,8 @@
 //! their final names; an index `.swap` without its log `.swap` is dropped.
 //! The cleaned group always ends with the old group's last batch (empty if
 //! need be), so its next offset is exactly the old group's and the range
-//! covers the old group and nothing else. A crash therefore leaves either
+//! covers the old group and nothing else. Reads pass over a segment left
+//! with only that pin (see [`Log::read`]). A crash therefore leaves either
 //! the old segments or the new ones, never both or neither.
 
 use std::collections::hash_map::RandomState;

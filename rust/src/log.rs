@@ -1121,6 +1121,15 @@ impl Log {
     /// Whole batches from the one holding `offset`, up to `max_bytes`
     /// (the first batch whole regardless with `min_one_batch`), none whose
     /// base offset is >= `max_offset`. None when there is nothing to return.
+    ///
+    /// A segment that holds from `offset` on only bare empty batches (the
+    /// end pins a cleaning pass leaves where it removed every record) is
+    /// read past, as Kafka reads past a segment its cleaner emptied: the
+    /// answer is the next segment's batches, or the pins themselves when
+    /// nothing readable follows (so the reader still moves past them). A run
+    /// of answers without a record is what a consumer cannot tell from a
+    /// batch too large for its fetch size (librdkafka doubles that size on
+    /// each and reports MSG_SIZE_TOO_LARGE after ten).
     pub fn read(
         &self,
         offset: i64,
@@ -1147,13 +1156,15 @@ impl Log {
         let i = segs
             .partition_point(|s| s.base_offset() <= offset)
             .saturating_sub(1);
+        // The first run of end pins read past, for when nothing follows.
+        let mut pins: Option<LogSlice> = None;
         for seg in &segs[i..] {
             let limit = seg.size();
             let Some((pos, h)) = seg.find_batch(offset, limit)? else {
                 continue;
             };
             if max_offset.is_some_and(|m| h.base_offset >= m) {
-                return Ok(None);
+                return Ok(pins);
             }
             let mut end_at = limit.min(pos.saturating_add(max_bytes as u64));
             if let Some(m) = max_offset {
@@ -1164,19 +1175,24 @@ impl Log {
             let mut stop = seg.last_boundary_within(pos, end_at, limit)?;
             if stop == pos {
                 if !min_one_batch {
-                    return Ok(None);
+                    return Ok(pins);
                 }
                 stop = pos + h.total_size() as u64;
             }
-            return Ok(Some(LogSlice {
+            let slice = LogSlice {
                 segment: seg.clone(),
                 file: seg.file()?,
                 position: pos,
                 length: (stop - pos) as usize,
                 first_offset: h.base_offset,
-            }));
+            };
+            if h.is_bare_empty() && seg.only_bare_empty_from(pos + h.total_size() as u64, limit)? {
+                pins.get_or_insert(slice);
+                continue;
+            }
+            return Ok(Some(slice));
         }
-        Ok(None)
+        Ok(pins)
     }
 
     /// The first record with timestamp >= `ts` at or after the log start,

@@ -172,6 +172,16 @@ impl BatchHeader {
     pub fn is_control(&self) -> bool {
         self.attributes & CONTROL_MASK != 0
     }
+    /// A batch with no record and no producer, transaction or control role:
+    /// nothing in it for a consumer or for producer state (the cleaner keeps
+    /// one only to pin a cleaned segment's end offset).
+    #[inline]
+    pub fn is_bare_empty(&self) -> bool {
+        self.records_count == 0
+            && self.producer_id < 0
+            && !self.is_transactional()
+            && !self.is_control()
+    }
 }
 
 /// Checks the CRC-32C of a complete batch (`batch` holds exactly one batch).

@@ -1119,6 +1119,20 @@ impl Segment {
         Ok(None)
     }
 
+    /// Whether every batch from the boundary `from` to `limit` is a bare
+    /// empty batch ([`BatchHeader::is_bare_empty`]).
+    pub fn only_bare_empty_from(&self, from: u64, limit: u64) -> Result<bool> {
+        let mut pos = from;
+        while pos < limit {
+            let h = self.header_at(pos, limit)?;
+            if !h.is_bare_empty() {
+                return Ok(false);
+            }
+            pos += h.total_size() as u64;
+        }
+        Ok(true)
+    }
+
     /// Position of the first batch at or after `from` whose base offset is
     /// >= `offset`, or `limit` when there is none.
     pub fn position_of_first_batch_from(&self, offset: i64, from: u64, limit: u64) -> Result<u64> {

@@ -729,6 +729,63 @@ fn a_second_clean_merges_small_cleaned_segments() {
     assert_eq!(records(&log).len(), 5);
 }
 
+/// Whether `bytes` (whole batches) hold no record at all.
+fn holds_no_record(bytes: &[u8]) -> bool {
+    headers(bytes).iter().all(|h| h.records_count == 0)
+}
+
+#[test]
+fn reads_pass_over_segments_left_with_only_their_end_pin() {
+    // A first pass cleans full segments one by one (groups go by the sizes
+    // before cleaning): each one whose records were all overwritten keeps
+    // only an empty batch pinning its end offset. Those pins are no data:
+    // a read from the start must get the first surviving records, as Kafka
+    // reads past a segment its cleaner emptied. (librdkafka doubles its
+    // fetch size on every answer without a record and gives up with
+    // MSG_SIZE_TOO_LARGE after ten.)
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), compacted());
+    for round in 0..20 {
+        for k in 0..8 {
+            put(&log, &format!("key-{k}"), Some(&format!("v{round}")));
+        }
+    }
+    roll(&log);
+    let active = put(&log, "z", Some("active"));
+    clean(&log, NOW);
+    // Segments holding one empty batch (61 bytes) and nothing else.
+    let pinned: Vec<_> = log
+        .segments()
+        .iter()
+        .filter(|s| s.size() == 61)
+        .map(|s| s.base_offset())
+        .collect();
+    assert!(pinned.len() > 10, "{pinned:?}");
+    let first_kept = records(&log)[0].0;
+    assert_eq!(first_kept, 152);
+    for offset in (0..first_kept).step_by(7) {
+        for max_bytes in [1, 1 << 20] {
+            let slice = log.read(offset, max_bytes, None, true).unwrap().unwrap();
+            let bytes = slice.read_bytes().unwrap();
+            assert!(!holds_no_record(&bytes), "read at {offset}: no record");
+            let recs = decode_batch_records(&bytes, 1 << 26).unwrap();
+            assert_eq!(recs[0].offset, first_kept, "read at {offset}");
+        }
+    }
+    // With nothing readable after them (below the bound the reader gives),
+    // the pins are what a read gets: the reader moves past them.
+    let pin = log
+        .read(0, 1 << 20, Some(first_kept), true)
+        .unwrap()
+        .unwrap();
+    let bytes = pin.read_bytes().unwrap();
+    assert!(holds_no_record(&bytes));
+    assert!(headers(&bytes)[0].last_offset() < first_kept);
+    // A read without min_one_batch and no room gets nothing, as before.
+    assert!(log.read(0, 1, None, false).unwrap().is_none());
+    assert_eq!(records(&log).last().unwrap().0, active);
+}
+
 // -- crashes during the swap ------------------------------------------------
 
 fn copy_dir(from: &Path, to: &Path) {
