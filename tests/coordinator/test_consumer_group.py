@@ -11,12 +11,15 @@ from kbroker.coordinator.consumer_group import (
     ConsumerGroup,
     ConsumerMember,
     MemberState,
+    RegexError,
     RegexMatches,
     TopicInfo,
     assign,
+    compile_regex,
     freeze,
     member_topics,
     reconcile,
+    regex_error_text,
 )
 from kbroker.coordinator.consumer_records import ConsumerGroupReplay, changes
 from kbroker.coordinator.records import parse_key
@@ -180,3 +183,21 @@ def test_regex_matches_are_kept_until_the_topic_names_change() -> None:
         "orders-us",
         "orders-asia",
     }
+
+
+def test_a_pathological_regex_matches_in_linear_time() -> None:
+    """(a+)+b backtracks exponentially in Python's re (a 40-character name: hours); RE2,
+    the engine Kafka uses, answers at once. A client's regex must not freeze the broker."""
+    topics: dict[str, object] = {"a" * 249: 1, "ab": 1}
+    m = ConsumerMember("m", subscribed_topic_regex="(a+)+b")
+    assert member_topics(m, topics) == {"ab"}
+
+
+def test_a_regex_re2_refuses_is_an_error_with_its_reason() -> None:
+    for pattern, reason in (("(unclosed", "missing )"), (r"(a)\1", "invalid escape")):
+        try:
+            compile_regex(pattern)
+        except RegexError as exc:
+            assert reason in regex_error_text(exc)
+        else:
+            raise AssertionError(f"{pattern} compiled")

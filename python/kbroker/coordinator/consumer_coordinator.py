@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import re
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -50,6 +49,7 @@ from kbroker.coordinator.consumer_group import (
     ConsumerGroup,
     ConsumerMember,
     MemberState,
+    RegexError,
     RegexMatches,
     TopicInfo,
     assign,
@@ -57,6 +57,7 @@ from kbroker.coordinator.consumer_group import (
     is_subset,
     member_topics,
     reconcile,
+    regex_error_text,
 )
 from kbroker.coordinator.consumer_records import changes
 from kbroker.coordinator.group import Group, GroupState, JoinRequest, JoinResult, SyncResult
@@ -230,11 +231,11 @@ class ConsumerGroups:
         if req.subscribed_topic_regex is not None:
             try:
                 compile_regex(req.subscribed_topic_regex)
-            except re.error as exc:
+            except RegexError as exc:
                 raise _Refused(
                     E.INVALID_REGULAR_EXPRESSION,
                     f"SubscribedTopicRegex `{req.subscribed_topic_regex}` is not a valid "
-                    f"regular expression: {exc}.",
+                    f"regular expression: {regex_error_text(exc)}.",
                 ) from None
         known = self.assignors()
         if req.server_assignor is not None and req.server_assignor not in known:

@@ -25,13 +25,15 @@ and only then install it.
 from __future__ import annotations
 
 import dataclasses
-import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from types import MappingProxyType
+from typing import Any
+
+import re2
 
 # topic id -> partitions
 Assignment = Mapping[uuid.UUID, frozenset[int]]
@@ -231,15 +233,27 @@ class ConsumerGroup:
         return min(asked.items(), key=lambda kv: (-kv[1], kv[0]))[0]
 
 
-_regex_cache: dict[str, re.Pattern[str]] = {}
+_regex_cache: dict[str, Any] = {}
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a client's bad regex is its error, answered, not logged
+
+RegexError = re2.error
 
 
-def compile_regex(pattern: str) -> re.Pattern[str]:
-    """A subscription regex (RE2 syntax, which Python's `re` reads the same way for what
-    subscriptions use); raises re.error when it is not one."""
+def regex_error_text(exc: Exception) -> str:
+    """RE2's reason for refusing a pattern (it gives bytes)."""
+    reason = exc.args[0] if exc.args else exc
+    return reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)
+
+
+def compile_regex(pattern: str) -> Any:
+    """A subscription regex, compiled by RE2 as Kafka's RE2J compiles it: matching takes
+    time linear in the topic name whatever the pattern (a backtracking engine can take
+    exponential time on patterns such as ``(a+)+b``). Raises `RegexError` when it is not
+    one."""
     compiled = _regex_cache.get(pattern)
     if compiled is None:
-        compiled = re.compile(pattern)
+        compiled = re2.compile(pattern, _RE2_OPTIONS)
         if len(_regex_cache) > 1024:
             _regex_cache.clear()
         _regex_cache[pattern] = compiled
@@ -275,7 +289,7 @@ class RegexMatches:
         if found is None:
             try:
                 rx = compile_regex(pattern)
-            except re.error:
+            except RegexError:
                 return frozenset()
             found = frozenset(t for t in existing if not t.startswith("__") and rx.fullmatch(t))
             if version is not None:
