@@ -11,12 +11,15 @@ each one starts from what is stored. A member that sends no heartbeat for its
 session timeout is removed, and one that does not give up partitions within
 its rebalance timeout too; both are changes like any other.
 
-Coexistence with classic groups (what Kafka does with
-``group.consumer.migration.policy=disabled``): a consumer group member may
-take over a classic group only when it is empty (its offsets stay), a classic
-member an empty consumer group; a non-empty group of the other kind is
-refused (GROUP_ID_NOT_FOUND to a heartbeat, INCONSISTENT_GROUP_PROTOCOL to a
-JoinGroup).
+Coexistence with classic groups (``group.consumer.migration.policy``,
+bidirectional by default as in Kafka 4): classic members join a consumer group
+through JoinGroup, SyncGroup, Heartbeat and LeaveGroup and get the server's
+assignment; a consumer-protocol member joining a classic group with members
+turns it into a consumer group (upgrade, `consumer_conversion.from_classic`),
+and the last one leaving turns it classic again (downgrade,
+`consumer_conversion.to_classic`). With the direction disabled, the heartbeat
+is refused with GROUP_ID_NOT_FOUND in Kafka's words. An empty group of either
+kind becomes the other kind with its offsets.
 """
 
 from __future__ import annotations
@@ -129,6 +132,28 @@ class _Refused(Exception):
         super().__init__(message or error.name)
         self.error = error
         self.message = message
+
+
+def _static(work: ConsumerGroup, instance_id: str, member_id: str) -> ConsumerMember:
+    """The static member of ``instance_id``, which must be ``member_id``."""
+    member = work.static_member(instance_id)
+    if member is None:
+        raise _Refused(E.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+    if member.member_id != member_id:
+        raise _Refused(
+            E.FENCED_INSTANCE_ID,
+            f"Static member {member_id} with instance id {instance_id} was fenced by member "
+            f"{member.member_id}.",
+        )
+    return member
+
+
+def _take_over(work: ConsumerGroup, existing: ConsumerMember, member_id: str) -> ConsumerMember:
+    """A restarted static instance, joining as ``member_id``, takes its predecessor's place
+    and target (in epoch 0, to reconcile from there)."""
+    del work.members[existing.member_id]
+    work.targets[member_id] = work.targets.pop(existing.member_id, EMPTY_ASSIGNMENT)
+    return replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0)
 
 
 class ConsumerGroups:
@@ -345,23 +370,10 @@ class ConsumerGroups:
                         f"Static member {member_id} with instance id {req.instance_id} cannot "
                         "join the group because the instance id is owned by another member.",
                     )
-                # The restarted instance takes over its predecessor's place and assignment.
-                del work.members[existing.member_id]
-                target = work.targets.pop(existing.member_id, EMPTY_ASSIGNMENT)
-                work.targets[member_id] = target
-                return replace(
-                    existing, member_id=member_id, member_epoch=0, previous_member_epoch=0
-                )
-            if existing is None:
-                raise _Refused(E.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
-            if existing.member_id != member_id:
-                raise _Refused(
-                    E.FENCED_INSTANCE_ID,
-                    f"Static member {member_id} with instance id {req.instance_id} was "
-                    f"fenced by member {existing.member_id}.",
-                )
-            self._check_epoch(existing, epoch, req.owned)
-            return existing
+                return _take_over(work, existing, member_id)
+            static = _static(work, req.instance_id, member_id)
+            self._check_epoch(static, epoch, req.owned)
+            return static
         if epoch == JOIN_EPOCH:
             return self._joining(work, member_id)
         member = work.members.get(member_id)
@@ -472,24 +484,18 @@ class ConsumerGroups:
         self, group: Group | None, work: ConsumerGroup, req: HeartbeatRequest, member_id: str
     ) -> HeartbeatResult:
         stored = group.consumer if group is not None else None
-        member = work.members.get(member_id)
-        if req.instance_id is not None:
-            member = work.static_member(req.instance_id)
-            if member is None:
-                raise _Refused(E.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
-            if member.member_id != member_id:
-                raise _Refused(
-                    E.FENCED_INSTANCE_ID,
-                    f"Static member {member_id} with instance id {req.instance_id} was "
-                    f"fenced by member {member.member_id}.",
-                )
+        member = (
+            work.members.get(member_id)
+            if req.instance_id is None
+            else _static(work, req.instance_id, member_id)
+        )
         if member is None:
             raise _Refused(
                 E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {req.group_id}."
             )
         if req.member_epoch == STATIC_LEAVE_EPOCH:
             # A static member restarting: it keeps its assignment for its session timeout.
-            work.members[member_id] = replace(member.with_epoch(STATIC_LEAVE_EPOCH))
+            work.members[member_id] = member.with_epoch(STATIC_LEAVE_EPOCH)
         else:
             self._remove(work, member_id)
         assert group is not None
@@ -700,12 +706,7 @@ class ConsumerGroups:
             if existing is not None and existing.member_id != member_id:
                 if req.member_id:
                     return JoinResult(E.FENCED_INSTANCE_ID, member_id=member_id)
-                # A restarted static member takes its predecessor's place.
-                del work.members[existing.member_id]
-                work.targets[member_id] = work.targets.pop(existing.member_id, EMPTY_ASSIGNMENT)
-                member = replace(
-                    existing, member_id=member_id, member_epoch=0, previous_member_epoch=0
-                )
+                member = _take_over(work, existing, member_id)
         if member is not None and member.classic is None:
             return JoinResult(E.UNKNOWN_MEMBER_ID, member_id=member_id)
         max_size = as_int(self.config["group.consumer.max.size"])
@@ -762,11 +763,10 @@ class ConsumerGroups:
         self, consumer: ConsumerGroup, member_id: str, instance: str | None
     ) -> ConsumerMember | ErrorCode:
         if instance is not None:
-            member = consumer.static_member(instance)
-            if member is None:
-                return E.UNKNOWN_MEMBER_ID
-            if member.member_id != member_id:
-                return E.FENCED_INSTANCE_ID
+            try:
+                member = _static(consumer, instance, member_id)
+            except _Refused as refused:
+                return refused.error
         else:
             found = consumer.members.get(member_id)
             if found is None:
@@ -986,12 +986,3 @@ class ConsumerGroups:
         if epoch != member.member_epoch:
             return E.STALE_MEMBER_EPOCH
         return E.NONE
-
-    def describe(self, group: Group | None, group_id: str) -> ConsumerGroup | None:
-        return group.consumer if group is not None else None
-
-    def delete(self, group: Group) -> list[tuple[bytes, bytes | None]]:
-        """The tombstones of an empty consumer group being deleted."""
-        if group.consumer is None:
-            return []
-        return changes(group.consumer, None)

@@ -538,6 +538,17 @@ def _alter_resource(broker: Broker, res: Any, validate_only: bool) -> None:
         )
 
 
+def _alter_op(op: Any) -> AlterOp:
+    """An IncrementalAlterConfigs operation's kind (INVALID_REQUEST when unknown)."""
+    try:
+        return AlterOp(op.config_operation)
+    except ValueError:
+        raise ResourceError(
+            ErrorCode.INVALID_REQUEST,
+            f"Unknown alter configs operation {op.config_operation} for {op.name}",
+        ) from None
+
+
 def _edit(
     current: dict[str, str],
     ops: Sequence[Any],
@@ -549,13 +560,7 @@ def _edit(
     for op in ops:
         name, value = op.name, op.value
         setting = setting_for(name)
-        try:
-            kind = AlterOp(op.config_operation)
-        except ValueError:
-            raise ResourceError(
-                ErrorCode.INVALID_REQUEST,
-                f"Unknown alter configs operation {op.config_operation} for {name}",
-            ) from None
+        kind = _alter_op(op)
         if kind is AlterOp.DELETE:
             out.pop(name, None)
             continue
@@ -610,13 +615,7 @@ def _edit_group(current: Mapping[str, str], ops: Sequence[Any]) -> dict[str, str
     out = dict(current)
     for op in ops:
         name, value = op.name, op.value
-        try:
-            kind = AlterOp(op.config_operation)
-        except ValueError:
-            raise ResourceError(
-                ErrorCode.INVALID_REQUEST,
-                f"Unknown alter configs operation {op.config_operation} for {name}",
-            ) from None
+        kind = _alter_op(op)
         if kind is AlterOp.DELETE:
             out.pop(name, None)
             continue
