@@ -43,7 +43,9 @@ NONE = 0
 UNKNOWN_MEMBER_ID = 25
 INVALID_REQUEST = 42
 GROUP_ID_NOT_FOUND = 69
+FENCED_INSTANCE_ID = 82
 FENCED_MEMBER_EPOCH = 110
+UNRELEASED_INSTANCE_ID = 111
 UNSUPPORTED_ASSIGNOR = 112
 INVALID_REGULAR_EXPRESSION = 128
 
@@ -301,3 +303,28 @@ def test_a_groups_heartbeat_interval_config_is_what_members_are_told(
         r = _join(w, group, member, topic[0])
         assert (r.error_code, r.heartbeat_interval_ms) == (NONE, 7000)
         _heartbeat(w, group, member, -1)
+
+
+def test_a_static_member_restarts_into_its_own_place(
+    node: str, topic: tuple[str, uuid.UUID]
+) -> None:
+    """A static member leaving with epoch -2 keeps its partitions; its instance id is its
+    own (UNRELEASED_INSTANCE_ID to another member meanwhile, FENCED_INSTANCE_ID to a wrong
+    member id), and the restarted instance, with a new member id, gets them back."""
+    group, first, second = f"g-{uuid.uuid4().hex[:8]}", str(uuid.uuid4()), str(uuid.uuid4())
+    with _coordinator(node, group) as w:
+        r = _join(w, group, first, topic[0], instance_id="i-1")
+        assert r.error_code == NONE
+        owned = [(tp.topic_id, sorted(tp.partitions)) for tp in r.assignment.topic_partitions]
+        taken = _join(w, group, second, topic[0], instance_id="i-1")
+        assert taken.error_code == UNRELEASED_INSTANCE_ID, taken
+        wrong = _heartbeat(w, group, second, r.member_epoch, instance_id="i-1")
+        assert wrong.error_code == FENCED_INSTANCE_ID, wrong
+        left = _heartbeat(w, group, first, -2, instance_id="i-1")
+        assert (left.error_code, left.member_epoch) == (NONE, -2)
+        back = _join(w, group, second, topic[0], instance_id="i-1")
+        assert (back.error_code, back.member_id) == (NONE, second)
+        assert [
+            (tp.topic_id, sorted(tp.partitions)) for tp in back.assignment.topic_partitions
+        ] == owned
+        _heartbeat(w, group, second, -1, instance_id="i-1")
