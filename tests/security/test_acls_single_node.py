@@ -23,6 +23,10 @@ from kbroker.protocol.messages.admin import (
     IncrementalAlterConfigsRequest,
     ListConfigResourcesRequest,
 )
+from kbroker.protocol.messages.group import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+)
 from tests.helpers import (
     KBROKER,
     BrokerProcess,
@@ -150,6 +154,26 @@ def test_no_acl_means_no_access_by_default(tmp_path: Path) -> None:
             ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
             [],
         )
+        # The consumer group protocol: Read on the group to heartbeat, Describe to describe.
+        beat = w.request(
+            ApiKey.CONSUMER_GROUP_HEARTBEAT,
+            1,
+            ConsumerGroupHeartbeatRequest(
+                group_id="g",
+                member_id="m-1",
+                member_epoch=0,
+                rebalance_timeout_ms=30000,
+                subscribed_topic_names=["t"],
+                topic_partitions=[],
+            ),
+        )
+        assert (beat.error_code, beat.assignment) == (ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
+        (group,) = w.request(
+            ApiKey.CONSUMER_GROUP_DESCRIBE,
+            1,
+            ConsumerGroupDescribeRequest(group_ids=["g"], include_authorized_operations=True),
+        ).groups
+        assert (group.error_code, group.members) == (ErrorCode.GROUP_AUTHORIZATION_FAILED, [])
         w.close()
         refused = acl("list", bootstrap=broker.bootstrap)
         assert refused.returncode == 1
