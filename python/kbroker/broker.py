@@ -185,6 +185,7 @@ class Broker:
                     ),
                     inter_broker=self.inter_broker,
                 ),
+                features=self.features,
             )
 
     # -- start and stop ------------------------------------------------------

@@ -23,9 +23,9 @@ What a broker does in a cluster beyond serving its partitions, in Kafka
 - Users' and clients' configs (SCRAM credentials, quotas): all of them at
   `connect`, then each change announced, to ``on_quota_entity_configs``;
   groups' own configs (/config/groups) the same way, to ``on_group_configs``.
-
-Until followers replicate (the replication issue), a partition has one
-replica: topics with a replication factor above 1 are refused.
+- The finalized features (``/feature``, `kbroker.cluster.features`): read at
+  `connect` (a broker that cannot serve them does not start) and followed;
+  the registration names the levels this broker supports.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from kbroker.cluster.errors import (
     ZkNodeExistsError,
     ZkNoNodeError,
 )
+from kbroker.cluster.features import FeatureWatcher
 from kbroker.cluster.producer_id_blocks import ZkProducerIdAllocator
 from kbroker.cluster.registration import (
     BrokerRegistrar,
@@ -78,6 +79,7 @@ from kbroker.controller.assignment import (
 from kbroker.controller.controller import Controller, ControllerSettings
 from kbroker.controller.elector import ControllerElector
 from kbroker.errors import ErrorCode, TopicError
+from kbroker.features import SUPPORTED, Features
 from kbroker.metadata import load_meta_properties
 from kbroker.metadata_cache import MetadataCache
 from kbroker.metadata_types import TopicMetadata
@@ -143,6 +145,7 @@ class ClusterMember:
         on_group_configs: GroupCallback | None = None,
         allow_unclean: Callable[[str], bool] = lambda _topic: False,
         controller_settings: ControllerSettings | None = None,
+        features: Features | None = None,
     ) -> None:
         self.settings = settings
         self.controller_settings = controller_settings or ControllerSettings()
@@ -160,6 +163,9 @@ class ClusterMember:
         )
         # The ACLs, loaded and kept up to date from ZooKeeper, when there is an authorizer.
         self.acls = None if authorizer is None else AclChangeWatcher(self.zk, authorizer)
+        # The finalized features, kept at what /feature says.
+        self.features = Features() if features is None else features
+        self._feature_watcher = FeatureWatcher(self.zk, self.features)
         # Config changes made here, being written to ZooKeeper.
         self._config_writes: list[asyncio.Future[object]] = []
         self.registrar: BrokerRegistrar | None = None
@@ -192,7 +198,9 @@ class ClusterMember:
             # Every ACL before the listener serves a request.
             if self.acls is not None:
                 await self.acls.start()
+            await self._feature_watcher.start()
         except BaseException:
+            self._feature_watcher.stop()
             if self.acls is not None:
                 await self.acls.stop()
             await self.configs.stop()
@@ -211,7 +219,12 @@ class ClusterMember:
         """Registers this broker (reached at ``endpoints``, one per listener) and enters the
         controller election."""
         registration = zd.BrokerRegistration(
-            self.broker_id, tuple(endpoints), rack=self.settings.rack
+            self.broker_id,
+            tuple(endpoints),
+            rack=self.settings.rack,
+            features=tuple(
+                zd.SupportedFeature(name, lo, hi) for name, (lo, hi) in sorted(SUPPORTED.items())
+            ),
         )
         self.registrar = BrokerRegistrar(self.zk, registration, on_failed=self._registration_failed)
         await self.registrar.register()
@@ -383,6 +396,7 @@ class ClusterMember:
         await self.configs.stop()
         if self.acls is not None:
             await self.acls.stop()
+        self._feature_watcher.stop()
         if self.elector is not None:
             with contextlib.suppress(ClusterError):
                 await self.elector.stop()

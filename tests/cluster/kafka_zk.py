@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from bench.systems import kafka_lib
 from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError
 
 from tests.helpers import free_port
 
@@ -148,10 +149,34 @@ def prepare_kafka_zk_broker(
     zk.start(timeout=10)
     try:
         zk.ensure_path(chroot)
+        finalize_nothing(zk, chroot)
     finally:
         zk.stop()
         zk.close()
     return KafkaZkBroker(broker_id, port, chroot, None, log, zk_connect, cmd)
+
+
+# What Kafka 3.9.1's controller writes to /feature: feature versioning on, nothing finalized
+# (a ZooKeeper-mode Kafka 3.9 broker supports no feature).
+KAFKA_39_FEATURES = b'{"features":{},"version":2,"status":1}'
+
+
+def finalize_nothing(zk: KazooClient, chroot: str) -> None:
+    """Makes the chroot's /feature what a Kafka 3.9.1 cluster has. A Kafka 3.9.1 broker refuses
+    to start while a feature it does not know is finalized, and a cluster whose first controller
+    was a kbroker finalizes group.version: this is the operator's `kafka-features downgrade
+    --feature group.version=0` before a Kafka 3.9.1 broker joins (kbroker's brokers follow the
+    znode), or the znode a Kafka cluster had before kbroker's brokers joined it."""
+    path = f"{chroot}/feature"
+    if zk.exists(path) is None:
+        try:
+            zk.create(path, KAFKA_39_FEATURES)
+            return
+        except NodeExistsError:
+            pass  # a controller made it meanwhile
+    data, _stat = zk.get(path)
+    if b'"features":{}' not in data.replace(b" ", b""):
+        zk.set(path, KAFKA_39_FEATURES)
 
 
 @contextmanager

@@ -26,7 +26,8 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbroker.protocol import ApiKey, ErrorCode
-from kbroker.protocol.messages.core import InitProducerIdRequest
+from kbroker.protocol.messages.admin import UpdateFeaturesRequest
+from kbroker.protocol.messages.core import ApiVersionsRequest, InitProducerIdRequest
 from kbroker.tools.client import BrokerClient
 from tests.cluster.kafka_zk import prepare_kafka_zk_broker
 from tests.cluster.nodes import SESSION_TIMEOUT_MS, Cluster, KafkaNode, KbrokerNode, Node
@@ -108,6 +109,44 @@ def kafka_gets_producer_ids_from(cluster: Cluster, kafka_id: int) -> None:
     assert allocation_answers(controller, kafka_id, epoch) == ALLOCATION_ANSWERS
 
 
+def kafka_keeps_features_off(cluster: Cluster, kbrokers: tuple[str, ...]) -> None:
+    """A Kafka 3.9.1 broker supports no feature (it would not start with group.version
+    finalized: the cluster's /feature is Kafka's, see kafka_zk.finalize_nothing): the kbrokers
+    follow it, and the kbroker controller refuses to finalize group.version while the Kafka
+    broker is live."""
+    for bootstrap in kbrokers:
+        wait_for(
+            lambda bootstrap=bootstrap: not finalized_levels(bootstrap),
+            f"{bootstrap} to follow /feature",
+        )
+    controller = cluster.nodes[cluster.controller_id() or -1].bootstrap
+    update = UpdateFeaturesRequest.FeatureUpdate(
+        feature="group.version", max_version_level=1, upgrade_type=1
+    )
+    with BrokerClient(controller) as client:
+        r = client.request(
+            ApiKey.UPDATE_FEATURES,
+            1,
+            UpdateFeaturesRequest(timeout_ms=10000, feature_updates=[update], validate_only=False),
+        )
+    assert (r.error_code, r.error_message) == (
+        ErrorCode.INVALID_UPDATE_VERSION,
+        "The update failed for all features since the following feature had an error: "
+        "Invalid update version 1 for feature group.version. Broker 3 does not support this "
+        "feature.",
+    )
+
+
+def finalized_levels(bootstrap: str) -> dict[str, int]:
+    with BrokerClient(bootstrap) as client:
+        r = client.request(
+            ApiKey.API_VERSIONS,
+            3,
+            ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+        )
+    return {f.name: f.max_version_level for f in r.finalized_features}
+
+
 def test_kafka_broker_in_a_kbroker_cluster_and_the_other_way(
     zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:
@@ -149,6 +188,7 @@ def test_kafka_broker_in_a_kbroker_cluster_and_the_other_way(
         # kbroker, read through Kafka.
         round_trip(b1, k3, k3, "kbroker-controls")
         kafka_gets_producer_ids_from(cluster, 3)
+        kafka_keeps_features_off(cluster, (b1, b2))
 
         # Kafka takes over when both kbrokers die, and they obey it when back.
         nodes[1].kill()

@@ -39,6 +39,12 @@ class LiveBroker:
     rack: str | None = None
     # Every advertised listener: (listener name, host, port, security protocol name).
     endpoints: tuple[tuple[str, str, int, str], ...] = ()
+    # The features its registration says it supports: (name, min level, max level).
+    features: tuple[tuple[str, int, int], ...] = ()
+
+    @property
+    def supported(self) -> dict[str, tuple[int, int]]:
+        return {name: (lo, hi) for name, lo, hi in self.features}
 
 
 @dataclass(slots=True)

@@ -53,6 +53,11 @@ from kbroker.cluster.errors import (
     ZkMultiError,
     ZkNoNodeError,
 )
+from kbroker.cluster.features import (
+    ensure_feature_znode,
+    read_feature_znode,
+    write_feature_znode,
+)
 from kbroker.cluster.producer_id_blocks import allocate_producer_id_block
 from kbroker.cluster.zk import CreateOp, DeleteOp, SetDataOp, Stat, WatchEvent, ZkClient
 from kbroker.config import ConfigError, topic_setting
@@ -67,6 +72,7 @@ from kbroker.controller.context import (
 from kbroker.controller.election import ElectionType
 from kbroker.controller.isr_changes import IsrAnswer, IsrChange, plan_isr_change, resolve
 from kbroker.controller.reassignment import Assignment, plan_request
+from kbroker.features import FeatureUpdate, UpdateRefused, plan_update
 from kbroker.futures import cancel_and_wait
 from kbroker.log import TopicPartition
 from kbroker.metadata_types import PartitionState
@@ -312,6 +318,7 @@ class Controller:
                 reachable.port,
                 reg.rack,
                 tuple((e.listener, e.host, e.port, e.security_protocol) for e in reg.endpoints),
+                tuple((f.name, f.min_version, f.max_version) for f in reg.features),
             )
         return live
 
@@ -371,6 +378,10 @@ class Controller:
 
     async def _startup(self) -> None:
         self.ctx.live = await self._read_brokers()
+        try:
+            await ensure_feature_znode(self.zk, self.epoch, self._broker_support())
+        except ZkMultiError as exc:  # /feature written meanwhile (by whom, it is theirs)
+            log.warning("controller %d: /feature left as found: %s", self.ctx.controller_id, exc)
         names = await self.zk.get_children(zd.TOPICS_PATH)
         # Topics in rounds of requests in flight together (not one round trip each).
         for start in range(0, len(names), STARTUP_READ_BATCH):
@@ -897,6 +908,36 @@ class Controller:
             return await allocate_producer_id_block(self.zk, broker_id)
         except ProducerIdBlockError as exc:
             raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)) from exc
+
+    # -- features ---------------------------------------------------------------------
+
+    def _broker_support(self) -> dict[int, dict[str, tuple[int, int]]]:
+        return {b.broker_id: b.supported for b in self.ctx.live.values()}
+
+    async def update_features(self, updates: list[FeatureUpdate], validate_only: bool) -> int:
+        """UpdateFeatures: ``updates`` checked against /feature and every live broker's
+        supported levels, then written (unless ``validate_only``); the finalized epoch. Refused
+        with INVALID_UPDATE_VERSION (the whole request, Kafka 4.1's words)."""
+        return await self._ask(lambda: self._update_features(updates, validate_only))
+
+    async def _update_features(self, updates: list[FeatureUpdate], validate_only: bool) -> int:
+        try:
+            found, version = await read_feature_znode(self.zk)
+        except ZkDataError as exc:
+            raise KafkaError(ErrorCode.FEATURE_UPDATE_FAILED, str(exc)) from None
+        current = dict(found.features) if found is not None and found.enabled else {}
+        try:
+            levels = plan_update(updates, current, self.ctx.controller_id, self._broker_support())
+        except UpdateRefused as exc:
+            raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, str(exc)) from None
+        if validate_only or (levels == current and found is not None and found.enabled):
+            return version
+        try:
+            written = await write_feature_znode(self.zk, self.epoch, levels, version)
+        except ZkMultiError as exc:  # /feature changed since it was read (a foreign writer)
+            raise KafkaError(ErrorCode.FEATURE_UPDATE_FAILED, str(exc)) from None
+        log.info("controller %d: finalized %s (epoch %d)", self.ctx.controller_id, levels, written)
+        return written
 
     async def alter_partition_reassignments(
         self, targets: Mapping[TopicPartition, Sequence[int] | None]

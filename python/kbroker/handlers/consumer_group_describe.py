@@ -2,7 +2,9 @@
 
 A group that is not a consumer group (a classic one, or none) gets
 GROUP_ID_NOT_FOUND, which tells admin clients to describe it with
-DescribeGroups instead. Topics are named as the metadata knows them now.
+DescribeGroups instead. While the protocol is switched off (group.version 0,
+or group.coordinator.rebalance.protocols without ``consumer``) every group gets
+UNSUPPORTED_VERSION, as in Kafka. Topics are named as the metadata knows them now.
 With an authorizer each group needs Describe.
 """
 
@@ -36,8 +38,8 @@ def _error(group_id: str, error: ErrorCode, message: str | None = None) -> Any:
         error_message=message,
         group_id=group_id,
         group_state="",
-        group_epoch=-1,
-        assignment_epoch=-1,
+        group_epoch=0,
+        assignment_epoch=0,
         assignor_name="",
         members=[],
         authorized_operations=INT32_MIN,
@@ -84,6 +86,12 @@ def _describe(broker: Broker, group: ConsumerGroup, default_assignor: str) -> An
 
 def handle_consumer_group_describe(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     coordinator = broker.coordinator
+    if not coordinator.consumer_groups.enabled:
+        # Switched off (group.version 0, or the setting): every group refused, as Kafka does.
+        return Response(
+            throttle_time_ms=0,
+            groups=[_error(g, ErrorCode.UNSUPPORTED_VERSION) for g in request.group_ids],
+        )
     default_assignor = (coordinator.consumer_groups.assignors() or ["uniform"])[0]
     out = []
     for group_id in request.group_ids:
