@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import uuid
 
-from kbroker.metadata_cache import (
+from kbroker.metadata.cache import (
     LEADER_DURING_DELETE,
     BrokerInfo,
     ControllerPartitionState,
     MetadataCache,
 )
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 
 A = uuid.UUID(int=1)
 B = uuid.UUID(int=2)

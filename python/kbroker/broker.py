@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from kbroker.cluster import zk_data as zd
 from kbroker.cluster.entity_configs import ZkEntityConfigStore
 from kbroker.cluster.errors import ZkDataError
-from kbroker.cluster_member import ClusterMember, MemberSettings
+from kbroker.cluster.member import ClusterMember, MemberSettings
 from kbroker.config import (
     TOPIC_SETTINGS,
     BrokerConfig,
@@ -39,8 +39,6 @@ from kbroker.controller.controller import ControllerSettings
 from kbroker.coordinator import GroupCoordinator
 from kbroker.coordinator.group_configs import GroupConfigs
 from kbroker.errors import ErrorCode, TopicError
-from kbroker.features import Features, LocalFeatureStore
-from kbroker.local_acls import LocalAclStorage
 from kbroker.log import LogConfig, LogManager, TopicPartition, log_config_from_topic
 from kbroker.log.cleaner import CleanerSettings, LogCleaner
 from kbroker.log.log import Log, illegal_topic_name
@@ -50,17 +48,24 @@ from kbroker.log.partition_metadata import (
     read_partition_metadata,
     write_partition_metadata,
 )
-from kbroker.metadata import (
+from kbroker.metadata.acls import LocalAclStorage
+from kbroker.metadata.cache import BrokerInfo, ControllerPartitionState, MetadataCache
+from kbroker.metadata.features import Features, LocalFeatureStore
+from kbroker.metadata.model import TopicMetadata
+from kbroker.metadata.store import (
     LocalMetadataStore,
     MetadataError,
     MetadataStore,
     StateFileError,
 )
-from kbroker.metadata_cache import BrokerInfo, ControllerPartitionState, MetadataCache
-from kbroker.metadata_types import TopicMetadata
+from kbroker.metadata.topics import (
+    INTERNAL_TOPICS,
+    MAX_PARTITIONS_PER_TOPIC,
+    NewTopic,
+    collision_key,
+)
 from kbroker.metrics.core import BrokerMetrics
 from kbroker.network.server import Dispatch, Server, ServerLimits
-from kbroker.producer_ids import ProducerIdAllocator, ProducerIds
 from kbroker.quota.entity import DEFAULT, QuotaEntity, desanitize
 from kbroker.quota.manager import QuotaManagers
 from kbroker.quota.store import EntityConfigStore, LocalEntityConfigStore
@@ -75,15 +80,10 @@ from kbroker.security.authorizer import AclAuthorizer
 from kbroker.security.client import ClientSecurity, InterBrokerLink
 from kbroker.security.credentials import CredentialCache
 from kbroker.security.listeners import Listener, ListenerSet
-from kbroker.topics import (
-    INTERNAL_TOPICS,
-    MAX_PARTITIONS_PER_TOPIC,
-    NewTopic,
-    collision_key,
-)
 from kbroker.txn import TransactionCoordinator
 from kbroker.txn.marker_writer import BrokerMarkerWriter
 from kbroker.txn.peers import PeerConnections
+from kbroker.txn.producer_ids import ProducerIdAllocator, ProducerIds
 from kbroker.txn.verifier import CoordinatorVerifier
 
 log = logging.getLogger("kbroker")

@@ -1355,8 +1355,8 @@ _bootstrap_option = click.option(
 
 
 def _tool_errors() -> tuple[type[Exception], ...]:
-    from kbroker.coordinator.zk_import import ZkImportError
     from kbroker.tools.client import ClientError
+    from kbroker.tools.zk_import import ZkImportError
 
     return ClientError, ZkImportError
 
@@ -1611,8 +1611,8 @@ def groups_import_zk(
 ) -> None:
     """Copy offsets stored under /consumers/GROUP/offsets/TOPIC/PARTITION in ZooKeeper
     into the groups' committed offsets."""
-    from kbroker.coordinator.zk_import import import_offsets, read_zk_offsets
     from kbroker.tools.client import BrokerClient
+    from kbroker.tools.zk_import import import_offsets, read_zk_offsets
 
     try:
         found, unreadable = read_zk_offsets(zookeeper, group_ids, timeout=zk_timeout)

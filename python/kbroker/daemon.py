@@ -18,7 +18,7 @@ from kbroker.cluster.errors import ClusterError
 from kbroker.config import BrokerConfig, ConfigError
 from kbroker.handlers import Dispatcher
 from kbroker.log.manager import DataDirLocked
-from kbroker.metadata import MetadataError, StateFileError
+from kbroker.metadata.store import MetadataError, StateFileError
 from kbroker.metrics import BrokerMetrics, BrokerView, GroupLag, build_registry
 from kbroker.metrics.http import LoopWatch, MetricsServer, Readiness, SystemdNotifier
 from kbroker.metrics.logs import setup_logging

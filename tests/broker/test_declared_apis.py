@@ -20,7 +20,7 @@ from kafka.errors import UnknownTopicOrPartitionError
 from kbroker._kbroker import build_batch
 from kbroker.handlers.offset_for_leader_epoch import end_offset_for_epoch
 from kbroker.log import Log, LogConfig, TopicPartition
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 from kbroker.protocol import APIS, ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import ElectLeadersRequest
 from kbroker.protocol.messages.core import ApiVersionsRequest, OffsetForLeaderEpochRequest

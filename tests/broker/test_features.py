@@ -17,8 +17,8 @@ from bench.systems import kafka_available, kafka_lib, kafka_node
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kbroker.features import FEATURE_PATH, Features, LocalFeatureStore
-from kbroker.metadata import LocalMetadataStore
+from kbroker.metadata.features import FEATURE_PATH, Features, LocalFeatureStore
+from kbroker.metadata.store import LocalMetadataStore
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import UpdateFeaturesRequest
 from kbroker.protocol.messages.core import ApiVersionsRequest

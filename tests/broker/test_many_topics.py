@@ -13,7 +13,7 @@ import time
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from kbroker.metadata import METADATA_FILE, METADATA_LOG
+from kbroker.metadata.store import METADATA_FILE, METADATA_LOG
 
 WAIT = 120
 TOPICS = 600

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from kbroker.log.partition_metadata import read_partition_metadata
-from kbroker.metadata import METADATA_FILE, METADATA_LOG, LocalMetadataStore
+from kbroker.metadata.store import METADATA_FILE, METADATA_LOG, LocalMetadataStore
 from tests.helpers import KBROKER, BrokerProcess, consume_all, create_topic, produce
 
 WAIT = 30

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from kbroker.cluster.controller import (
+from kbroker.cluster.controller_election import (
     ControllerEpoch,
     ControllerWatcher,
     fenced_multi,

@@ -38,7 +38,7 @@ from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
 from kbroker.cluster import zk_data as zd
-from kbroker.cluster.controller import try_become_controller
+from kbroker.cluster.controller_election import try_become_controller
 from kbroker.cluster.zk import ZkClient, ZkSettings
 from kbroker.controller.controller import Controller
 from tests.cluster.kafka_zk import KafkaZkBroker, kafka_zk_broker, require_kafka

@@ -40,10 +40,10 @@ from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
 from kbroker.cluster import zk_data as zd
-from kbroker.cluster.controller import try_become_controller
+from kbroker.cluster.controller_election import try_become_controller
 from kbroker.controller.controller import Controller, ControllerSettings
 from kbroker.log import TopicPartition
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 from kbroker.protocol import ErrorCode
 from kbroker.protocol.errors import KafkaError
 from tests.cluster.kafka_zk import KafkaZkBroker, kafka_zk_broker, require_kafka

@@ -23,13 +23,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 from kbroker.cluster import zk_data as zd
-from kbroker.cluster.controller import resign, try_become_controller
+from kbroker.cluster.controller_election import resign, try_become_controller
 from kbroker.cluster.zk import ZkClient, ZkSettings
 from kbroker.controller.controller import Controller, ControllerSettings
 from kbroker.controller.isr_changes import IsrChange
 from kbroker.controller.reassignment import Assignment
 from kbroker.log import TopicPartition
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 from kbroker.protocol import ErrorCode
 from tests.cluster.conftest import run, until
 from tests.cluster.test_controller_without_brokers import code, register, state

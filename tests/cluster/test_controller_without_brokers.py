@@ -16,12 +16,12 @@ import uuid
 import pytest
 
 from kbroker.cluster import zk_data as zd
-from kbroker.cluster.controller import try_become_controller
+from kbroker.cluster.controller_election import try_become_controller
 from kbroker.cluster.zk import ZkClient, ZkSettings
 from kbroker.controller.controller import Controller, ControllerSettings
-from kbroker.controller.election import ElectionType
+from kbroker.controller.leader_election import ElectionType
 from kbroker.log import TopicPartition
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 from kbroker.protocol import ErrorCode
 from kbroker.protocol.errors import KafkaError
 from tests.cluster.conftest import run, until

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import asyncio
 
-from kbroker.cluster.controller import ControllerEpoch, read_controller, read_controller_epoch
+from kbroker.cluster.controller_election import (
+    ControllerEpoch,
+    read_controller,
+    read_controller_epoch,
+)
 from kbroker.cluster.zk import ZkClient, ZkSettings
 from kbroker.controller.controller import Controller
 from kbroker.controller.elector import ControllerElector

@@ -42,8 +42,8 @@ from kbroker.handlers.inter_broker import (
     update_metadata_contents,
 )
 from kbroker.log import TopicPartition
-from kbroker.metadata_cache import MetadataCache
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.cache import MetadataCache
+from kbroker.metadata.model import PartitionState
 from kbroker.protocol import APIS, ApiKey, ErrorCode, RequestHeader, api_versions_response
 from kbroker.protocol.messages.admin import CreateTopicsRequest, DeleteTopicsRequest
 from kbroker.protocol.messages.core import ApiVersionsRequest, FetchResponse, MetadataRequest

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from kbroker.cluster import zk_data as d
 from kbroker.cluster.errors import ZkDataError
 from kbroker.log.log import TopicPartition
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 
 # Bytes a live Kafka 3.9.1 broker wrote (read with kazoo from its chroot).
 KAFKA_REGISTRATION = (

@@ -13,7 +13,7 @@ from kbroker.controller.context import (
     Transition,
 )
 from kbroker.log import TopicPartition
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 
 T0 = TopicPartition("t", 0)
 T1 = TopicPartition("t", 1)

@@ -12,7 +12,7 @@ from kbroker.controller.context import ControllerContext, LiveBroker, TopicAssig
 from kbroker.controller.isr_changes import IsrAnswer, IsrChange, plan_isr_change, resolve
 from kbroker.handlers.inter_broker import alter_partition_changes, alter_partition_response
 from kbroker.log import TopicPartition
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 from kbroker.protocol import ErrorCode
 from kbroker.protocol.messages.inter_broker import AlterPartitionRequest
 

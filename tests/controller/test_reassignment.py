@@ -9,7 +9,7 @@ import uuid
 from kbroker.controller.context import NO_LEADER, ControllerContext, LiveBroker, TopicAssignment
 from kbroker.controller.reassignment import Assignment, check_target, plan_request
 from kbroker.log import TopicPartition
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 from kbroker.protocol import ErrorCode
 from kbroker.protocol.errors import KafkaError
 

@@ -17,7 +17,7 @@ from bench.faults.disk import SmallDisk
 from kbroker._kbroker import build_batch
 from kbroker.log import Log, LogConfig, TopicPartition
 from kbroker.log.manager import StorageErrors
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 from kbroker.replication.fetcher import FetcherSettings, ReplicaFetcher, _Target
 from kbroker.replication.partition import Partition
 

@@ -19,7 +19,7 @@ import pytest
 from kbroker._kbroker import build_batch
 from kbroker.errors import ErrorCode, PartitionError
 from kbroker.log import Log, LogConfig, TopicPartition
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 from kbroker.replication.checkpoint import read_high_watermarks, write_high_watermarks
 from kbroker.replication.partition import Partition, monotonic_ms
 from kbroker.replication.producer_state import SNAPSHOT_FILE

@@ -14,7 +14,7 @@ from kbroker._kbroker import build_batch
 from kbroker.config import BrokerConfig, TopicConfig
 from kbroker.errors import ErrorCode
 from kbroker.log import Log, LogManager, TopicPartition, log_config_from_topic
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 from kbroker.replication.partition import Partition
 from kbroker.replication.replica_manager import (
     FetchParams,

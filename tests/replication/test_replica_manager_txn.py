@@ -16,7 +16,7 @@ from pathlib import Path
 from kbroker._kbroker import build_batch
 from kbroker.errors import ErrorCode
 from kbroker.log import TopicPartition
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 from kbroker.replication.partition import Partition
 from kbroker.replication.replica_manager import FetchParams, FetchPartition, ReplicaManager
 from kbroker.replication.txn import TxnMarker

@@ -20,7 +20,7 @@ import pytest
 from kbroker._kbroker import build_batch, validate_batches
 from kbroker.errors import ErrorCode, PartitionError
 from kbroker.log import Log, LogConfig, TopicPartition
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 from kbroker.replication.partition import Partition
 from kbroker.replication.producer_state import SNAPSHOT_FILE
 from kbroker.replication.txn import AppendOrigin

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from kbroker.config import BrokerConfig, ConfigError
-from kbroker.local_acls import LocalAclStorage
-from kbroker.metadata import METADATA_FILE, METADATA_LOG, LocalMetadataStore
+from kbroker.metadata.acls import LocalAclStorage
+from kbroker.metadata.store import METADATA_FILE, METADATA_LOG, LocalMetadataStore
 from kbroker.protocol import ErrorCode
 from kbroker.security.acl import (
     AccessControlEntry,

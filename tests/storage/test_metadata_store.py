@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import kbroker.metadata as metadata
-from kbroker.metadata import METADATA_FILE, METADATA_LOG, LocalMetadataStore
+import kbroker.metadata.store as metadata
+from kbroker.metadata.store import METADATA_FILE, METADATA_LOG, LocalMetadataStore
 
 
 def _durable(store: LocalMetadataStore) -> None:

@@ -23,7 +23,7 @@ from kbroker.broker import Broker
 from kbroker.config import BrokerConfig
 from kbroker.log import TopicPartition
 from kbroker.log.log import now_ms
-from kbroker.metadata_cache import BrokerInfo
+from kbroker.metadata.cache import BrokerInfo
 from kbroker.protocol import ErrorCode
 from kbroker.replication.txn import TxnMarker
 from kbroker.txn import TransactionCoordinator, TxnState

@@ -20,7 +20,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-from kbroker.cluster.controller import ControllerEpoch, fenced_multi
+from kbroker.cluster.controller_election import ControllerEpoch, fenced_multi
 from kbroker.cluster.errors import (
     ClusterError,
     ZkDataError,
@@ -37,7 +37,7 @@ from kbroker.cluster.zk import (
     ZkClient,
 )
 from kbroker.cluster.zk_data import FinalizedFeatures, decode_features, encode_features
-from kbroker.features import DEFAULT_LEVELS, FEATURE_PATH, Features, unsupported, znode
+from kbroker.metadata.features import DEFAULT_LEVELS, FEATURE_PATH, Features, unsupported, znode
 
 log = logging.getLogger(__name__)
 

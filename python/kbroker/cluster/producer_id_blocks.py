@@ -8,7 +8,7 @@ same block. A write whose answer was lost (connection loss, timeout) is read
 back: if the znode shows this broker's block the block is ours, otherwise it
 is skipped (ids are wasted, never shared).
 
-`ZkProducerIdAllocator` has the shape of `kbroker.producer_ids.ProducerIdAllocator`
+`ZkProducerIdAllocator` has the shape of `kbroker.txn.producer_ids.ProducerIdAllocator`
 (``await next_id()``), so cluster mode swaps one for the other.
 """
 

@@ -40,7 +40,7 @@ from kbroker.cluster.zk_data import (
     encode_broker_registration,
     encode_cluster_id,
 )
-from kbroker.metadata import new_cluster_id
+from kbroker.metadata.store import new_cluster_id
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from typing import Any
 from kbroker.cluster.errors import ZkDataError
 from kbroker.log.log import TopicPartition
 from kbroker.log.partition_metadata import decode_topic_id, encode_topic_id
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 from kbroker.quota.entity import QuotaEntity, sanitize
 from kbroker.security.acl import (
     CONCRETE_RESOURCE_TYPES,

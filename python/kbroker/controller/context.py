@@ -18,11 +18,11 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from kbroker.controller import election
-from kbroker.controller.election import Elected
+from kbroker.controller import leader_election
+from kbroker.controller.leader_election import Elected
 from kbroker.controller.reassignment import Assignment
 from kbroker.log import TopicPartition
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ class ControllerContext:
             if current is None:
                 out.extend(self.plan_new_partitions([tp]))
                 continue
-            elected = election.offline(
+            elected = leader_election.offline(
                 self.replicas(tp),
                 current.isr,
                 self.live.keys() - self.shutting_down,
@@ -241,7 +241,7 @@ class ControllerContext:
             replicas = self.replicas(tp)
             if current is None or not replicas or current.leader == replicas[0]:
                 continue
-            elected = election.preferred(
+            elected = leader_election.preferred(
                 replicas, current.isr, self.live.keys() - self.shutting_down
             )
             if elected is not None:
@@ -274,7 +274,7 @@ class ControllerContext:
         if current.leader in target and current.leader in electable and current.leader in isr:
             elected: Elected | None = Elected(current.leader, isr)
         else:
-            elected = election.reassignment(target, isr, electable)
+            elected = leader_election.reassignment(target, isr, electable)
         if elected is None or not elected.isr:
             return None
         return Transition(tp, self._next(tp, elected), f"reassignment to {target} complete")
@@ -294,7 +294,7 @@ class ControllerContext:
         isr = [r for r in current.isr if r not in gone] or current.isr[-1:]
         leader = current.leader
         if leader in gone:
-            elected = election.reassignment(
+            elected = leader_election.reassignment(
                 self.replicas(tp), isr, self.live.keys() - self.shutting_down
             )
             leader = NO_LEADER if elected is None else elected.leader
@@ -319,7 +319,7 @@ class ControllerContext:
         for tp in self._replicated_on(broker_id):
             current = self.states[tp]
             if current.leader == broker_id:
-                elected = election.controlled_shutdown(
+                elected = leader_election.controlled_shutdown(
                     self.replicas(tp), current.isr, self.live.keys(), self.shutting_down
                 )
                 if elected is not None:

@@ -1,6 +1,6 @@
 """`Controller`: the work of the elected controller, one event at a time.
 
-Elected (see `kbroker.cluster.controller`), the controller reads the cluster
+Elected (see `kbroker.cluster.controller_election`), the controller reads the cluster
 from ZooKeeper into a `ControllerContext` and then follows it through
 watches on ``/brokers/ids`` and ``/brokers/topics``. Each event is handled
 to the end before the next (one task drains the queue), and each follows
@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 
 from kbroker.cluster import zk_data as zd
 from kbroker.cluster.configs import read_topic_configs
-from kbroker.cluster.controller import ControllerEpoch, fenced_multi
+from kbroker.cluster.controller_election import ControllerEpoch, fenced_multi
 from kbroker.cluster.errors import (
     ControllerMovedError,
     ProducerIdBlockError,
@@ -69,13 +69,13 @@ from kbroker.controller.context import (
     TopicAssignment,
     Transition,
 )
-from kbroker.controller.election import ElectionType
 from kbroker.controller.isr_changes import IsrAnswer, IsrChange, plan_isr_change, resolve
+from kbroker.controller.leader_election import ElectionType
 from kbroker.controller.reassignment import Assignment, plan_request
-from kbroker.features import FeatureUpdate, UpdateRefused, plan_update
 from kbroker.futures import cancel_and_wait
 from kbroker.log import TopicPartition
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.features import FeatureUpdate, UpdateRefused, plan_update
+from kbroker.metadata.model import PartitionState
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.errors import KafkaError
 from kbroker.security.client import InterBrokerLink

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from kbroker.cluster.controller import (
+from kbroker.cluster.controller_election import (
     ControllerEpoch,
     ControllerWatcher,
     resign,

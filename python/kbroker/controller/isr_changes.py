@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from kbroker.controller.context import ControllerContext, Transition
 from kbroker.log import TopicPartition
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 from kbroker.protocol import ErrorCode
 
 # LeaderRecoveryState: recovered, or recovering from an unclean election (KIP-704).

@@ -8,7 +8,7 @@ from typing import Any
 
 from kbroker.controller.context import ControllerContext, LiveBroker, TopicAssignment
 from kbroker.log import TopicPartition
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 from kbroker.protocol.messages.inter_broker import (
     LeaderAndIsrPartitionState,
     LeaderAndIsrRequest,

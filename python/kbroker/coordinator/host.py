@@ -16,8 +16,8 @@ from typing import Protocol
 from kbroker.config import BrokerConfig
 from kbroker.coordinator.group_configs import GroupConfigs
 from kbroker.log import LogManager
-from kbroker.metadata_cache import MetadataCache
-from kbroker.metadata_types import TopicMetadata
+from kbroker.metadata.cache import MetadataCache
+from kbroker.metadata.model import TopicMetadata
 from kbroker.replication.replica_manager import ReplicaManager
 
 

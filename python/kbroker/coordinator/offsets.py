@@ -29,7 +29,7 @@ from kbroker.replication.purgatory import Scheduler, TimerHandle
 
 if TYPE_CHECKING:
     from kbroker.coordinator.host import CoordinatorHost
-    from kbroker.metadata_types import TopicMetadata
+    from kbroker.metadata.model import TopicMetadata
 
 log = logging.getLogger(__name__)
 

@@ -33,13 +33,13 @@ from kbroker.handlers.authorization import (
     refused,
 )
 from kbroker.log import TopicPartition
+from kbroker.metadata.topics import INTERNAL_TOPICS
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.txn import (
     AddPartitionsToTxnResponse,
     AddPartitionsToTxnTopicResult,
 )
-from kbroker.topics import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker

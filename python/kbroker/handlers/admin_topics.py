@@ -27,6 +27,7 @@ from kbroker.futures import then
 from kbroker.handlers.admin_configs import topic_config_entries
 from kbroker.handlers.authorization import TOPIC, Op, authorize_cluster, refused
 from kbroker.log import TopicPartition
+from kbroker.metadata.topics import INTERNAL_TOPICS, NewTopic, collision_key
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import (
@@ -35,7 +36,6 @@ from kbroker.protocol.messages.admin import (
     DeleteRecordsResponse,
     DeleteTopicsResponse,
 )
-from kbroker.topics import INTERNAL_TOPICS, NewTopic, collision_key
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker

@@ -1,6 +1,6 @@
 """ApiVersions (18): the APIs this broker handles, from the handler registry, and (v3+) its
-versioned features (kbroker.features). At group.version 0 the consumer group protocol's APIs
-(ConsumerGroupHeartbeat, ConsumerGroupDescribe) stay advertised and are refused with
+versioned features (kbroker.metadata.features). At group.version 0 the consumer group
+protocol's APIs (ConsumerGroupHeartbeat, ConsumerGroupDescribe) stay advertised and are refused with
 UNSUPPORTED_VERSION, as Kafka 4.1.1 does (seen in tests/broker/test_features.py): a KIP-848 client
 then fails with a clear fatal error instead of waiting for an API that never comes."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kbroker.features import SUPPORTED
+from kbroker.metadata.features import SUPPORTED
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, api_versions_response
 

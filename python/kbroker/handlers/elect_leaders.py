@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kbroker.controller.election import ElectionType
+from kbroker.controller.leader_election import ElectionType
 from kbroker.errors import KafkaError
 from kbroker.handlers.authorization import Op, authorize_cluster
 from kbroker.log import TopicPartition

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kbroker.coordinator.records import OFFSETS_TOPIC, partition_for
 from kbroker.handlers.authorization import GROUP, TRANSACTIONAL_ID, Op, authorize
-from kbroker.metadata_cache import BrokerInfo
+from kbroker.metadata.cache import BrokerInfo
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import FindCoordinatorResponse

@@ -34,8 +34,8 @@ from kbroker.controller.isr_changes import IsrAnswer, IsrChange
 from kbroker.errors import KafkaError
 from kbroker.handlers.authorization import Op, authorize_cluster
 from kbroker.log import TopicPartition
-from kbroker.metadata_cache import BrokerInfo, ControllerPartitionState
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.cache import BrokerInfo, ControllerPartitionState
+from kbroker.metadata.model import PartitionState
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.inter_broker import (

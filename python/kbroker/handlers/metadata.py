@@ -28,13 +28,13 @@ from kbroker.handlers.authorization import (
     authorized_operations,
     refused,
 )
-from kbroker.metadata_types import TopicMetadata
+from kbroker.metadata.model import TopicMetadata
+from kbroker.metadata.topics import INTERNAL_TOPICS
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode
 from kbroker.protocol.messages.admin import INT32_MIN, DescribeClusterResponse
 from kbroker.protocol.messages.core import MetadataResponse
 from kbroker.security.acl import CLUSTER_NAME
-from kbroker.topics import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker

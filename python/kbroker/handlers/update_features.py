@@ -1,4 +1,4 @@
-"""UpdateFeatures (57): ``group.version`` (kbroker.features) finalized within its supported
+"""UpdateFeatures (57): ``group.version`` (kbroker.metadata.features) finalized within its supported
 levels 0-1: an upgrade, or a SAFE or UNSAFE downgrade (to 0 switches the consumer group protocol
 off); validate_only checks without writing. A single node writes its /feature entry with the
 epoch one higher; in a cluster the controller writes the /feature znode, once every live broker
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kbroker.features import SUPPORTED, FeatureUpdate, UpdateRefused, plan_update, refusal
 from kbroker.handlers.authorization import Op, authorize_cluster
+from kbroker.metadata.features import SUPPORTED, FeatureUpdate, UpdateRefused, plan_update, refusal
 from kbroker.network.request import RequestContext
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.errors import KafkaError

@@ -5,7 +5,7 @@ path). Frames are cut from the byte stream as they arrive and handed to the
 dispatcher; a response may be ready at once or later (a long-poll fetch, an
 acks=all produce) and responses are written strictly in request order.
 
-Bounds (issue 10): memory and work are bounded per connection and globally.
+Bounds: memory and work are bounded per connection and globally.
 
 - Request memory: every frame is granted its whole size from one
   ``RequestMemoryPool`` shared by all connections (``queued.max.request.bytes``)

@@ -29,7 +29,7 @@ from kbroker.cluster.zk_data import (
     encode_entity_config,
     quota_entity_config_path,
 )
-from kbroker.metadata import LocalMetadataStore
+from kbroker.metadata.store import LocalMetadataStore
 from kbroker.quota.entity import QuotaEntity
 
 log = logging.getLogger(__name__)

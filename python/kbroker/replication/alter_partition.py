@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from kbroker.futures import cancel_and_wait
 from kbroker.log import TopicPartition
-from kbroker.metadata_cache import MetadataCache
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.cache import MetadataCache
+from kbroker.metadata.model import PartitionState
 from kbroker.network.client import BrokerConnection, BrokerUnreachable
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.errors import to_error_code

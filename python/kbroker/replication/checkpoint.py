@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kbroker.log import TopicPartition
-from kbroker.metadata import write_atomically
+from kbroker.metadata.store import write_atomically
 
 log = logging.getLogger(__name__)
 

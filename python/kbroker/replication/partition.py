@@ -44,7 +44,7 @@ from kbroker._kbroker import (
 )
 from kbroker.errors import ErrorCode, PartitionError
 from kbroker.log import Log, TopicPartition
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 from kbroker.replication.producer_state import (
     CONTROL_ABORT,
     CONTROL_COMMIT,

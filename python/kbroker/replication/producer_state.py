@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from kbroker.metadata import write_atomically
+from kbroker.metadata.store import write_atomically
 from kbroker.replication.txn import AppendOrigin
 
 if TYPE_CHECKING:

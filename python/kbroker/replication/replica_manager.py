@@ -59,7 +59,7 @@ from kbroker.config import TopicConfig
 from kbroker.errors import ErrorCode, KafkaError, PartitionError
 from kbroker.log import Log, LogManager, TopicPartition
 from kbroker.log.compression import recompress_for_topic
-from kbroker.metadata_types import PartitionState
+from kbroker.metadata.model import PartitionState
 from kbroker.metrics.core import BrokerMetrics
 from kbroker.replication.alter_partition import IsrChannel
 from kbroker.replication.checkpoint import read_high_watermarks, write_high_watermarks

@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from kbroker.config import BrokerConfig
-from kbroker.metadata_cache import MetadataCache
-from kbroker.metadata_types import TopicMetadata
-from kbroker.producer_ids import ProducerIds
+from kbroker.metadata.cache import MetadataCache
+from kbroker.metadata.model import TopicMetadata
 from kbroker.replication.replica_manager import ReplicaManager
 from kbroker.security.client import InterBrokerLink
+from kbroker.txn.producer_ids import ProducerIds
 
 
 class TxnHost(Protocol):

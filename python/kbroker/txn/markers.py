@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from kbroker.log import TopicPartition
-from kbroker.metadata_cache import MetadataCache
+from kbroker.metadata.cache import MetadataCache
 from kbroker.protocol.errors import ErrorCode
 from kbroker.replication.txn import TxnMarker
 from kbroker.txn.manager import TxnError, TxnStateManager

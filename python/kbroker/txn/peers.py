@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from kbroker.metadata_cache import MetadataCache
+from kbroker.metadata.cache import MetadataCache
 from kbroker.network.client import BrokerConnection, BrokerUnreachable
 from kbroker.security.client import InterBrokerLink
 

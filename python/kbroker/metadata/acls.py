@@ -21,7 +21,7 @@ from kbroker.cluster.zk_data import (
     acls_from_json,
     acls_to_json,
 )
-from kbroker.metadata import LocalMetadataStore
+from kbroker.metadata.store import LocalMetadataStore
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.security.acl import ResourcePattern
 from kbroker.security.authorizer import ABSENT, NO_ACLS, Entries, VersionedAcls

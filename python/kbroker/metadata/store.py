@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kbroker.log.manager import StorageErrors
-from kbroker.metadata_cache import MetadataCache
-from kbroker.metadata_types import PartitionState, TopicMetadata
+from kbroker.metadata.cache import MetadataCache
+from kbroker.metadata.model import PartitionState, TopicMetadata
 from kbroker.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)

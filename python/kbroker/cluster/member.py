@@ -52,7 +52,7 @@ from kbroker.cluster.configs import (
     set_group_configs,
     set_topic_configs,
 )
-from kbroker.cluster.controller import ControllerEpoch
+from kbroker.cluster.controller_election import ControllerEpoch
 from kbroker.cluster.errors import (
     ClusterError,
     ZkBadVersionError,
@@ -79,15 +79,15 @@ from kbroker.controller.assignment import (
 from kbroker.controller.controller import Controller, ControllerSettings
 from kbroker.controller.elector import ControllerElector
 from kbroker.errors import ErrorCode, TopicError
-from kbroker.features import SUPPORTED, Features
-from kbroker.metadata import load_meta_properties
-from kbroker.metadata_cache import MetadataCache
-from kbroker.metadata_types import TopicMetadata
+from kbroker.metadata.cache import MetadataCache
+from kbroker.metadata.features import SUPPORTED, Features
+from kbroker.metadata.model import TopicMetadata
+from kbroker.metadata.store import load_meta_properties
+from kbroker.metadata.topics import NewTopic
 from kbroker.network.client import BrokerConnection, BrokerUnreachable
 from kbroker.protocol import ApiKey
 from kbroker.protocol.messages.inter_broker import ControlledShutdownRequest
 from kbroker.security.authorizer import AclAuthorizer
-from kbroker.topics import NewTopic
 
 log = logging.getLogger(__name__)
 

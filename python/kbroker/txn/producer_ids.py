@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from kbroker.metadata import MetadataStore
+from kbroker.metadata.store import MetadataStore
 
 BLOCK = 1000
 

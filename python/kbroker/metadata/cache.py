@@ -3,7 +3,7 @@
 Handlers (Metadata, Fetch by topic id, FindCoordinator, admin requests)
 read topics, partition states, brokers and the controller here and never
 write. Only the metadata backend writes: on a single node the local store
-(`kbroker.metadata.LocalMetadataStore`) as it records each change; in a
+(`kbroker.metadata.store.LocalMetadataStore`) as it records each change; in a
 cluster the controller's UpdateMetadata requests (`update_from_controller`).
 One dict per fact, no I/O.
 """
@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from kbroker.metadata_types import PartitionState, TopicMetadata
-from kbroker.topics import INTERNAL_TOPICS
+from kbroker.metadata.model import PartitionState, TopicMetadata
+from kbroker.metadata.topics import INTERNAL_TOPICS
 
 # The leader a controller gives the partitions of a topic being deleted (Kafka's
 # LeaderDuringDelete): the partition leaves the cache.
