@@ -1,4 +1,5 @@
-"""Modules stand in layers: no import cycles among kbroker's modules.
+"""Modules stand in layers: no import cycles among kbroker's modules, and the rooms
+(packages) import downward only, in the order ROOM_LAYERS gives and ARCHITECTURE.md draws.
 
 Python: every `import` and `from ... import` in python/kbroker, wherever it
 is (module level, under `if TYPE_CHECKING:`, inside a function), is an edge
@@ -216,7 +217,104 @@ def check_cycles(graph: Graph, known: frozenset[frozenset[str]]) -> list[str]:
     return problems
 
 
+# -- rooms ---------------------------------------------------------------------
+
+# The rooms, lowest first (ARCHITECTURE.md draws them): a module imports only modules of
+# its own layer or of layers below. A module's layer is that of the longest name here that
+# is it or encloses it (the package itself encloses nothing: each room is named); the few
+# modules placed apart from their room are named on their own.
+ROOM_LAYERS: tuple[tuple[str, ...], ...] = (
+    # Foundations: the Rust core, the wire protocol, errors, settings, futures.
+    (
+        "kbroker",
+        "kbroker._kbroker",
+        "kbroker.protocol",
+        "kbroker.errors",
+        "kbroker.futures",
+        "kbroker.config",
+        "kbroker.kafka_settings",
+    ),
+    # Partition logs, security, metrics hooks, and value types others build on.
+    (
+        "kbroker.log",
+        "kbroker.security",
+        "kbroker.metrics",
+        "kbroker.metadata.model",
+        "kbroker.quota.entity",
+    ),
+    # Kafka's ZooKeeper formats: the JSON of every znode, kept by a single node too.
+    ("kbroker.cluster.zk_data", "kbroker.cluster.errors"),
+    # Where metadata is kept and cached on this broker; the network server and connections.
+    ("kbroker.metadata", "kbroker.quota", "kbroker.network"),
+    # ZooKeeper itself: the client, the watchers, the registration, the controller election.
+    ("kbroker.cluster",),
+    # Partitions served (replication) and the cluster's controller.
+    ("kbroker.replication", "kbroker.controller"),
+    # The coordinators, over replicated internal topics.
+    ("kbroker.coordinator", "kbroker.txn"),
+    # A broker's part in a cluster: composes the ZooKeeper room and the controller.
+    ("kbroker.cluster.member",),
+    # The broker and the request handlers (which name the broker for types only).
+    ("kbroker.broker", "kbroker.handlers"),
+    # Entry points and clients: the daemon, the command line and its tools, Spark.
+    ("kbroker.daemon", "kbroker.cli", "kbroker.tools", "kbroker.spark"),
+)
+
+
+def layer_of(module: str, layers: tuple[tuple[str, ...], ...] = ROOM_LAYERS) -> int | None:
+    best: tuple[int, int] | None = None  # (length of the matching name, layer)
+    for layer, names in enumerate(layers):
+        for name in names:
+            encloses = "." in name and module.startswith(name + ".")
+            if (module == name or encloses) and (best is None or len(name) > best[0]):
+                best = (len(name), layer)
+    return None if best is None else best[1]
+
+
+def upward_imports(graph: Graph, layers: tuple[tuple[str, ...], ...] = ROOM_LAYERS) -> list[str]:
+    """Imports of a module from a higher layer, and modules no layer names."""
+    problems = []
+    for module, targets in sorted(graph.items()):
+        mine = layer_of(module, layers)
+        if mine is None:
+            problems.append(f"{module} is in no layer: add its room to ROOM_LAYERS")
+            continue
+        for target, where in sorted(targets.items()):
+            theirs = layer_of(target, layers)
+            if theirs is not None and theirs > mine:
+                problems.append(
+                    f"{module} (layer {mine}) imports {target} (layer {theirs})  "
+                    f"({', '.join(where)})"
+                )
+    return problems
+
+
 # -- the tests -------------------------------------------------------------------
+
+
+def test_rooms_import_downward() -> None:
+    problems = upward_imports(python_graph())
+    assert not problems, "\n".join(problems)
+
+
+def test_an_upward_import_is_found(tmp_path: Path) -> None:
+    package = _write(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "low/__init__.py": "",
+            "low/a.py": "def f():\n    from pkg.high import H\n",
+            "low/apart.py": "from pkg.high import H\n",
+            "high.py": "from pkg.low.a import f\n",
+            "stray.py": "",
+        },
+    )
+    layers = (("pkg", "pkg.low"), ("pkg.high", "pkg.low.apart"))
+    assert layer_of("pkg.low.apart", layers) == 1  # the longer name wins
+    assert upward_imports(python_graph(package, "pkg"), layers) == [
+        "pkg.low.a (layer 0) imports pkg.high (layer 1)  (pkg/low/a.py:2)",
+        "pkg.stray is in no layer: add its room to ROOM_LAYERS",
+    ]
 
 
 def test_python_modules_stand_in_layers() -> None:

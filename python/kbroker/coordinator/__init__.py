@@ -18,7 +18,7 @@
   ConsumerGroupHeartbeat and classic members among them, and conversions between the
   two protocols.
 - `group_configs`: the GROUP config resources (a group's session timeout, ...).
-- `zk_import`: copying offsets old consumers kept in ZooKeeper.
+- `host`: what the coordinator needs of the broker that holds it.
 """
 
 from kbroker.coordinator.coordinator import (

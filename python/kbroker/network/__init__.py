@@ -1,1 +1,2 @@
-"""Networking: the asyncio TCP server and per-connection flow control."""
+"""Networking: the asyncio TCP server and its bounds (`server`), what a handler knows of a
+request (`request`), and the connections a broker opens to other brokers (`client`)."""

@@ -14,6 +14,8 @@ that end them.
 - `log`: the ``__transaction_state`` record schemas (Kafka's own).
 - `store`: reading and appending ``__transaction_state``.
 - `peers`: the connections to the other brokers.
+- `producer_ids`: a single node's producer ids (a cluster's come in blocks from ZooKeeper
+  or the controller, `kbroker.cluster.producer_id_blocks`).
 """
 
 from kbroker.txn.coordinator import InitResult, TransactionCoordinator, TxnDescription
