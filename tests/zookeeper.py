@@ -6,7 +6,7 @@ java process (no systemd) with its admin server off, in a folder of its own
 (zoo.cfg, data, log), and can be killed and started again on the same port
 and data. The ``zookeeper`` fixture is one standalone server per test
 session; `standalone_zookeeper` and `zookeeper_ensemble` make dedicated ones
-for tests that stop them.
+for tests that stop them. `zk_session` is a test's own client of one.
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
 from tests.helpers import free_port
 
@@ -189,3 +191,17 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
         yield server.start()
     finally:
         server.stop()
+
+
+@contextmanager
+def zk_session(connect: str, timeout: float = 10) -> Iterator[KazooClient]:
+    """A started kazoo client on ``connect`` (a chroot in it created when missing), stopped
+    and closed at the end."""
+    zk = KazooClient(hosts=connect, timeout=timeout)
+    zk.start(timeout=timeout)
+    try:
+        zk.ensure_path("/")
+        yield zk
+    finally:
+        zk.stop()
+        zk.close()

@@ -15,7 +15,7 @@ from typing import Any
 from confluent_kafka import Consumer
 
 from tests.helpers import KBROKER, BrokerProcess, committed, create_topic, produce, topic_name
-from tests.zookeeper import ZooKeeperServer
+from tests.zookeeper import ZooKeeperServer, zk_session
 
 SETTINGS = ("group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=3")
 
@@ -88,16 +88,12 @@ def test_groups_list_describe_delete(broker_factory: Any) -> None:
 
 
 def test_import_offsets_from_zookeeper(broker_factory: Any, zookeeper: ZooKeeperServer) -> None:
-    from kazoo.client import KazooClient
-
     broker: BrokerProcess = broker_factory(*SETTINGS)
     b, topic = broker.bootstrap, topic_name("zk")
     create_topic(b, topic, partitions=3)
     produce(b, topic, [(None, b"%d" % i, None, 0) for i in range(60)])
     chroot = f"/kafka-{uuid.uuid4().hex[:8]}"
-    zk = KazooClient(hosts=zookeeper.connect)
-    zk.start(timeout=15)
-    try:
+    with zk_session(zookeeper.connect) as zk:
         base = f"{chroot}/consumers"
         zk.create(f"{base}/legacy/offsets/{topic}/0", b"42", makepath=True)
         zk.create(f"{base}/legacy/offsets/{topic}/1", b"17", makepath=True)
@@ -158,9 +154,6 @@ def test_import_offsets_from_zookeeper(broker_factory: Any, zookeeper: ZooKeeper
             check=False,
         )
         assert stored(b, "legacy", topic, 3) == {0: 50, 1: 17}
-    finally:
-        zk.stop()
-        zk.close()
 
     # A consumer of the migrated group starts where the old consumer stopped.
     c = Consumer({"bootstrap.servers": b, "group.id": "legacy", "auto.offset.reset": "earliest"})

@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
-from kazoo.client import KazooClient
 
 from kbroker.coordinator.consumer_protocol import encode_subscription
 from kbroker.coordinator.records import partition_for
@@ -52,6 +51,7 @@ from tests.broker.transactions import (
 )
 from tests.cluster.kafka_zk import prepare_kafka_zk_broker, require_kafka
 from tests.helpers import BrokerProcess, Wire, free_port, wait_for
+from tests.zookeeper import zk_session
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -106,13 +106,8 @@ def single(
             kafka.kill()
             # The killed broker's registration lasts until its ZooKeeper session expires;
             # a broker started before that refuses to start.
-            zk = KazooClient(hosts=zookeeper.connect + chroot, timeout=10)
-            zk.start(timeout=10)
-            try:
+            with zk_session(zookeeper.connect + chroot) as zk:
                 wait_for(lambda: not zk.exists("/brokers/ids/1"), "the old session to expire")
-            finally:
-                zk.stop()
-                zk.close()
             kafka.launch()
             kafka.wait_started()
 

@@ -21,6 +21,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 
 from tests.helpers import free_port
+from tests.zookeeper import zk_session
 
 KAFKA_ZK_VERSION = "3.9.1"
 
@@ -145,14 +146,9 @@ def prepare_kafka_zk_broker(
         "kafka.Kafka",
         str(root / "server.properties"),
     ]
-    zk = KazooClient(hosts=zk_connect, timeout=10)
-    zk.start(timeout=10)
-    try:
+    with zk_session(zk_connect) as zk:
         zk.ensure_path(chroot)
         finalize_nothing(zk, chroot)
-    finally:
-        zk.stop()
-        zk.close()
     return KafkaZkBroker(broker_id, port, chroot, None, log, zk_connect, cmd)
 
 

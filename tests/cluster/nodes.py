@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kazoo.client import KazooClient
 
@@ -60,8 +60,19 @@ class Listeners:
         }
 
 
+class BrokerProc(Protocol):
+    """What a node knows of its process, Kafka's (KafkaZkBroker) or kbroker's (BrokerProcess)."""
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    proc: subprocess.Popen[bytes] | None
+
+
 class Node:
-    """One broker process of a cluster."""
+    """One broker process of a cluster: Kafka's or kbroker's, used alike by the tests."""
+
+    broker: BrokerProc
 
     def __init__(
         self, broker_id: int, zk_connect: str, client_conf: Mapping[str, Any] | None = None
@@ -73,11 +84,11 @@ class Node:
 
     @property
     def bootstrap(self) -> str:
-        raise NotImplementedError
+        return self.broker.bootstrap
 
     @property
     def proc(self) -> subprocess.Popen[bytes] | None:
-        raise NotImplementedError
+        return self.broker.proc
 
     def launch(self) -> None:
         raise NotImplementedError
@@ -163,6 +174,8 @@ class Node:
 
 
 class KafkaNode(Node):
+    broker: KafkaZkBroker
+
     def __init__(self, broker: KafkaZkBroker, client_conf: Mapping[str, Any] | None = None) -> None:
         super().__init__(broker.broker_id, broker.zk_connect + broker.chroot, client_conf)
         self.broker = broker
@@ -191,14 +204,6 @@ class KafkaNode(Node):
         )
         return cls(broker, listeners.client)
 
-    @property
-    def bootstrap(self) -> str:
-        return self.broker.bootstrap
-
-    @property
-    def proc(self) -> subprocess.Popen[bytes] | None:
-        return self.broker.proc
-
     def launch(self) -> None:
         self.broker.launch()
 
@@ -219,6 +224,8 @@ class KafkaNode(Node):
 
 
 class KbrokerNode(Node):
+    broker: BrokerProcess
+
     def __init__(
         self,
         broker_id: int,
@@ -241,14 +248,6 @@ class KbrokerNode(Node):
             self.broker.port = ports[listeners.client_listener]
             self.broker.listeners = secured.pop("listeners")
             self.broker.extra = [*settings, *(f"{k}={v}" for k, v in secured.items())]
-
-    @property
-    def bootstrap(self) -> str:
-        return self.broker.bootstrap
-
-    @property
-    def proc(self) -> subprocess.Popen[bytes] | None:
-        return self.broker.proc
 
     def launch(self) -> None:
         self.broker.start()

@@ -22,143 +22,51 @@ partition is led again.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import threading
 import time
 import uuid
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
-from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
 from kbroker.cluster import zk_data as zd
-from kbroker.cluster.controller_election import try_become_controller
-from kbroker.cluster.zk import ZkClient, ZkSettings
-from kbroker.controller.controller import Controller
-from tests.cluster.kafka_zk import KafkaZkBroker, kafka_zk_broker, require_kafka
+from tests.cluster.controllers import (
+    OUR_ID,
+    ControllerThread,
+    chroot_client,
+    consume,
+    kafka_brokers,
+    leader_of,
+    produce,
+    state_of,
+)
+from tests.cluster.kafka_zk import KafkaZkBroker
 from tests.helpers import wait_for
 from tests.zookeeper import ZooKeeperServer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
-
-T = TypeVar("T")
-OUR_ID = 100  # the controller's id: no broker of this test has it
-
-
-class ControllerThread:
-    """kbroker's controller on a loop of its own, elected on ``connect`` before anyone."""
-
-    def __init__(self, connect: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.zk = ZkClient(ZkSettings.parse(connect, session_timeout_ms=6000))
-        self.controller: Controller | None = None
-
-    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def start(self) -> int:
-        async def elect() -> int:
-            await self.zk.start()
-            epoch = await try_become_controller(self.zk, OUR_ID)
-            assert epoch is not None, "another controller was elected first"
-            self.controller = Controller(self.zk, OUR_ID, epoch)
-            await self.controller.start()
-            return epoch.epoch
-
-        return self.call(elect())
-
-    def close(self) -> None:
-        async def stop() -> None:
-            if self.controller is not None:
-                await self.controller.stop()
-            await self.zk.stop()
-
-        with contextlib.suppress(Exception):
-            self.call(stop(), 30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-
-def state_of(zk: KazooClient, topic: str, partition: int) -> zd.LeaderAndIsr:
-    data, stat = zk.get(zd.partition_state_path(topic, partition))
-    return zd.decode_partition_state(data, stat.version)
-
-
-def leader_of(admin: AdminClient, topic: str, partition: int) -> int:
-    """The partition's leader as the broker's metadata says, -1 while it has none."""
-    md = admin.list_topics(topic, timeout=10)
-    known = md.topics.get(topic)
-    part = None if known is None else known.partitions.get(partition)
-    return -1 if part is None else part.leader
-
-
-def produce(bootstrap: str, topic: str, partition: int, n: int, tag: str) -> int:
-    delivered: list[Any] = []
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 20000})
-    for i in range(n):
-        p.produce(topic, f"{tag}-{i}".encode(), partition=partition,
-                  on_delivery=lambda err, msg: delivered.append(err))  # fmt: skip
-    p.flush(30)
-    return sum(1 for err in delivered if err is None)
-
-
-def consume(bootstrap: str, topic: str, partitions: int, expected: int) -> int:
-    """Records read from the start of every partition (assigned: no group coordinator,
-    which may live on a dead broker)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
-                  "enable.auto.commit": False})  # fmt: skip
-    c.assign([KTopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    seen = 0
-    deadline = time.monotonic() + 60
-    try:
-        while seen < expected and time.monotonic() < deadline:
-            msg = c.poll(0.5)
-            if msg is not None and msg.error() is None:
-                seen += 1
-    finally:
-        c.close()
-    return seen
 
 
 @pytest.fixture(params=["kafka", "kbroker"])
 def cluster(
     request: pytest.FixtureRequest, zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> Iterator[tuple[str, list[KafkaZkBroker], KazooClient, int]]:
-    require_kafka()
-    chroot = f"/drive-{uuid.uuid4().hex[:8]}"
-    zk = KazooClient(hosts=zookeeper.connect + chroot, timeout=10)
-    zk.start(timeout=10)
-    zk.ensure_path("/")
-    ours = ControllerThread(zookeeper.connect + chroot) if request.param == "kbroker" else None
-    try:
-        epoch = ours.start() if ours is not None else -1
-        with contextlib.ExitStack() as stack:
-            brokers = [
-                stack.enter_context(
-                    kafka_zk_broker(
-                        zookeeper.connect,
-                        chroot,
-                        tmp_path / f"b{i}",
-                        broker_id=i,
-                        settings={"zookeeper.session.timeout.ms": "6000"},
-                    )
-                )
-                for i in (1, 2)
-            ]
-            yield request.param, brokers, zk, epoch
-    finally:
-        if ours is not None:
-            ours.close()
-        zk.stop()
-        zk.close()
+    with chroot_client(zookeeper.connect, "drive") as (chroot, zk):
+        ours = ControllerThread(zookeeper.connect + chroot) if request.param == "kbroker" else None
+        try:
+            epoch = ours.start() if ours is not None else -1
+            with kafka_brokers(
+                zookeeper.connect,
+                chroot,
+                tmp_path,
+                lambda _i: {"zookeeper.session.timeout.ms": "6000"},
+            ) as brokers:
+                yield request.param, brokers, zk, epoch
+        finally:
+            if ours is not None:
+                ours.close()
 
 
 def test_create_serve_and_fail_over(

@@ -29,7 +29,6 @@ Scenario, with brokers 1 and 2:
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -40,20 +39,20 @@ from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
 from kbroker.cluster import zk_data as zd
-from kbroker.cluster.controller_election import try_become_controller
-from kbroker.controller.controller import Controller, ControllerSettings
+from kbroker.controller.controller import ControllerSettings
 from kbroker.log import TopicPartition
 from kbroker.metadata.model import PartitionState
 from kbroker.protocol import ErrorCode
 from kbroker.protocol.errors import KafkaError
-from tests.cluster.kafka_zk import KafkaZkBroker, kafka_zk_broker, require_kafka
-from tests.cluster.test_controller_drives_kafka import (
-    OUR_ID,
+from tests.cluster.controllers import (
     ControllerThread,
+    chroot_client,
+    kafka_brokers,
     leader_of,
     produce,
     state_of,
 )
+from tests.cluster.kafka_zk import KafkaZkBroker
 from tests.helpers import wait_for
 from tests.zookeeper import ZooKeeperServer
 
@@ -94,45 +93,23 @@ def code(error: KafkaError | None) -> ErrorCode:
 def cluster(
     zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> Iterator[tuple[ControllerThread, list[KafkaZkBroker], KazooClient]]:
-    require_kafka()
-    chroot = f"/duties-{uuid.uuid4().hex[:8]}"
-    zk = KazooClient(hosts=zookeeper.connect + chroot, timeout=10)
-    zk.start(timeout=10)
-    zk.ensure_path("/")
-    ours = ControllerThread(zookeeper.connect + chroot)
-    try:
-
-        async def elect() -> int:
-            await ours.zk.start()
-            epoch = await try_become_controller(ours.zk, OUR_ID)
-            assert epoch is not None
+    with chroot_client(zookeeper.connect, "duties") as (chroot, zk):
+        ours = ControllerThread(zookeeper.connect + chroot)
+        try:
             # The periodic check is asked for by hand below, not left to a timer.
-            settings = ControllerSettings(auto_leader_rebalance=False)
-            ours.controller = Controller(ours.zk, OUR_ID, epoch, settings=settings)
-            return epoch.epoch
-
-        epoch = ours.call(elect())
-        with contextlib.ExitStack() as stack:
-            brokers = [
-                stack.enter_context(
-                    kafka_zk_broker(
-                        zookeeper.connect,
-                        chroot,
-                        tmp_path / f"b{i}",
-                        broker_id=i,
-                        settings={"zookeeper.session.timeout.ms": "6000"},
-                    )
-                )
-                for i in (1, 2)
-            ]
-            write_topics(zk, epoch)
-            assert ours.controller is not None
-            ours.call(ours.controller.start())
-            yield ours, brokers, zk
-    finally:
-        ours.close()
-        zk.stop()
-        zk.close()
+            epoch = ours.elect(ControllerSettings(auto_leader_rebalance=False))
+            with kafka_brokers(
+                zookeeper.connect,
+                chroot,
+                tmp_path,
+                lambda _i: {"zookeeper.session.timeout.ms": "6000"},
+            ) as brokers:
+                write_topics(zk, epoch)
+                assert ours.controller is not None
+                ours.call(ours.controller.start())
+                yield ours, brokers, zk
+        finally:
+            ours.close()
 
 
 def test_preferred_elections_and_controlled_shutdown(

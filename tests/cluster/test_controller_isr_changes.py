@@ -26,91 +26,42 @@ Scenario, brokers 1 and 2, ``pair-0`` on [1, 2] and ``pair-1`` on [2, 1]:
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import signal
-import threading
 import time
 import uuid
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
-from kbroker.broker import Broker
 from kbroker.cluster import zk_data as zd
-from kbroker.config import BrokerConfig
-from kbroker.controller.controller import Controller
 from kbroker.controller.isr_changes import IsrChange
-from kbroker.handlers import Dispatcher
 from kbroker.log import TopicPartition
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.errors import KafkaError
 from kbroker.protocol.messages.inter_broker import AlterPartitionRequest
 from kbroker.tools.client import BrokerClient
-from tests.cluster.kafka_zk import KafkaZkBroker, kafka_zk_broker, require_kafka
-from tests.cluster.test_controller_drives_kafka import consume, leader_of, produce, state_of
-from tests.helpers import free_port, wait_for
+from tests.cluster.controllers import (
+    OUR_ID,
+    ControllerBroker,
+    chroot_client,
+    consume,
+    kafka_brokers,
+    leader_of,
+    produce,
+    state_of,
+)
+from tests.cluster.kafka_zk import KafkaZkBroker
+from tests.helpers import wait_for
 from tests.zookeeper import ZooKeeperServer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
-T = TypeVar("T")
-OUR_ID = 100
 LAG_MS = 3000  # replica.lag.time.max.ms of the Kafka brokers
-
-
-class ControllerBroker:
-    """A kbroker broker (cluster mode) on a loop of its own: it hosts the controller."""
-
-    def __init__(self, connect: str, data: Path) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.port = free_port()
-        self.config = BrokerConfig.from_strings(
-            [
-                ("broker.id", str(OUR_ID)),
-                ("zookeeper.connect", connect),
-                ("zookeeper.session.timeout.ms", "6000"),
-                ("log.dirs", str(data)),
-                ("listeners", f"PLAINTEXT://127.0.0.1:{self.port}"),
-                ("controlled.shutdown.enable", "false"),
-                ("auto.leader.rebalance.enable", "false"),
-            ]
-        )
-        self.broker: Broker | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def start(self) -> Controller:
-        async def start() -> None:
-            self.broker = Broker(self.config)
-            await self.broker.start(Dispatcher(self.broker).dispatch)
-
-        self.call(start())
-        return wait_for(lambda: self.controller, "our broker to be the controller", timeout=20)
-
-    @property
-    def controller(self) -> Controller | None:
-        cluster = None if self.broker is None else self.broker.cluster
-        return None if cluster is None else cluster.controller
-
-    def close(self) -> None:
-        if self.broker is not None:
-            with contextlib.suppress(Exception):
-                self.call(self.broker.stop(), 30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 def tp(p: int) -> TopicPartition:
@@ -170,37 +121,22 @@ def alter_partition(
 def cluster(
     zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> Iterator[tuple[ControllerBroker, list[KafkaZkBroker], KazooClient]]:
-    require_kafka()
-    chroot = f"/isr-{uuid.uuid4().hex[:8]}"
-    zk = KazooClient(hosts=zookeeper.connect + chroot, timeout=10)
-    zk.start(timeout=10)
-    zk.ensure_path("/")
-    ours = ControllerBroker(zookeeper.connect + chroot, tmp_path / "ours")
-    try:
-        ours.start()
-        with contextlib.ExitStack() as stack:
-            brokers = [
-                stack.enter_context(
-                    kafka_zk_broker(
-                        zookeeper.connect,
-                        chroot,
-                        tmp_path / f"b{i}",
-                        broker_id=i,
-                        settings={
-                            # Broker 1 is paused, for less than its session, and broker 2
-                            # killed, noticed sooner (the test ZooKeeper allows 1-10 s).
-                            "zookeeper.session.timeout.ms": "10000" if i == 1 else "6000",
-                            "replica.lag.time.max.ms": str(LAG_MS),
-                        },
-                    )
-                )
-                for i in (1, 2)
-            ]
-            yield ours, brokers, zk
-    finally:
-        ours.close()
-        zk.stop()
-        zk.close()
+    def settings(i: int) -> dict[str, str]:
+        return {
+            # Broker 1 is paused, for less than its session, and broker 2 killed, noticed
+            # sooner (the test ZooKeeper allows 1-10 s).
+            "zookeeper.session.timeout.ms": "10000" if i == 1 else "6000",
+            "replica.lag.time.max.ms": str(LAG_MS),
+        }
+
+    with chroot_client(zookeeper.connect, "isr") as (chroot, zk):
+        ours = ControllerBroker(zookeeper.connect + chroot, tmp_path / "ours")
+        try:
+            ours.start()
+            with kafka_brokers(zookeeper.connect, chroot, tmp_path, settings) as brokers:
+                yield ours, brokers, zk
+        finally:
+            ours.close()
 
 
 def test_kafka_leaders_shrink_and_expand_isrs_through_our_controller(

@@ -33,6 +33,7 @@ from tests.cluster.kafka_kraft import kraft_cluster
 from tests.cluster.kafka_zk import prepare_kafka_zk_broker
 from tests.cluster.nodes import cluster
 from tests.helpers import KBROKER, free_port, wait_for
+from tests.zookeeper import zk_session
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -189,14 +190,8 @@ def test_group_version_across_the_cluster(nodes: Nodes) -> None:
 
 
 def finalize(zk_connect: str, chroot: str, data: bytes) -> None:
-    zk = KazooClient(hosts=zk_connect, timeout=10)
-    zk.start(timeout=10)
-    try:
-        zk.ensure_path(chroot)
-        zk.create(f"{chroot}/feature", data)
-    finally:
-        zk.stop()
-        zk.close()
+    with zk_session(zk_connect + chroot) as zk:
+        zk.create("/feature", data)
 
 
 # group.version at a level no broker here supports.
@@ -211,13 +206,8 @@ def test_a_broker_that_cannot_serve_the_finalized_levels_does_not_start(
     if system == "kafka":
         kafka = prepare_kafka_zk_broker(zookeeper.connect, chroot, tmp_path / "kafka")
         # (prepare wrote Kafka 3.9.1's own /feature; make it finalize something.)
-        zk = KazooClient(hosts=zookeeper.connect, timeout=10)
-        zk.start(timeout=10)
-        try:
-            zk.set(f"{chroot}/feature", TOO_HIGH)
-        finally:
-            zk.stop()
-            zk.close()
+        with zk_session(zookeeper.connect + chroot) as zk:
+            zk.set("/feature", TOO_HIGH)
         kafka.launch()
         try:
             assert kafka.proc is not None

@@ -61,7 +61,7 @@ from kbroker.tools.client import BrokerClient
 from tests.cluster.kafka_zk import KafkaZkBroker, kafka_zk_broker, require_kafka
 from tests.cluster.wire_probe import Received, WireProbe
 from tests.helpers import BrokerProcess
-from tests.zookeeper import ZooKeeperServer
+from tests.zookeeper import ZooKeeperServer, zk_session
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -188,11 +188,8 @@ def kafka_follower(
 
 @pytest.fixture
 def zk(zookeeper: ZooKeeperServer, kafka: KafkaZkBroker) -> Iterator[KazooClient]:
-    client = KazooClient(hosts=zookeeper.connect + kafka.chroot, timeout=10)
-    client.start(timeout=10)
-    yield client
-    client.stop()
-    client.close()
+    with zk_session(zookeeper.connect + kafka.chroot) as client:
+        yield client
 
 
 def test_kafka_3_9_advertises_the_inter_broker_apis(kafka: KafkaZkBroker) -> None:

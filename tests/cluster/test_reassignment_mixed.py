@@ -30,9 +30,9 @@ import pytest
 from kafka import TopicPartition as KTP
 from kafka.admin import KafkaAdminClient
 
+from tests.cluster.controllers import OUR_ID, ControllerBroker
 from tests.cluster.kafka_zk import kafka_zk_broker, prepare_kafka_zk_broker, require_kafka
 from tests.cluster.nodes import SESSION_TIMEOUT_MS, KafkaNode, KbrokerNode, Node
-from tests.cluster.test_controller_isr_changes import OUR_ID, ControllerBroker
 from tests.cluster.test_reassignment import (
     AckedProducer,
     create_topic,

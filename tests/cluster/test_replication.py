@@ -60,7 +60,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kazoo.client import KazooClient
 
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import FindCoordinatorRequest
@@ -75,7 +74,7 @@ from tests.cluster.nodes import (
     fresh_cluster,
 )
 from tests.helpers import wait_for
-from tests.zookeeper import ZooKeeperServer
+from tests.zookeeper import ZooKeeperServer, zk_session
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(150)]
 
@@ -186,13 +185,8 @@ def wait_whole(c: Cluster, topic: str, timeout: float = 60) -> dict[int, Partiti
 
 
 def registered(c: Cluster, broker: int) -> bool:
-    zk = KazooClient(hosts=c.zk_connect, timeout=10)
-    zk.start(timeout=10)
-    try:
+    with zk_session(c.zk_connect) as zk:
         return zk.exists(f"/brokers/ids/{broker}") is not None
-    finally:
-        zk.stop()
-        zk.close()
 
 
 def bounce(c: Cluster, broker: int, topic: str, hard: bool) -> str:

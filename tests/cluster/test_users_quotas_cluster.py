@@ -41,38 +41,24 @@ from tests.cluster.kafka_zk import prepare_kafka_zk_broker
 from tests.cluster.nodes import SESSION_TIMEOUT_MS, KafkaNode, KbrokerNode, cluster
 from tests.helpers import KBROKER, free_port, knows_controller, produce, wait_for
 from tests.quota.systems import kafka_configs
-from tests.zookeeper import ZooKeeperServer
+from tests.zookeeper import ZooKeeperServer, zk_session
 
 pytestmark = pytest.mark.timeout(180)
 
 
 def zk_json(zk_connect: str, path: str) -> object:
-    from kazoo.client import KazooClient
-
-    zk = KazooClient(hosts=zk_connect, timeout=10)
-    zk.start(timeout=10)
-    try:
+    with zk_session(zk_connect) as zk:
         data, _ = zk.get(path)
         return json.loads(data)
-    finally:
-        zk.stop()
-        zk.close()
 
 
 def notified(zk_connect: str, entity_path: str) -> bool:
-    from kazoo.client import KazooClient
-
-    zk = KazooClient(hosts=zk_connect, timeout=10)
-    zk.start(timeout=10)
-    try:
+    with zk_session(zk_connect) as zk:
         for name in zk.get_children("/config/changes"):
             data, _ = zk.get(f"/config/changes/{name}")
             if json.loads(data) == {"version": 2, "entity_path": entity_path}:
                 return True
         return False
-    finally:
-        zk.stop()
-        zk.close()
 
 
 def metadata_throttle_ms(bootstrap: str, client_id: str) -> int:

@@ -22,12 +22,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
-from kazoo.client import KazooClient
 
 from tests.cluster.kafka_zk import KafkaZkBroker, kafka_zk_broker
 from tests.helpers import BrokerProcess, create_topic, knows_controller, topic_name, wait_for
 from tests.txn.test_transactions import read, txn_state
-from tests.zookeeper import ZooKeeperServer
+from tests.zookeeper import ZooKeeperServer, zk_session
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -57,14 +56,9 @@ class Restartable:
 
     def start_again(self) -> None:
         if self.kafka:
-            zk = KazooClient(hosts=self.kafka.zk_connect + self.kafka.chroot, timeout=10)
-            zk.start(timeout=10)
-            try:
+            with zk_session(self.kafka.zk_connect + self.kafka.chroot) as zk:
                 path = f"/brokers/ids/{self.kafka.broker_id}"
                 wait_for(lambda: not zk.exists(path), "the killed run's session to end", 30)
-            finally:
-                zk.stop()
-                zk.close()
             self.kafka.restart()
         else:
             self.kbroker.start(*(f"{k}={v}" for k, v in SETTINGS.items()))  # type: ignore[union-attr]
