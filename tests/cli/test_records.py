@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -13,7 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kbroker.cli import main
 from tests.cli.conftest import Cluster
-from tests.helpers import committed, single_error_line, wait_for
+from tests.helpers import BrokerProcess, committed, single_error_line, wait_for
 
 KBROKER = [sys.executable, "-m", "kbroker.cli"]
 
@@ -201,11 +203,6 @@ def test_produce_and_consume_refusals(cluster: Cluster) -> None:
     )
     assert [r["value"] for r in consume_json(cluster, topic)] == ["v"]
 
-    unknown = produce(cluster, "t-no-such-topic", lines=b"x\n")
-    assert unknown.returncode == 1
-    assert single_error_line(unknown.stderr) == (
-        "Error: topic 't-no-such-topic': UNKNOWN_TOPIC_OR_PARTITION"
-    )
     no_partition = produce(cluster, topic, "-p", "5", lines=b"x\n")
     assert no_partition.returncode == 1
     assert "has no partition 5 (it has 2)" in single_error_line(no_partition.stderr)
@@ -222,6 +219,45 @@ def test_produce_and_consume_refusals(cluster: Cluster) -> None:
         usage = cluster.run("consume", topic, *args, ok=False)
         assert usage.exit_code == 2
         assert "Traceback" not in usage.output
+
+
+def test_produce_creates_a_missing_topic_as_the_broker_allows(cluster: Cluster) -> None:
+    """As kcat -P and Kafka's console producer: the Metadata request lets the broker create
+    the topic (auto.create.topics.enable, true on both nodes), and the producer waits for
+    its leader; the user is told the topic was created."""
+    topic = f"t-auto-{uuid.uuid4().hex[:8]}"
+    result = produce(cluster, topic, "-K", ":", lines=b"k1:a\nk2:b\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"Created topic {topic}: it did not exist and the broker creates topics on first use "
+        "(auto.create.topics.enable).",
+        f"Produced 2 records to {topic}.",
+    ]
+    wait_for(lambda: len(consume_json(cluster, topic)) == 2)
+    assert sorted((r["key"], r["value"]) for r in consume_json(cluster, topic)) == [
+        ("k1", "a"),
+        ("k2", "b"),
+    ]
+    again = produce(cluster, topic, lines=b"c\n")
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.strip() == f"Produced 1 records to {topic}."
+
+
+def test_produce_to_a_missing_topic_the_broker_does_not_create(tmp_path: Path) -> None:
+    node = BrokerProcess(tmp_path / "data")
+    node.start("auto.create.topics.enable=false")
+    try:
+        cluster = Cluster("kbroker", node.bootstrap)
+        unknown = produce(cluster, "t-no-such-topic", lines=b"x\n")
+        assert unknown.returncode == 1
+        assert single_error_line(unknown.stderr) == (
+            "Error: topic 't-no-such-topic': UNKNOWN_TOPIC_OR_PARTITION: it does not exist and "
+            "the broker does not create topics on first use (auto.create.topics.enable=false); "
+            "create it with `kbroker topic create`"
+        )
+        assert cluster.json("topic", "list") == []
+    finally:
+        node.kill()
 
 
 def test_consume_as_a_group_member(cluster: Cluster) -> None:

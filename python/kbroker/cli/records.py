@@ -96,6 +96,12 @@ def produce_command(
         producer = tool.Producer(
             cluster, topic, partition, tool.CODECS[compression], tool.ACKS[acks]
         )
+        if producer.created:
+            click.echo(
+                f"Created topic {topic}: it did not exist and the broker creates topics on "
+                "first use (auto.create.topics.enable).",
+                err=True,
+            )
         try:
             tool.produce_lines(
                 producer,

@@ -61,8 +61,9 @@ class Cluster:
     ) -> None:
         self.close()
 
-    def metadata(self, topics: list[str] | None = None) -> Any:
-        """A Metadata response for ``topics`` (None: every topic), never creating one."""
+    def metadata(self, topics: list[str] | None = None, auto_create: bool = False) -> Any:
+        """A Metadata response for ``topics`` (None: every topic); a missing topic is created
+        only with ``auto_create`` and when the broker's auto.create.topics.enable allows it."""
         client = self.bootstrap
         version = client.version(ApiKey.METADATA)
         if topics is not None and version < 1:
@@ -70,7 +71,7 @@ class Cluster:
         T = MetadataRequest.Topic
         req = MetadataRequest(
             topics=None if topics is None else [T(topic_id=ZERO_UUID, name=t) for t in topics],
-            allow_auto_topic_creation=False,
+            allow_auto_topic_creation=auto_create,
         )
         resp = client.request(ApiKey.METADATA, version, req)
         self._addresses = {b.node_id: f"{b.host}:{b.port}" for b in resp.brokers}

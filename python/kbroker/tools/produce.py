@@ -6,6 +6,11 @@ librdkafka's ``murmur2_random`` do, so keys land where other producers put
 them), else round-robin, one batch at a time. Records are sent in batches as
 input arrives: a batch is flushed when it is full or when no more input is
 ready, so an interactive session sees each line sent at once.
+
+A topic that does not exist is created by the broker when its
+auto.create.topics.enable allows it (the Metadata request asks for it, as kcat
+and Kafka's console producer do), and the producer waits, within its timeout,
+until every partition it writes to has a leader.
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ from kbroker._kbroker import build_batch
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.core import ProduceRequest
 from kbroker.tools.client import ClientError, error_name
-from kbroker.tools.cluster import Cluster
-from kbroker.tools.offsets import partition_leaders
+from kbroker.tools.cluster import Cluster, broker_error
+from kbroker.tools.configs import BROKER, Resource, describe
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
@@ -77,11 +82,11 @@ class Producer:
     _pending: dict[int, list[Record]] = field(init=False, default_factory=dict)
     _pending_count: int = field(init=False, default=0)
     _next: int = field(init=False, default=0)
+    # Whether the broker created the topic for this producer (auto.create.topics.enable).
+    created: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
-        only = None if self.partition is None else [self.partition]
-        leaders = partition_leaders(self.cluster, [(self.topic, only)])
-        self._leaders = {p: node for (_, p), node in leaders.items()}
+        self._leaders, self.created = producer_leaders(self.cluster, self.topic, self.partition)
 
     def add(
         self,
@@ -150,6 +155,85 @@ class Producer:
                             + (f" ({detail})" if detail else "")
                         )
         self.sent += count
+
+
+# Topic and partition errors that pass by themselves: a topic just created, a leader
+# being elected.
+_RETRIABLE = frozenset({ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER})
+
+
+def producer_leaders(
+    cluster: Cluster, topic: str, partition: int | None = None
+) -> tuple[dict[int, int], bool]:
+    """partition -> leader id of ``topic`` (only ``partition`` when given), and whether the
+    broker created the topic on being asked (its auto.create.topics.enable). Waits up to the
+    cluster's timeout for the topic to appear and for leaders, as a Kafka producer does (a
+    KRaft broker answers UNKNOWN_TOPIC_OR_PARTITION until the topic it asked its controller
+    for exists). ClientError for a topic the broker does not create, a partition the topic
+    lacks, or a topic or leader still missing at the timeout."""
+    deadline = time.monotonic() + cluster.timeout
+    auto_create = False
+    pause = 0.05
+    while True:
+        resp = cluster.metadata([topic], auto_create=auto_create)
+        found = next((t for t in resp.topics if t.name == topic), None)
+        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if found is None else found.error_code
+        leaders = (
+            {} if found is None else {p.partition_index: p.leader_id for p in found.partitions}
+        )
+        problem: str
+        if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            if not auto_create and _auto_creation(cluster, resp) is False:
+                raise ClientError(
+                    broker_error(f"topic {topic!r}", code)
+                    + ": it does not exist and the broker does not create topics on first use "
+                    "(auto.create.topics.enable=false); create it with `kbroker topic create`"
+                )
+            if not auto_create:
+                auto_create = True  # ask again, now letting the broker create it
+                continue
+            problem = (
+                broker_error(f"topic {topic!r}", code)
+                + f": the broker did not create it within {cluster.timeout:g}s"
+            )
+        elif code in _RETRIABLE or (code == ErrorCode.NONE and not leaders):
+            problem = broker_error(f"topic {topic!r}", code or ErrorCode.LEADER_NOT_AVAILABLE)
+        elif code != ErrorCode.NONE:
+            raise ClientError(broker_error(f"topic {topic!r}", code))
+        elif partition is not None and partition not in leaders:
+            raise ClientError(
+                f"topic {topic!r} has no partition {partition} (it has {len(leaders)})"
+            )
+        else:
+            wanted = sorted(leaders) if partition is None else [partition]
+            leaderless = [p for p in wanted if leaders[p] < 0]
+            if not leaderless:
+                return {p: leaders[p] for p in wanted}, auto_create
+            problem = f"{topic}-{leaderless[0]} has no leader (LEADER_NOT_AVAILABLE)"
+        if time.monotonic() + pause > deadline:
+            raise ClientError(problem)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
+def _auto_creation(cluster: Cluster, metadata: Any) -> bool | None:
+    """The auto.create.topics.enable of the broker the cluster's Metadata requests go to
+    (found among the brokers of ``metadata`` by its address), or None when it cannot be
+    told (another address, or DescribeConfigs refused)."""
+    address = cluster.bootstrap.address
+    ids = [b.node_id for b in metadata.brokers if f"{b.host}:{b.port}" == address]
+    if len(metadata.brokers) == 1:
+        ids = [metadata.brokers[0].node_id]
+    if len(ids) != 1:
+        return None
+    try:
+        [row] = describe(
+            cluster, Resource(BROKER, str(ids[0])), ["auto.create.topics.enable"], True
+        )
+    except (ClientError, ValueError):
+        return None
+    value = row["value"]
+    return None if value is None else str(value).lower() == "true"
 
 
 def _more_ready(stream: BinaryIO) -> bool:
