@@ -260,6 +260,64 @@ def test_produce_to_a_missing_topic_the_broker_does_not_create(tmp_path: Path) -
         node.kill()
 
 
+def console_tool(*args: str) -> subprocess.CompletedProcess[str]:
+    """`kbroker ARGS` as a user of Kafka's console tools would type it."""
+    return subprocess.run(
+        [*KBROKER, *args], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
+
+
+def test_kafka_console_tool_flags(cluster: Cluster, tmp_path: Path) -> None:
+    """kafka-console-producer.sh and kafka-console-consumer.sh command lines, with
+    `kbroker produce` / `kbroker consume` in place of the script, do what they do there."""
+    topic = cluster.new_topic("-p", "2")
+    lines = tmp_path / "lines.txt"
+    lines.write_text("k1:a\nk2:b\nk3:c\n")
+    produced = console_tool(
+        "produce", "--bootstrap-server", cluster.bootstrap, "--topic", topic, str(lines),
+        "--property", "parse.key=true", "--property", "key.separator=:",
+        "--request-required-acks", "1", "--compression-codec",
+    )  # fmt: skip
+    assert produced.returncode == 0, produced.stderr
+    assert produced.stderr.strip() == f"Produced 3 records to {topic}."
+
+    consumed = console_tool(
+        "consume", "--bootstrap-server", cluster.bootstrap, "--topic", topic,
+        "--from-beginning", "--max-messages", "3", "--isolation-level", "read_committed",
+        "--json",
+    )  # fmt: skip
+    assert consumed.returncode == 0, consumed.stderr
+    records = [json.loads(line) for line in consumed.stdout.splitlines()]
+    assert sorted((r["key"], r["value"]) for r in records) == [
+        ("k1", "a"),
+        ("k2", "b"),
+        ("k3", "c"),
+    ]
+
+    # --offset (with --partition, as there): from that offset of the partition.
+    [first] = [r for r in records if r["offset"] == 0][:1]
+    at_one = cluster.run(
+        "consume", "--topic", topic, "--partition", str(first["partition"]),
+        "--offset", "earliest", "--max-messages", "1", "--json",
+    )  # fmt: skip
+    assert [json.loads(line)["value"] for line in at_one.stdout.splitlines()] == [first["value"]]
+
+    # Flags that say what one of ours says, given with it, and what has no equivalent here.
+    for args, message in [
+        (["consume", topic, "--from-beginning", "--from", "end"], "say the same"),
+        (["consume", topic, "--max-messages", "1", "-c", "2"], "say the same"),
+        (["consume", "--topic", topic, "other"], "two topics given"),
+        (["consume", topic, "--property", "print.key=true"], "--format"),
+        (["produce", topic, "--property", "parse.headers=true"], "parse.headers is not taken"),
+        (["produce", topic, "--request-required-acks", "1", "--acks", "0"], "say the same"),
+        (["consume"], "Missing argument 'TOPIC'"),
+        (["produce"], "Missing argument 'TOPIC'"),
+    ]:
+        refused = cluster.run(*args, ok=False)
+        assert refused.exit_code == 2, (args, refused.output)
+        assert message in refused.stderr, (args, refused.stderr)
+
+
 def test_consume_as_a_group_member(cluster: Cluster) -> None:
     topic = cluster.new_topic("-p", "2")
     for p in ("0", "1"):

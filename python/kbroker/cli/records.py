@@ -1,4 +1,12 @@
-"""`kbroker produce` and `kbroker consume`: lines in, records out (kcat-like)."""
+"""`kbroker produce` and `kbroker consume`: lines in, records out (kcat-like).
+
+Both also take the flags of Kafka's console tools that mean the same as one of theirs
+(`--topic`, `--from-beginning`, `--max-messages`, `--offset`, `--isolation-level`;
+`--request-required-acks`, `--compression-codec`, `--property parse.key/key.separator`),
+hidden from --help, so a kafka-console-consumer.sh or kafka-console-producer.sh command
+line works with `kbroker consume` / `kbroker produce` in its place. `--bootstrap-server`,
+`--partition` and `--group` already have Kafka's names.
+"""
 
 from __future__ import annotations
 
@@ -17,9 +25,60 @@ from kbroker.cli.common import (
 )
 
 
+def _topic_argument(f: Any) -> Any:
+    """TOPIC, shown as required; it may instead come as Kafka's --topic (`_the_topic`)."""
+    return click.argument("topic", required=False, metavar="TOPIC")(f)
+
+
+_console_topic_option = click.option(
+    "--topic", "console_topic", hidden=True, help="kafka-console-*.sh's name of TOPIC."
+)
+
+
+def _the_topic(topic: str | None, console_topic: str | None) -> str:
+    """TOPIC from the argument or from --topic (not both, unless they agree)."""
+    if console_topic is not None:
+        if topic is not None and topic != console_topic:
+            raise click.UsageError(f"two topics given: {topic!r} and --topic {console_topic!r}")
+        return console_topic
+    if topic is None:
+        ctx = click.get_current_context()
+        [param] = [p for p in ctx.command.params if p.name == "topic"]
+        raise click.MissingParameter(ctx=ctx, param=param)
+    return topic
+
+
+def _same_as(ctx: click.Context, ours: str, option: str, theirs: str) -> None:
+    """Refuse a Kafka flag given together with our option it stands for."""
+    if ctx.get_parameter_source(ours) != click.core.ParameterSource.DEFAULT:
+        raise click.UsageError(f"{option} and {theirs} say the same: give one of them")
+
+
+# kafka-console-producer.sh's --property keys that have a kbroker produce equivalent.
+_PRODUCER_PROPERTIES = ("parse.key", "key.separator")
+
+
+def _producer_properties(pairs: tuple[str, ...], key_separator: str | None) -> str | None:
+    """The key separator kafka-console-producer.sh's --property parse.key=true (and
+    key.separator, a tab by default) asks for, else ``key_separator`` (-K)."""
+    props = key_values(pairs, "--property")
+    unknown = sorted(set(props) - set(_PRODUCER_PROPERTIES))
+    if unknown:
+        raise click.BadParameter(
+            f"{unknown[0]} is not taken (only parse.key and key.separator are; see --format "
+            "for headers, partitions and timestamps)",
+            param_hint="--property",
+        )
+    if props.get("parse.key", "false").lower() != "true":
+        return key_separator
+    if key_separator is not None:
+        raise click.UsageError("--property parse.key=true and --key-separator say the same")
+    return props.get("key.separator", "\t")
+
+
 @click.command("produce")
 @admin_options
-@click.argument("topic")
+@_topic_argument
 @click.argument("files", nargs=-1, type=click.File("rb"))
 @click.option(
     "--partition", "-p", type=click.IntRange(min=0), help="Every record to this partition."
@@ -63,10 +122,35 @@ from kbroker.cli.common import (
     show_default=True,
     help="Refuse longer lines.",
 )
+@_console_topic_option
+@click.option(
+    "--request-required-acks",
+    "console_acks",
+    type=click.Choice(["0", "1", "all", "-1"]),
+    hidden=True,
+    help="kafka-console-producer.sh's name of --acks.",
+)
+@click.option(
+    "--compression-codec",
+    "console_codec",
+    type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]),
+    is_flag=False,
+    flag_value="gzip",
+    hidden=True,
+    help="kafka-console-producer.sh's name of --compression (alone: gzip, as there).",
+)
+@click.option(
+    "--property",
+    "properties",
+    multiple=True,
+    metavar="KEY=VALUE",
+    hidden=True,
+    help="kafka-console-producer.sh's parse.key=true and key.separator (a tab by default).",
+)
 def produce_command(
     bootstrap: str,
     timeout: float,
-    topic: str,
+    topic: str | None,
     files: tuple[Any, ...],
     partition: int | None,
     key_separator: str | None,
@@ -75,11 +159,28 @@ def produce_command(
     compression: str,
     acks: str,
     max_line_bytes: int,
+    console_topic: str | None,
+    console_acks: str | None,
+    console_codec: str | None,
+    properties: tuple[str, ...],
 ) -> None:
     """Send each line of FILES (default: stdin; - is stdin) as a record to TOPIC.
     Keyed records go where Kafka's default partitioner puts them."""
     from kbroker.tools import produce as tool
 
+    ctx = click.get_current_context()
+    if console_topic is not None and topic is not None:
+        # With --topic every argument is a file.
+        files = (click.File("rb").convert(topic, None, ctx), *files)
+        topic = None
+    topic = _the_topic(topic, console_topic)
+    if console_acks is not None:
+        _same_as(ctx, "acks", "--acks", "--request-required-acks")
+        acks = console_acks
+    if console_codec is not None:
+        _same_as(ctx, "compression", "--compression", "--compression-codec")
+        compression = console_codec
+    key_separator = _producer_properties(properties, key_separator)
     if key_separator == "":
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
     pattern = None
@@ -119,7 +220,7 @@ def produce_command(
 
 @click.command("consume")
 @admin_options
-@click.argument("topic")
+@_topic_argument
 @click.option(
     "--partition",
     "-p",
@@ -157,10 +258,42 @@ def produce_command(
 )
 @click.option("--read-committed", is_flag=True, help="Skip records of aborted transactions.")
 @json_option
+@_console_topic_option
+@click.option(
+    "--from-beginning",
+    is_flag=True,
+    hidden=True,
+    help="kafka-console-consumer.sh's --from beginning.",
+)
+@click.option(
+    "--offset",
+    "console_offset",
+    hidden=True,
+    help="kafka-console-consumer.sh's --from (earliest, latest or an offset).",
+)
+@click.option(
+    "--max-messages",
+    type=click.IntRange(min=1),
+    hidden=True,
+    help="kafka-console-consumer.sh's name of --count.",
+)
+@click.option(
+    "--isolation-level",
+    type=click.Choice(["read_committed", "read_uncommitted"]),
+    hidden=True,
+    help="kafka-console-consumer.sh's --read-committed.",
+)
+@click.option(
+    "--property",
+    "properties",
+    multiple=True,
+    hidden=True,
+    help="kafka-console-consumer.sh's formatter settings: refused, pointing at --format.",
+)
 def consume_command(
     bootstrap: str,
     timeout: float,
-    topic: str,
+    topic: str | None,
     partitions: tuple[int, ...],
     start: str,
     count: int | None,
@@ -169,15 +302,46 @@ def consume_command(
     group: str | None,
     read_committed: bool,
     as_json: bool,
+    console_topic: str | None,
+    from_beginning: bool,
+    console_offset: str | None,
+    max_messages: int | None,
+    isolation_level: str | None,
+    properties: tuple[str, ...],
 ) -> None:
     """Print the records of TOPIC as they arrive: of the given partitions (default all),
     or of those a consumer group assigns (--group). With --json, one JSON object a line."""
     from kbroker.tools import consume as tool
 
+    ctx = click.get_current_context()
+    topic = _the_topic(topic, console_topic)
+    if from_beginning and console_offset is not None:
+        raise click.UsageError("--from-beginning and --offset say the same: give one of them")
+    for given, theirs in ((from_beginning, "--from-beginning"), (console_offset, "--offset")):
+        if given:
+            _same_as(ctx, "start", "--from", theirs)
+    if from_beginning:
+        start = "beginning"
+    elif console_offset is not None:
+        start = console_offset
+    if max_messages is not None:
+        _same_as(ctx, "count", "--count", "--max-messages")
+        count = max_messages
+    if isolation_level is not None:
+        if read_committed:
+            raise click.UsageError("--isolation-level and --read-committed say the same")
+        read_committed = isolation_level == "read_committed"
+    if properties:
+        raise click.BadParameter(
+            "Kafka's formatter settings are not taken: print what you want with --format, "
+            "e.g. -f '%k\\t%s\\n' for print.key=true, '%p %o %T %k %s\\n' for more fields",
+            param_hint="--property",
+        )
     try:
         spec = tool.StartSpec.parse(start)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--from") from None
+        hint = "--offset" if console_offset is not None else "--from"
+        raise click.BadParameter(str(exc), param_hint=hint) from None
     try:
         tool.check_format(fmt)
     except ValueError as exc:
