@@ -183,6 +183,11 @@ def topic_describe(
     if as_json:
         echo_json(found)
         return
+    unreachable = set(found["unreachable_brokers"])
+
+    def leader(node: int | None) -> object:
+        return f"{node} (unreachable)" if node in unreachable else node
+
     for i, t in enumerate(found["topics"]):
         if i:
             click.echo()
@@ -197,7 +202,7 @@ def topic_describe(
             [
                 [
                     p["partition"],
-                    p["leader"],
+                    leader(p["leader"]),
                     p["replicas"],
                     p["isr"],
                     p["offline_replicas"],
