@@ -280,10 +280,12 @@ def test_kafka_console_tool_flags(cluster: Cluster, tmp_path: Path) -> None:
     )  # fmt: skip
     assert produced.returncode == 0, produced.stderr
     assert produced.stderr.strip() == f"Produced 3 records to {topic}."
+    tabbed = produce(cluster, "--topic", topic, "--property", "parse.key=true", lines=b"k4\td\n")
+    assert tabbed.returncode == 0, tabbed.stderr  # Kafka's key.separator is a tab
 
     consumed = console_tool(
         "consume", "--bootstrap-server", cluster.bootstrap, "--topic", topic,
-        "--from-beginning", "--max-messages", "3", "--isolation-level", "read_committed",
+        "--from-beginning", "--max-messages", "4", "--isolation-level", "read_committed",
         "--json",
     )  # fmt: skip
     assert consumed.returncode == 0, consumed.stderr
@@ -292,6 +294,7 @@ def test_kafka_console_tool_flags(cluster: Cluster, tmp_path: Path) -> None:
         ("k1", "a"),
         ("k2", "b"),
         ("k3", "c"),
+        ("k4", "d"),
     ]
 
     # --offset (with --partition, as there): from that offset of the partition.
@@ -310,6 +313,7 @@ def test_kafka_console_tool_flags(cluster: Cluster, tmp_path: Path) -> None:
         (["consume", topic, "--property", "print.key=true"], "--format"),
         (["produce", topic, "--property", "parse.headers=true"], "parse.headers is not taken"),
         (["produce", topic, "--request-required-acks", "1", "--acks", "0"], "say the same"),
+        (["produce", "--topic", topic, "no-such-file"], "'no-such-file': No such file"),
         (["consume"], "Missing argument 'TOPIC'"),
         (["produce"], "Missing argument 'TOPIC'"),
     ]:

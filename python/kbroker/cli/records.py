@@ -61,7 +61,12 @@ _PRODUCER_PROPERTIES = ("parse.key", "key.separator")
 def _producer_properties(pairs: tuple[str, ...], key_separator: str | None) -> str | None:
     """The key separator kafka-console-producer.sh's --property parse.key=true (and
     key.separator, a tab by default) asks for, else ``key_separator`` (-K)."""
-    props = key_values(pairs, "--property")
+    props = {}
+    for text in pairs:
+        name, sep, value = text.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {text!r}", param_hint="--property")
+        props[name.strip()] = value  # as given: a separator may be a space or a tab
     unknown = sorted(set(props) - set(_PRODUCER_PROPERTIES))
     if unknown:
         raise click.BadParameter(
@@ -73,7 +78,10 @@ def _producer_properties(pairs: tuple[str, ...], key_separator: str | None) -> s
         return key_separator
     if key_separator is not None:
         raise click.UsageError("--property parse.key=true and --key-separator say the same")
-    return props.get("key.separator", "\t")
+    separator = props.get("key.separator", "\t")
+    if not separator:
+        raise click.BadParameter("key.separator must not be empty", param_hint="--property")
+    return separator
 
 
 @click.command("produce")
@@ -171,7 +179,8 @@ def produce_command(
     ctx = click.get_current_context()
     if console_topic is not None and topic is not None:
         # With --topic every argument is a file.
-        files = (click.File("rb").convert(topic, None, ctx), *files)
+        [param] = [p for p in ctx.command.params if p.name == "files"]
+        files = (click.File("rb").convert(topic, param, ctx), *files)
         topic = None
     topic = _the_topic(topic, console_topic)
     if console_acks is not None:
