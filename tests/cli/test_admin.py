@@ -429,7 +429,7 @@ def test_json_is_stable_for_scripts(kbroker_cluster: Cluster) -> None:
     """--json prints exactly one JSON document on stdout."""
     name = kbroker_cluster.new_topic()
     result = kbroker_cluster.run("topic", "describe", name, "--json")
-    assert set(json.loads(result.stdout)) == {"topics", "notes"}
+    assert set(json.loads(result.stdout)) == {"topics", "notes", "unreachable_brokers"}
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])

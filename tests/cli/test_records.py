@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -13,7 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kbroker.cli import main
 from tests.cli.conftest import Cluster
-from tests.helpers import committed, single_error_line, wait_for
+from tests.helpers import BrokerProcess, committed, single_error_line, wait_for
 
 KBROKER = [sys.executable, "-m", "kbroker.cli"]
 
@@ -201,11 +203,6 @@ def test_produce_and_consume_refusals(cluster: Cluster) -> None:
     )
     assert [r["value"] for r in consume_json(cluster, topic)] == ["v"]
 
-    unknown = produce(cluster, "t-no-such-topic", lines=b"x\n")
-    assert unknown.returncode == 1
-    assert single_error_line(unknown.stderr) == (
-        "Error: topic 't-no-such-topic': UNKNOWN_TOPIC_OR_PARTITION"
-    )
     no_partition = produce(cluster, topic, "-p", "5", lines=b"x\n")
     assert no_partition.returncode == 1
     assert "has no partition 5 (it has 2)" in single_error_line(no_partition.stderr)
@@ -222,6 +219,107 @@ def test_produce_and_consume_refusals(cluster: Cluster) -> None:
         usage = cluster.run("consume", topic, *args, ok=False)
         assert usage.exit_code == 2
         assert "Traceback" not in usage.output
+
+
+def test_produce_creates_a_missing_topic_as_the_broker_allows(cluster: Cluster) -> None:
+    """As kcat -P and Kafka's console producer: the Metadata request lets the broker create
+    the topic (auto.create.topics.enable, true on both nodes), and the producer waits for
+    its leader; the user is told the topic was created."""
+    topic = f"t-auto-{uuid.uuid4().hex[:8]}"
+    result = produce(cluster, topic, "-K", ":", lines=b"k1:a\nk2:b\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"Created topic {topic}: it did not exist and the broker creates topics on first use "
+        "(auto.create.topics.enable).",
+        f"Produced 2 records to {topic}.",
+    ]
+    wait_for(lambda: len(consume_json(cluster, topic)) == 2)
+    assert sorted((r["key"], r["value"]) for r in consume_json(cluster, topic)) == [
+        ("k1", "a"),
+        ("k2", "b"),
+    ]
+    again = produce(cluster, topic, lines=b"c\n")
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.strip() == f"Produced 1 records to {topic}."
+
+
+def test_produce_to_a_missing_topic_the_broker_does_not_create(tmp_path: Path) -> None:
+    node = BrokerProcess(tmp_path / "data")
+    node.start("auto.create.topics.enable=false")
+    try:
+        cluster = Cluster("kbroker", node.bootstrap)
+        unknown = produce(cluster, "t-no-such-topic", lines=b"x\n")
+        assert unknown.returncode == 1
+        assert single_error_line(unknown.stderr) == (
+            "Error: topic 't-no-such-topic': UNKNOWN_TOPIC_OR_PARTITION: it does not exist and "
+            "the broker does not create topics on first use (auto.create.topics.enable=false); "
+            "create it with `kbroker topic create`"
+        )
+        assert cluster.json("topic", "list") == []
+    finally:
+        node.kill()
+
+
+def console_tool(*args: str) -> subprocess.CompletedProcess[str]:
+    """`kbroker ARGS` as a user of Kafka's console tools would type it."""
+    return subprocess.run(
+        [*KBROKER, *args], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
+
+
+def test_kafka_console_tool_flags(cluster: Cluster, tmp_path: Path) -> None:
+    """kafka-console-producer.sh and kafka-console-consumer.sh command lines, with
+    `kbroker produce` / `kbroker consume` in place of the script, do what they do there."""
+    topic = cluster.new_topic("-p", "2")
+    lines = tmp_path / "lines.txt"
+    lines.write_text("k1:a\nk2:b\nk3:c\n")
+    produced = console_tool(
+        "produce", "--bootstrap-server", cluster.bootstrap, "--topic", topic, str(lines),
+        "--property", "parse.key=true", "--property", "key.separator=:",
+        "--request-required-acks", "1", "--compression-codec",
+    )  # fmt: skip
+    assert produced.returncode == 0, produced.stderr
+    assert produced.stderr.strip() == f"Produced 3 records to {topic}."
+    tabbed = produce(cluster, "--topic", topic, "--property", "parse.key=true", lines=b"k4\td\n")
+    assert tabbed.returncode == 0, tabbed.stderr  # Kafka's key.separator is a tab
+
+    consumed = console_tool(
+        "consume", "--bootstrap-server", cluster.bootstrap, "--topic", topic,
+        "--from-beginning", "--max-messages", "4", "--isolation-level", "read_committed",
+        "--json",
+    )  # fmt: skip
+    assert consumed.returncode == 0, consumed.stderr
+    records = [json.loads(line) for line in consumed.stdout.splitlines()]
+    assert sorted((r["key"], r["value"]) for r in records) == [
+        ("k1", "a"),
+        ("k2", "b"),
+        ("k3", "c"),
+        ("k4", "d"),
+    ]
+
+    # --offset (with --partition, as there): from that offset of the partition.
+    [first] = [r for r in records if r["offset"] == 0][:1]
+    at_one = cluster.run(
+        "consume", "--topic", topic, "--partition", str(first["partition"]),
+        "--offset", "earliest", "--max-messages", "1", "--json",
+    )  # fmt: skip
+    assert [json.loads(line)["value"] for line in at_one.stdout.splitlines()] == [first["value"]]
+
+    # Flags that say what one of ours says, given with it, and what has no equivalent here.
+    for args, message in [
+        (["consume", topic, "--from-beginning", "--from", "end"], "say the same"),
+        (["consume", topic, "--max-messages", "1", "-c", "2"], "say the same"),
+        (["consume", "--topic", topic, "other"], "two topics given"),
+        (["consume", topic, "--property", "print.key=true"], "--format"),
+        (["produce", topic, "--property", "parse.headers=true"], "parse.headers is not taken"),
+        (["produce", topic, "--request-required-acks", "1", "--acks", "0"], "say the same"),
+        (["produce", "--topic", topic, "no-such-file"], "'no-such-file': No such file"),
+        (["consume"], "Missing argument 'TOPIC'"),
+        (["produce"], "Missing argument 'TOPIC'"),
+    ]:
+        refused = cluster.run(*args, ok=False)
+        assert refused.exit_code == 2, (args, refused.output)
+        assert message in refused.stderr, (args, refused.stderr)
 
 
 def test_consume_as_a_group_member(cluster: Cluster) -> None:

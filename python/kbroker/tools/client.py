@@ -75,6 +75,9 @@ class BrokerClient:
         except OSError as exc:
             raise ClientError(f"cannot connect to {address}: {exc}") from None
         self._sock = sock
+        # True once the connection failed under a request (a broker killed, a stream out
+        # of step): this client is of no more use, unlike after an error the broker sent.
+        self.broken = False
         self._correlation = 0
         self._versions: dict[int, tuple[int, int]] | None = None
         context = self.security.ssl_context
@@ -106,6 +109,7 @@ class BrokerClient:
                 encode_request(api_key, version, self._correlation, self.client_id, body)
             )
         except OSError as exc:
+            self.broken = True
             raise ClientError(f"request to {self.address} failed: {exc}") from None
 
     def request(self, api_key: ApiKey, version: int, body: Any) -> Any:
@@ -113,13 +117,17 @@ class BrokerClient:
         try:
             (size,) = _SIZE.unpack(self._read(4))
             if not 0 <= size <= MAX_RESPONSE_BYTES:
+                self.broken = True
                 raise ClientError(f"response of {size} bytes from {self.address}")
             correlation, response = decode_response(api_key, version, self._read(size))
         except OSError as exc:
+            self.broken = True
             raise ClientError(f"request to {self.address} failed: {exc}") from None
         except ProtocolError as exc:
+            self.broken = True
             raise ClientError(f"unreadable answer from {self.address}: {exc}") from None
         if correlation != self._correlation:
+            self.broken = True
             raise ClientError(
                 f"{self.address} answered request {correlation}, not {self._correlation}"
             )
@@ -169,6 +177,7 @@ class BrokerClient:
         while len(buf) < n:
             chunk = self._sock.recv(n - len(buf))
             if not chunk:
+                self.broken = True
                 raise ClientError(f"{self.address} closed the connection")
             buf += chunk
         return bytes(buf)

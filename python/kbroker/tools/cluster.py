@@ -2,9 +2,11 @@
 
 `Cluster` connects to the first reachable bootstrap address and opens a
 connection to any other node on demand (requests that must reach a
-partition's leader or one broker go there). Versions are negotiated with
-ApiVersions, so the same code talks to kbroker and to Apache Kafka; an API a
-broker lacks ends in a `ClientError` naming it.
+partition's leader or one broker go there). When the broker it asks for
+metadata stops answering (killed, say), the next Metadata request goes to
+another reachable one: a bootstrap address or a broker the cluster named.
+Versions are negotiated with ApiVersions, so the same code talks to kbroker
+and to Apache Kafka; an API a broker lacks ends in a `ClientError` naming it.
 """
 
 from __future__ import annotations
@@ -35,17 +37,20 @@ class Cluster:
             raise ClientError("no bootstrap address given")
         self.timeout = timeout
         self.security = security
+        self._bootstrap_addresses = addresses
+        self._nodes: dict[int, BrokerClient] = {}
+        self._addresses: dict[int, str] | None = None
+        self.bootstrap = self._connect_any(addresses)
+
+    def _connect_any(self, addresses: list[str]) -> BrokerClient:
+        """A connection to the first of ``addresses`` that takes one."""
         failures = []
         for address in addresses:
             try:
-                self.bootstrap = BrokerClient(address, timeout, security=security)
-                break
+                return BrokerClient(address, self.timeout, security=self.security)
             except ClientError as exc:
                 failures.append(str(exc))
-        else:
-            raise ClientError("; ".join(failures))
-        self._nodes: dict[int, BrokerClient] = {}
-        self._addresses: dict[int, str] | None = None
+        raise ClientError("; ".join(failures) or "no broker to connect to")
 
     def close(self) -> None:
         for client in self._nodes.values():
@@ -61,20 +66,65 @@ class Cluster:
     ) -> None:
         self.close()
 
-    def metadata(self, topics: list[str] | None = None) -> Any:
-        """A Metadata response for ``topics`` (None: every topic), never creating one."""
-        client = self.bootstrap
-        version = client.version(ApiKey.METADATA)
-        if topics is not None and version < 1:
-            raise ClientError(f"the broker at {client.address} speaks only Metadata v0")
+    def metadata(self, topics: list[str] | None = None, auto_create: bool = False) -> Any:
+        """A Metadata response for ``topics`` (None: every topic); a missing topic is created
+        only with ``auto_create`` and when the broker's auto.create.topics.enable allows it.
+        A broker that fails to answer is replaced by another reachable one, each tried once."""
         T = MetadataRequest.Topic
         req = MetadataRequest(
             topics=None if topics is None else [T(topic_id=ZERO_UUID, name=t) for t in topics],
-            allow_auto_topic_creation=False,
+            allow_auto_topic_creation=auto_create,
         )
-        resp = client.request(ApiKey.METADATA, version, req)
+        failed: dict[str, str] = {}
+        while True:
+            client = self.bootstrap
+            try:
+                version = client.version(ApiKey.METADATA)
+                if topics is not None and version < 1:
+                    raise ClientError(f"the broker at {client.address} speaks only Metadata v0")
+                resp = client.request(ApiKey.METADATA, version, req)
+                break
+            except ClientError as exc:
+                if not client.broken:
+                    raise
+                # That broker is gone (killed, say): ask another.
+                failed[client.address] = str(exc)
+                self._replace_bootstrap(failed)
         self._addresses = {b.node_id: f"{b.host}:{b.port}" for b in resp.brokers}
         return resp
+
+    def _replace_bootstrap(self, failed: dict[str, str]) -> None:
+        """Connect to another broker for metadata: a bootstrap address or a broker the
+        cluster named, none of ``failed`` (address -> what went wrong); ClientError saying
+        what went wrong everywhere when none takes a connection."""
+        old = self.bootstrap
+        candidates = [*self._bootstrap_addresses, *(self._addresses or {}).values()]
+        others = [a for a in dict.fromkeys(candidates) if a not in failed]
+        old.close()
+        self._nodes = {n: c for n, c in self._nodes.items() if c is not old}
+        try:
+            self.bootstrap = self._connect_any(others)
+        except ClientError as exc:
+            raise ClientError("; ".join([*failed.values(), str(exc)])) from None
+
+    def lost(self, node_id: int) -> bool:
+        """Whether a ClientError just met on ``node_id`` was its connection failing (no
+        connection could be made, or the one there was broke) rather than an answer; a
+        broken connection is dropped, so the next `node` call connects anew."""
+        client = self._nodes.get(node_id)
+        if client is None:
+            return True
+        if client.broken:
+            self.forget(node_id)
+            return True
+        return False
+
+    def forget(self, node_id: int) -> None:
+        """Drop the connection to ``node_id`` (it failed): the next `node` call connects
+        anew. The bootstrap connection is replaced at the next `metadata` call that fails."""
+        client = self._nodes.pop(node_id, None)
+        if client is not None and client is not self.bootstrap:
+            client.close()
 
     def node(self, node_id: int) -> BrokerClient:
         """A connection to broker ``node_id`` (the bootstrap connection when it is that one)."""
@@ -89,7 +139,7 @@ class Cluster:
             raise ClientError(f"broker {node_id} is not in the cluster")
         client = (
             self.bootstrap
-            if address == self.bootstrap.address
+            if address == self.bootstrap.address and not self.bootstrap.broken
             else BrokerClient(address, self.timeout, security=self.security)
         )
         self._nodes[node_id] = client

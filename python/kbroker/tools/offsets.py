@@ -94,36 +94,54 @@ def list_offsets(
     partitions: Iterable[TP],
     timestamp: int,
     leaders: Mapping[TP, int],
+    unreachable: dict[int, str] | None = None,
 ) -> dict[TP, dict[str, Any]]:
     """(topic, partition) -> {"offset", "timestamp", "error"} for ``timestamp`` (EARLIEST,
-    LATEST, MAX_TIMESTAMP or epoch ms); offset None when no record is that late."""
+    LATEST, MAX_TIMESTAMP or epoch ms); offset None when no record is that late. With
+    ``unreachable``, a leader that cannot be reached is noted there (id -> why) and its
+    partitions left out, instead of a ClientError; a leader noted already is not tried."""
     out: dict[TP, dict[str, Any]] = {}
     for node, topics in _by_leader(leaders, partitions).items():
-        client = cluster.node(node)
-        version = client.version(ApiKey.LIST_OFFSETS)
-        if timestamp == MAX_TIMESTAMP and version < 7:
-            raise ClientError(f"broker {node} cannot look up max-timestamp (ListOffsets < v7)")
-        T = ListOffsetsRequest.Topic
-        req = ListOffsetsRequest(
-            replica_id=-1,
-            isolation_level=0,
-            topics=[
-                T(
-                    name=t,
-                    partitions=[T.Partition(partition_index=p, timestamp=timestamp) for p in ps],
-                )
-                for t, ps in topics.items()
-            ],
-        )
-        resp = client.request(ApiKey.LIST_OFFSETS, version, req)
-        for t in resp.topics:
-            for p in t.partitions:
-                ok = p.error_code == ErrorCode.NONE
-                out[(t.name, p.partition_index)] = {
-                    "offset": p.offset if ok and p.offset >= 0 else None,
-                    "timestamp": p.timestamp if ok and p.timestamp >= 0 else None,
-                    "error": None if ok else error_name(p.error_code),
-                }
+        if unreachable is not None and node in unreachable:
+            continue
+        try:
+            out.update(_list_offsets_of(cluster, node, topics, timestamp))
+        except ClientError as exc:
+            if unreachable is None or not cluster.lost(node):
+                raise
+            unreachable[node] = str(exc)
+    return out
+
+
+def _list_offsets_of(
+    cluster: Cluster, node: int, topics: Mapping[str, list[int]], timestamp: int
+) -> dict[TP, dict[str, Any]]:
+    out: dict[TP, dict[str, Any]] = {}
+    client = cluster.node(node)
+    version = client.version(ApiKey.LIST_OFFSETS)
+    if timestamp == MAX_TIMESTAMP and version < 7:
+        raise ClientError(f"broker {node} cannot look up max-timestamp (ListOffsets < v7)")
+    T = ListOffsetsRequest.Topic
+    req = ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=0,
+        topics=[
+            T(
+                name=t,
+                partitions=[T.Partition(partition_index=p, timestamp=timestamp) for p in ps],
+            )
+            for t, ps in topics.items()
+        ],
+    )
+    resp = client.request(ApiKey.LIST_OFFSETS, version, req)
+    for t in resp.topics:
+        for p in t.partitions:
+            ok = p.error_code == ErrorCode.NONE
+            out[(t.name, p.partition_index)] = {
+                "offset": p.offset if ok and p.offset >= 0 else None,
+                "timestamp": p.timestamp if ok and p.timestamp >= 0 else None,
+                "error": None if ok else error_name(p.error_code),
+            }
     return out
 
 

@@ -6,6 +6,13 @@ librdkafka's ``murmur2_random`` do, so keys land where other producers put
 them), else round-robin, one batch at a time. Records are sent in batches as
 input arrives: a batch is flushed when it is full or when no more input is
 ready, so an interactive session sees each line sent at once.
+
+A topic that does not exist is created by the broker when its
+auto.create.topics.enable allows it (the Metadata request asks for it, as kcat
+and Kafka's console producer do), and the producer waits, within its timeout,
+until every partition it writes to has a leader. A batch whose leader cannot be
+reached or has moved is sent again to the leader the metadata names next, until
+the timeout (see `Producer.flush`).
 """
 
 from __future__ import annotations
@@ -21,8 +28,8 @@ from kbroker._kbroker import build_batch
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.core import ProduceRequest
 from kbroker.tools.client import ClientError, error_name
-from kbroker.tools.cluster import Cluster
-from kbroker.tools.offsets import partition_leaders
+from kbroker.tools.cluster import Cluster, broker_error
+from kbroker.tools.configs import BROKER, Resource, describe
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
@@ -77,11 +84,11 @@ class Producer:
     _pending: dict[int, list[Record]] = field(init=False, default_factory=dict)
     _pending_count: int = field(init=False, default=0)
     _next: int = field(init=False, default=0)
+    # Whether the broker created the topic for this producer (auto.create.topics.enable).
+    created: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
-        only = None if self.partition is None else [self.partition]
-        leaders = partition_leaders(self.cluster, [(self.topic, only)])
-        self._leaders = {p: node for (_, p), node in leaders.items()}
+        self._leaders, self.created = producer_leaders(self.cluster, self.topic, self.partition)
 
     def add(
         self,
@@ -113,43 +120,201 @@ class Producer:
             self.flush()
 
     def flush(self) -> None:
-        """Send what is pending, one request per leader; ClientError on any refusal."""
+        """Send what is pending, one request per leader. A partition whose leader cannot be
+        reached, or answers with an error Kafka's producers retry (not the leader any more,
+        too few replicas in sync...), is sent again to the leader the metadata names then,
+        until the cluster's timeout, as kcat does through a leader change (without
+        idempotence a record may then be written twice, as there). ClientError on any other
+        refusal, or when the timeout passes."""
         if not self._pending:
             return
-        by_leader: dict[int, list[Any]] = {}
-        for partition, records in sorted(self._pending.items()):
-            batch = build_batch(records, codec=self.codec)
-            by_leader.setdefault(self._leaders[partition], []).append(
-                ProduceRequest.Topic.Partition(index=partition, records=batch)
-            )
-        count = self._pending_count
+        batches = {
+            partition: (build_batch(records, codec=self.codec), len(records))
+            for partition, records in sorted(self._pending.items())
+        }
         self._pending.clear()
         self._pending_count = 0
         self._next += 1
+        deadline = time.monotonic() + self.cluster.timeout
+        pause = 0.05
+        while True:
+            retry = self._send(batches)
+            if not retry:
+                return
+            if time.monotonic() + pause > deadline:
+                partition, why = min(retry.items())
+                raise ClientError(f"producing to {self.topic}-{partition} failed: {why}")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+            self._refresh_leaders()
+
+    def _send(self, batches: dict[int, tuple[bytes, int]]) -> dict[int, str]:
+        """Send ``batches`` (partition -> (batch, records)) to their leaders; those taken
+        leave ``batches`` and count as sent. Returns partition -> why, for those to send
+        again; ClientError for a refusal that is final."""
+        by_leader: dict[int, list[int]] = {}
+        for partition in sorted(batches):
+            by_leader.setdefault(self._leaders[partition], []).append(partition)
+        retry: dict[int, str] = {}
         for node, partitions in by_leader.items():
-            client = self.cluster.node(node)
+            P = ProduceRequest.Topic.Partition
             req = ProduceRequest(
                 transactional_id=None,
                 acks=self.acks,
                 timeout_ms=int(self.cluster.timeout * 1000),
-                topic_data=[ProduceRequest.Topic(name=self.topic, partition_data=partitions)],
+                topic_data=[
+                    ProduceRequest.Topic(
+                        name=self.topic,
+                        partition_data=[P(index=p, records=batches[p][0]) for p in partitions],
+                    )
+                ],
             )
-            version = client.version(ApiKey.PRODUCE)
-            if self.acks == 0:
-                client.send(ApiKey.PRODUCE, version, req)
+            answers: dict[int, int]
+            try:
+                client = self.cluster.node(node)
+                version = client.version(ApiKey.PRODUCE)
+                if self.acks == 0:
+                    client.send(ApiKey.PRODUCE, version, req)
+                    answers = dict.fromkeys(partitions, ErrorCode.NONE)
+                else:
+                    resp = client.request(ApiKey.PRODUCE, version, req)
+                    answers = self._answers(resp)
+            except ClientError as exc:
+                if not self.cluster.lost(node):
+                    raise
+                retry.update((p, str(exc)) for p in partitions)
                 continue
-            resp = client.request(ApiKey.PRODUCE, version, req)
-            for t in resp.responses:
-                for p in t.partition_responses:
-                    if p.error_code != ErrorCode.NONE:
-                        detail = p.error_message or "; ".join(
-                            e.batch_index_error_message or "" for e in p.record_errors
-                        )
-                        raise ClientError(
-                            f"producing to {t.name}-{p.index} failed: {error_name(p.error_code)}"
-                            + (f" ({detail})" if detail else "")
-                        )
-        self.sent += count
+            for p in partitions:
+                code = answers.get(p, ErrorCode.NONE)
+                if code == ErrorCode.NONE:
+                    self.sent += batches.pop(p)[1]
+                else:
+                    retry[p] = error_name(code)
+        return retry
+
+    def _answers(self, resp: Any) -> dict[int, int]:
+        """partition -> error code of a Produce response, NONE or one to retry;
+        ClientError for any other."""
+        answers: dict[int, int] = {}
+        for t in resp.responses:
+            for p in t.partition_responses:
+                if p.error_code != ErrorCode.NONE and p.error_code not in _RETRIABLE_PRODUCE:
+                    detail = p.error_message or "; ".join(
+                        e.batch_index_error_message or "" for e in p.record_errors
+                    )
+                    raise ClientError(
+                        f"producing to {t.name}-{p.index} failed: {error_name(p.error_code)}"
+                        + (f" ({detail})" if detail else "")
+                    )
+                answers[p.index] = p.error_code
+        return answers
+
+    def _refresh_leaders(self) -> None:
+        """Take the leaders the metadata names now (a partition without one keeps its last)."""
+        try:
+            resp = self.cluster.metadata([self.topic])
+        except ClientError:
+            return  # no broker answers at the moment: the next try asks again
+        for t in resp.topics:
+            if t.name == self.topic and t.error_code == ErrorCode.NONE:
+                for p in t.partitions:
+                    if p.partition_index in self._leaders and p.leader_id >= 0:
+                        self._leaders[p.partition_index] = p.leader_id
+
+
+# Produce errors Kafka's producers send again: the leader moved or is being elected, too
+# few replicas in sync for now, a request or disk that timed out or failed.
+_RETRIABLE_PRODUCE = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+    }
+)
+
+
+# Topic and partition errors that pass by themselves: a topic just created, a leader
+# being elected.
+_RETRIABLE = frozenset({ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER})
+
+
+def producer_leaders(
+    cluster: Cluster, topic: str, partition: int | None = None
+) -> tuple[dict[int, int], bool]:
+    """partition -> leader id of ``topic`` (only ``partition`` when given), and whether the
+    broker created the topic on being asked (its auto.create.topics.enable). Waits up to the
+    cluster's timeout for the topic to appear and for leaders, as a Kafka producer does (a
+    KRaft broker answers UNKNOWN_TOPIC_OR_PARTITION until the topic it asked its controller
+    for exists). ClientError for a topic the broker does not create, a partition the topic
+    lacks, or a topic or leader still missing at the timeout."""
+    deadline = time.monotonic() + cluster.timeout
+    auto_create = False
+    pause = 0.05
+    while True:
+        resp = cluster.metadata([topic], auto_create=auto_create)
+        found = next((t for t in resp.topics if t.name == topic), None)
+        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if found is None else found.error_code
+        leaders = (
+            {} if found is None else {p.partition_index: p.leader_id for p in found.partitions}
+        )
+        problem: str
+        if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            if not auto_create and _auto_creation(cluster, resp) is False:
+                raise ClientError(
+                    broker_error(f"topic {topic!r}", code)
+                    + ": it does not exist and the broker does not create topics on first use "
+                    "(auto.create.topics.enable=false); create it with `kbroker topic create`"
+                )
+            if not auto_create:
+                auto_create = True  # ask again, now letting the broker create it
+                continue
+            problem = (
+                broker_error(f"topic {topic!r}", code)
+                + f": the broker did not create it within {cluster.timeout:g}s"
+            )
+        elif code in _RETRIABLE or (code == ErrorCode.NONE and not leaders):
+            problem = broker_error(f"topic {topic!r}", code or ErrorCode.LEADER_NOT_AVAILABLE)
+        elif code != ErrorCode.NONE:
+            raise ClientError(broker_error(f"topic {topic!r}", code))
+        elif partition is not None and partition not in leaders:
+            raise ClientError(
+                f"topic {topic!r} has no partition {partition} (it has {len(leaders)})"
+            )
+        else:
+            wanted = sorted(leaders) if partition is None else [partition]
+            leaderless = [p for p in wanted if leaders[p] < 0]
+            if not leaderless:
+                return {p: leaders[p] for p in wanted}, auto_create
+            problem = f"{topic}-{leaderless[0]} has no leader (LEADER_NOT_AVAILABLE)"
+        if time.monotonic() + pause > deadline:
+            raise ClientError(problem)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
+def _auto_creation(cluster: Cluster, metadata: Any) -> bool | None:
+    """The auto.create.topics.enable of the broker the cluster's Metadata requests go to
+    (found among the brokers of ``metadata`` by its address), or None when it cannot be
+    told (another address, or DescribeConfigs refused)."""
+    address = cluster.bootstrap.address
+    ids = [b.node_id for b in metadata.brokers if f"{b.host}:{b.port}" == address]
+    if len(metadata.brokers) == 1:
+        ids = [metadata.brokers[0].node_id]
+    if len(ids) != 1:
+        return None
+    try:
+        [row] = describe(
+            cluster, Resource(BROKER, str(ids[0])), ["auto.create.topics.enable"], True
+        )
+    except (ClientError, ValueError):
+        return None
+    value = row["value"]
+    return None if value is None else str(value).lower() == "true"
 
 
 def _more_ready(stream: BinaryIO) -> bool:

@@ -93,38 +93,57 @@ def _min_isr(cluster: Cluster, topics: Sequence[str]) -> dict[str, int]:
 
 
 def _sizes(
-    cluster: Cluster, leaders: Mapping[tuple[str, int], int], notes: list[str]
+    cluster: Cluster,
+    leaders: Mapping[tuple[str, int], int],
+    notes: list[str],
+    unreachable: dict[int, str],
 ) -> dict[tuple[str, int], int]:
-    """Size in bytes of each partition's leader replica, from DescribeLogDirs."""
+    """Size in bytes of each partition's leader replica, from DescribeLogDirs; a leader
+    that cannot be reached is noted in ``unreachable`` (id -> why) and skipped."""
     by_node: dict[int, dict[str, list[int]]] = {}
     for (topic, partition), node in leaders.items():
         by_node.setdefault(node, {}).setdefault(topic, []).append(partition)
     sizes: dict[tuple[str, int], int] = {}
     for node, topics in sorted(by_node.items()):
-        client = cluster.node(node)
-        if not client.supports(ApiKey.DESCRIBE_LOG_DIRS):
+        if node in unreachable:
+            continue
+        try:
+            _sizes_from(cluster, node, topics, leaders, notes, sizes)
+        except ClientError as exc:
+            if not cluster.lost(node):
+                raise
+            unreachable[node] = str(exc)
+    return sizes
+
+
+def _sizes_from(
+    cluster: Cluster,
+    node: int,
+    topics: Mapping[str, list[int]],
+    leaders: Mapping[tuple[str, int], int],
+    notes: list[str],
+    sizes: dict[tuple[str, int], int],
+) -> None:
+    """`_sizes` for the partitions ``node`` leads."""
+    client = cluster.node(node)
+    if not client.supports(ApiKey.DESCRIBE_LOG_DIRS):
+        notes.append(f"size unknown: broker {node} does not support DescribeLogDirs (Kafka API 35)")
+        return
+    T = DescribeLogDirsRequest.Topic
+    req = DescribeLogDirsRequest(
+        topics=[T(topic=t, partitions=sorted(ps)) for t, ps in topics.items()]
+    )
+    resp = client.request(ApiKey.DESCRIBE_LOG_DIRS, client.version(ApiKey.DESCRIBE_LOG_DIRS), req)
+    for result in resp.results:
+        if result.error_code != ErrorCode.NONE:
             notes.append(
-                f"size unknown: broker {node} does not support DescribeLogDirs (Kafka API 35)"
+                broker_error(f"log dir {result.log_dir} of broker {node}", result.error_code)
             )
             continue
-        T = DescribeLogDirsRequest.Topic
-        req = DescribeLogDirsRequest(
-            topics=[T(topic=t, partitions=sorted(ps)) for t, ps in topics.items()]
-        )
-        resp = client.request(
-            ApiKey.DESCRIBE_LOG_DIRS, client.version(ApiKey.DESCRIBE_LOG_DIRS), req
-        )
-        for result in resp.results:
-            if result.error_code != ErrorCode.NONE:
-                notes.append(
-                    broker_error(f"log dir {result.log_dir} of broker {node}", result.error_code)
-                )
-                continue
-            for t in result.topics:
-                for p in t.partitions:
-                    if not p.is_future_key and leaders.get((t.name, p.partition_index)) == node:
-                        sizes[(t.name, p.partition_index)] = p.partition_size
-    return sizes
+        for t in result.topics:
+            for p in t.partitions:
+                if not p.is_future_key and leaders.get((t.name, p.partition_index)) == node:
+                    sizes[(t.name, p.partition_index)] = p.partition_size
 
 
 def describe_topics(
@@ -134,6 +153,8 @@ def describe_topics(
     filters: Iterable[str] = (),
 ) -> dict[str, Any]:
     """Per partition: leader, replicas, ISR, offline replicas, log start/end offsets, size.
+    A leader that cannot be reached is listed in "unreachable_brokers" (and a note says
+    why); its partitions' offsets and sizes are None.
 
     ``names`` empty: every topic (internal ones with ``internal``). ``filters``
     (any of FILTERS) keep only partitions matching at least one of them, and
@@ -158,9 +179,12 @@ def describe_topics(
         for p in t.partitions
         if p.leader_id in live
     }
-    earliest = list_offsets(cluster, leaders, EARLIEST, leaders=leaders)
-    latest = list_offsets(cluster, leaders, LATEST, leaders=leaders)
-    sizes = _sizes(cluster, leaders, notes)
+    # A leader that cannot be reached (killed, before the controller moved its partitions)
+    # leaves its partitions' offsets and sizes unknown; the rest is shown.
+    unreachable: dict[int, str] = {}
+    earliest = list_offsets(cluster, leaders, EARLIEST, leaders, unreachable)
+    latest = list_offsets(cluster, leaders, LATEST, leaders, unreachable)
+    sizes = _sizes(cluster, leaders, notes, unreachable)
     out = []
     for t in sorted(topics, key=lambda t: t.name):
         floor = min_isr.get(t.name)
@@ -200,9 +224,20 @@ def describe_topics(
                 "partitions": partitions,
             }
         )
+    for node, why in sorted(unreachable.items()):
+        led = sorted(f"{t}-{p}" for (t, p), n in leaders.items() if n == node)
+        notes.append(
+            f"broker {node} could not be reached ({why}): the offsets and size of the "
+            f"partitions it leads ({', '.join(led)}) are unknown"
+        )
     for tp in sorted(set(leaders) - set().union(earliest, latest)):
-        notes.append(f"no offsets for {tp[0]}-{tp[1]}")
-    return {"topics": out, "notes": list(dict.fromkeys(notes))}
+        if leaders[tp] not in unreachable:
+            notes.append(f"no offsets for {tp[0]}-{tp[1]}")
+    return {
+        "topics": out,
+        "notes": list(dict.fromkeys(notes)),
+        "unreachable_brokers": sorted(unreachable),
+    }
 
 
 def create_topics(

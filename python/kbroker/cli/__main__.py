@@ -1,0 +1,5 @@
+"""`python -m kbroker.cli`: the ``kbroker`` command."""
+
+from kbroker.cli import main
+
+main()
