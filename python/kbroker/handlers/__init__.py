@@ -9,12 +9,12 @@ holds the ACL checks they share); the registry built from them *is* what
 ApiVersions advertises: an API is advertised exactly when it has a handler here
 (intersected with the declared versions in ``kbroker.protocol.APIS``).
 
-Request-time quotas (``request_percentage``, Kafka's request quota) are
-applied here, to every request but the replication ones (follower fetches,
-the controller's and brokers' own APIs), SASL's and acks=0 produces: the time the event loop
-spends in the handler (its synchronous part) counts; a client over its
-quota gets the throttle time in its answer (the larger of it and a byte-rate
-throttle the handler set) and its connection pauses for it.
+Request-time quotas (``request_percentage``, Kafka's request quota) are applied
+here, to every request but the replication ones (follower fetches, the controller's
+and brokers' own APIs), SASL's and acks=0 produces: the time the event loop spends
+in the handler (its synchronous part) counts; a client over its quota gets the
+throttle time in its answer (the larger of it and a byte-rate throttle the handler
+set) and its connection pauses for it.
 """
 
 from __future__ import annotations
