@@ -17,8 +17,9 @@ behaviour kbroker does not have: a Java plug-in class or metrics reporter, the s
 of KRaft and of the migration to it, tiered storage, delegation tokens, eligible leader
 replicas, TLS or ACLs towards ZooKeeper, a separate control plane listener, connection
 limits, and ``log.dir`` and a broker-wide ``sasl.jaas.config`` (kbroker reads
-``log.dirs`` and each listener's JAAS configuration) (``refusal_reason``). Unknown names
-are refused.
+``log.dirs`` and each listener's JAAS configuration) (``refusal_reason``). Kafka's
+dynamic-only replication throttles are known too, and take only their default (no limit).
+Unknown names are refused.
 """
 
 from __future__ import annotations
