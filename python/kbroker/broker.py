@@ -1,9 +1,12 @@
 """The broker: wires config, metadata, logs, partitions and the network together.
 
-`Broker` owns the topic-level operations (create, delete, add partitions,
-configs); the partitions it serves belong to its `ReplicaManager`, which
-every read and write goes through. Request handlers (`kbroker.handlers`)
-call into both. `run_broker` is the daemon's main.
+`Broker` owns the start and stop of one broker, its listeners and their
+security, the topic-level operations (create, delete, add partitions,
+configs) and the dynamic configs of brokers, groups, users and clients (a
+changed keystore loaded again); in a cluster it holds its `ClusterMember`.
+The partitions it serves belong to its `ReplicaManager`, which every read and
+write goes through. Request handlers (`kbroker.handlers`) call into both.
+`kbroker.daemon.run_broker` runs it (``kbroker serve``).
 """
 
 from __future__ import annotations

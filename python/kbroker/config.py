@@ -13,9 +13,13 @@ a tuning knob of Kafka's own implementation (thread counts, socket buffers, quot
 windows, purgatories, metrics sampling, KRaft and Kerberos timings, settings Kafka 3.x
 itself ignores) is accepted with any valid value and has no effect; a value other
 than Kafka's default is refused, with a one-line reason, where it would promise
-behaviour kbroker does not have: a Java plug-in class, the switches of KRaft, tiered
-storage, delegation tokens, TLS or ACLs towards ZooKeeper, connection limits and
-timestamp bounds not enforced yet (``refusal_reason``). Unknown names are refused.
+behaviour kbroker does not have: a Java plug-in class or metrics reporter, the switches
+of KRaft and of the migration to it, tiered storage, delegation tokens, eligible leader
+replicas, TLS or ACLs towards ZooKeeper, a separate control plane listener, connection
+limits, and ``log.dir`` and a broker-wide ``sasl.jaas.config`` (kbroker reads
+``log.dirs`` and each listener's JAAS configuration) (``refusal_reason``). Kafka's
+dynamic-only replication throttles are known too, and take only their default (no limit).
+Unknown names are refused.
 """
 
 from __future__ import annotations

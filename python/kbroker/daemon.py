@@ -1,7 +1,9 @@
 """The broker daemon: a `Broker` with the request handlers, run until a signal.
 
-Composes what ``kbroker serve`` runs (the broker and the handlers that
-answer its clients), so the broker itself does not depend on its handlers.
+Composes what ``kbroker serve`` runs: the broker and the handlers that answer
+its clients (so the broker itself does not depend on its handlers), the log
+format, the open files limit raised, the readiness checks and systemd's
+notifications, and with ``metrics.listeners`` the metrics listener.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@
 //!    in groups of consecutive segments that fit one segment, keeping a
 //!    record unless the map holds a later offset for its key. Batches keep
 //!    their base offset, lastOffsetDelta, producer id, epoch and base
-//!    sequence (seeds 5.3.1); a batch left with no record stays as an empty,
+//!    sequence; a batch left with no record stays as an empty,
 //!    uncompressed batch when its producer's state or the group's end offset
 //!    needs it. Tombstones get a delete horizon (KIP-534: now +
 //!    delete.retention.ms, stored as firstTimestamp with attribute bit 6) the
@@ -37,7 +37,8 @@
 //!    only for the renames.
 //!
 //! Swap protocol, per group (named by its first segment's base offset B):
-//! - write `B.log.cleaned`, `B.index.cleaned`, `B.timeindex.cleaned`, fsync;
+//! - write `B.log.cleaned`, `B.index.cleaned`, `B.timeindex.cleaned`,
+//!   `B.txnindex.cleaned`, fsync;
 //! - under the writer lock, check the group is unchanged, then rename the
 //!   index files to `.swap` and the log file last: `B.log.swap` existing is
 //!   the commit point; fsync the directory;

@@ -9,11 +9,14 @@
 //! its segment's file open after the segment is gone.
 //!
 //! Directory layout:
-//! - `<base offset, 20 digits>.log | .index | .timeindex`: the segments;
+//! - `<base offset, 20 digits>.log | .index | .timeindex | .txnindex`: the
+//!   segments (the transaction index: see `txn_index.rs`);
 //! - `recovery-point`: offset below which data is known flushed (decimal);
 //! - `log-start-offset`: the first offset a reader may ask for (decimal);
 //! - `leader-epoch-checkpoint`: the leader-epoch cache (see `epoch_cache.rs`),
 //!   rebuilt from the batches' headers when missing or damaged;
+//! - `cleaner-checkpoint`: how far a compacted log is clean (see
+//!   `cleaner_state.rs`);
 //! - `.clean-shutdown`: present only between `close()` and the next open.
 //!
 //! Checkpoints are written to `<name>.tmp`, fsync'ed, renamed, and the

@@ -1,5 +1,6 @@
-//! One log segment: a `.log` file of record batches plus its offset and time
-//! indexes, all named by the segment's base offset (20 digits, zero padded).
+//! One log segment: a `.log` file of record batches plus its offset, time and
+//! transaction indexes, all named by the segment's base offset (20 digits,
+//! zero padded).
 //!
 //! The segment owns its log file (through a [`FileSlot`]: opened on demand,
 //! closed by the process-wide cache when idle) and the facts derived from it

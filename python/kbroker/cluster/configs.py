@@ -309,13 +309,13 @@ class ConfigChangeWatcher:
 
     Owns the sequence number of the last notification processed. After the
     session expires (notifications may have been purged while the broker was
-    away) it reads every topic and broker config again and reports them all,
-    then goes on from the notifications present at that point. After a
-    reconnection within the same session it processes the notifications it
-    missed: they are all still there, since the connection was down for less
-    than the session timeout (seconds) and a notification lives 15 minutes.
-    Callbacks may be called again with configs already reported; they must be
-    idempotent.
+    away) it reads every topic and broker config again, and the users', clients'
+    and groups' configs it was asked to follow, and reports them all, then goes
+    on from the notifications present at that point. After a reconnection within
+    the same session it processes the notifications it missed: they are all
+    still there, since the connection was down for less than the session timeout
+    (seconds) and a notification lives 15 minutes. Callbacks may be called again
+    with configs already reported; they must be idempotent.
     """
 
     def __init__(

@@ -15,8 +15,9 @@ What a broker does in a cluster beyond serving its partitions, in Kafka
   the assignment. Each answer waits (up to the request's timeout) until
   this broker's metadata, which the controller's UpdateMetadata keeps,
   shows the change done.
-- The configs of topics, read from ``/config/topics`` before a partition's
-  log is opened, and producer ids in blocks reserved in ZooKeeper.
+- The dynamic configs of topics and brokers, read from ``/config/topics`` and
+  ``/config/brokers`` before a partition's log is opened and followed after,
+  and producer ids in blocks reserved in ZooKeeper.
 - With an authorizer, the ACLs: loaded at `connect` (before the listener
   serves), kept up to date from Kafka's change notifications, and written
   through ZooKeeper by whichever broker takes CreateAcls or DeleteAcls.
@@ -26,6 +27,10 @@ What a broker does in a cluster beyond serving its partitions, in Kafka
 - The finalized features (``/feature``, `kbroker.cluster.features`): read at
   `connect` (a broker that cannot serve them does not start) and followed;
   the registration names the levels this broker supports.
+- Handing leadership off: before it stops, `controlled_shutdown` asks the
+  controller to move its partitions' leadership to other in-sync replicas;
+  when its data directory fails, `storage_failed` does the same while the
+  process goes on, and the broker registers again once it can write.
 """
 
 from __future__ import annotations

@@ -1,35 +1,37 @@
 """`Controller`: the work of the elected controller, one event at a time.
 
 Elected (see `kbroker.cluster.controller_election`), the controller reads the cluster
-from ZooKeeper into a `ControllerContext` and then follows it through
-watches on ``/brokers/ids`` and ``/brokers/topics``. Each event is handled
-to the end before the next (one task drains the queue), and each follows
-one pattern: plan transitions from the context (no I/O), write them to
-ZooKeeper fenced by the controller epoch and each state's version, record
-what was written, and only then tell the brokers (LeaderAndIsr to the
-partitions' replicas, UpdateMetadata to every live broker).
+from ZooKeeper into a `ControllerContext` and then follows it through watches on
+``/brokers/ids``, ``/brokers/topics`` (and each topic's assignment) and the admin
+znodes (``/admin/delete_topics``, ``/admin/preferred_replica_election``,
+``/admin/reassign_partitions``). Each event is handled to the end before the next
+(one task drains the queue), and each follows one pattern: plan transitions from
+the context (no I/O), write them to ZooKeeper fenced by the controller epoch and
+each state's version, record what was written, and only then tell the brokers
+(LeaderAndIsr to the partitions' replicas, UpdateMetadata to every live broker).
 
-What it handles today: brokers joining (full metadata to them; their
-partitions' orders; offline partitions elected) and leaving (their
-partitions elected elsewhere from the ISR, or left without a leader;
-dead replicas out of the ISR), new topics (first states), topic
-deletion (``/admin/delete_topics``: brokers stop and delete the replicas,
-and the topic's znodes go once every replica confirmed, so a replica on a
-dead broker is deleted when it is back), controlled shutdown (a broker
-about to stop hands its leaderships over and leaves the ISRs), and leader
-elections asked for (ElectLeaders, ``/admin/preferred_replica_election``)
-or due (the periodic leader rebalance), ISR changes partition leaders
-ask for (AlterPartition: written, then UpdateMetadata to every broker), and
-partition reassignments (AlterPartitionReassignments and
-``/admin/reassign_partitions``: replicas added, caught up, and the old ones
-removed; see `kbroker.controller.reassignment`), and blocks of producer ids
-for brokers that ask for them (AllocateProducerIds, as Kafka 3.x brokers do). A
-write refused because another controller was elected stops it.
+What it handles: brokers joining (full metadata to them; their partitions' orders;
+offline partitions elected) and leaving (their partitions elected elsewhere from
+the ISR, or left without a leader; dead replicas out of the ISR), new topics and
+partitions (first states), topic deletion (``/admin/delete_topics``: brokers stop
+and delete the replicas, and the topic's znodes go once every replica confirmed,
+so a replica on a dead broker is deleted when it is back), controlled shutdown (a
+broker about to stop hands its leaderships over and leaves the ISRs), leader
+elections asked for (ElectLeaders, ``/admin/preferred_replica_election``) or due
+(the periodic leader rebalance), ISR changes partition leaders ask for
+(AlterPartition: written, then UpdateMetadata to every broker), partition
+reassignments (AlterPartitionReassignments and ``/admin/reassign_partitions``:
+replicas added, caught up, and the old ones removed; see
+`kbroker.controller.reassignment`), blocks of producer ids for brokers that ask
+for them (AllocateProducerIds, as Kafka 3.x brokers do), and the finalized
+features (``/feature`` made, or enabled, at election; UpdateFeatures written at
+levels every live broker supports). A write refused because another controller
+was elected stops it.
 
-Requests from outside (`controlled_shutdown`, `elect_leaders`,
-`rebalance_leaders`, `alter_partition`, `alter_partition_reassignments`,
-`list_partition_reassignments`, `allocate_producer_ids`) are events too: they wait their turn, and
-their refusals are `KafkaError`s carrying the code Kafka answers with.
+Requests from outside (`controlled_shutdown`, `elect_leaders`, `rebalance_leaders`,
+`alter_partition`, `alter_partition_reassignments`, `list_partition_reassignments`,
+`allocate_producer_ids`, `update_features`) are events too: they wait their turn,
+and their refusals are `KafkaError`s carrying the code Kafka answers with.
 """
 
 from __future__ import annotations

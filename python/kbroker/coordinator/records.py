@@ -8,9 +8,10 @@ tools that read that topic understand kbroker's records:
   key v2     group metadata  (group)                     value: GroupMetadataValue v0-v4
   key v3-v8  the consumer groups of KIP-848 (consumer_records)
 
-kbroker writes offset keys v1 with values v3 and group keys v2 with values
-v3. A record with a null value (a tombstone) deletes its key; compaction
-keeps only the newest record per key.
+kbroker writes offset keys v1 with values v3 (v1 when the commit carries an
+expiry time: OffsetCommit v2-4's retention) and group keys v2 with values v3.
+A record with a null value (a tombstone) deletes its key; compaction keeps only
+the newest record per key.
 """
 
 from __future__ import annotations

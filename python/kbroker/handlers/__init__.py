@@ -1,19 +1,20 @@
-"""Request handlers, one module per API, and the dispatcher that routes to them.
+"""Request handlers, one module per API or family of APIs, and the dispatcher that
+routes to them.
 
-A handler is ``handle(broker, ctx, request) -> response body`` (or an
-awaitable of one, for requests that wait: long-poll fetches), ``ctx`` the
-`RequestContext` (header, connection, principal, timings). Each module in
-this package exports ``HANDLERS = {api_key: handler}``; the registry built
-from them *is* what ApiVersions advertises: an API is advertised exactly when it
-has a handler here (intersected with the declared versions in
-``kbroker.protocol.APIS``).
+A handler is ``handle(broker, ctx, request) -> response body`` (or an awaitable of
+one, for requests that wait: long-poll fetches, acks=all produces, group joins),
+``ctx`` the `RequestContext` (header, connection, principal, timings). Each handler
+module in this package exports ``HANDLERS = {api_key: handler}`` (`authorization`
+holds the ACL checks they share); the registry built from them *is* what
+ApiVersions advertises: an API is advertised exactly when it has a handler here
+(intersected with the declared versions in ``kbroker.protocol.APIS``).
 
-Request-time quotas (``request_percentage``, Kafka's request quota) are
-applied here, to every request but the replication ones (follower fetches,
-the controller's and brokers' own APIs) and SASL's: the time the event loop
-spends in the handler (its synchronous part) counts; a client over its
-quota gets the throttle time in its answer (the larger of it and a byte-rate
-throttle the handler set) and its connection pauses for it.
+Request-time quotas (``request_percentage``, Kafka's request quota) are applied
+here, to every request but the replication ones (follower fetches, the controller's
+and brokers' own APIs), SASL's and acks=0 produces: the time the event loop spends
+in the handler (its synchronous part) counts; a client over its quota gets the
+throttle time in its answer (the larger of it and a byte-rate throttle the handler
+set) and its connection pauses for it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44).
 
-Owns how settings look on the wire and how clients change them, for three
+Owns how settings look on the wire and how clients change them, for four
 resource types:
 
 - TOPIC (2): every topic-level setting with its effective value and where it
@@ -23,7 +23,7 @@ resource types:
   /config/groups/<group id>, whence every broker takes them). The group need
   not exist. As Kafka 4.1.1: an unknown name is refused when set, and may be
   deleted; APPEND and SUBTRACT are refused (no group config is a list); the
-older AlterConfigs sets the configs it names and keeps the group's others.
+  older AlterConfigs sets the configs it names and keeps the group's others.
 
 Names, types, defaults and documentation all come from ``kbroker.config``; no
 list of names lives here. `topic_config_entries` is shared with CreateTopics.

@@ -5,7 +5,8 @@ subscription, what it owns, its epoch, and back its assignment (by topic id)
 and the heartbeat interval. The coordinator's rules are in
 `kbroker.coordinator.consumer_coordinator`. With an authorizer the group
 needs Read, as in Kafka. A broker whose `group.coordinator.rebalance.protocols`
-leaves out ``consumer`` answers UNSUPPORTED_VERSION.
+leaves out ``consumer``, or while ``group.version`` is finalized at 0, answers
+UNSUPPORTED_VERSION.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """One partition's log: the Rust segment log, named by topic and partition.
 
 The Rust core owns the files (segments, indexes, checkpoints, recovery); this
-module only translates Kafka's topic-level setting names into its config and
-gives it an identity.
+module gives it an identity (`TopicPartition`, whose directory name it is, and
+Kafka's rules for a legal topic name), translates Kafka's topic-level setting
+names into its config, and logs what recovery did to each segment.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """`MetadataCache`: the cluster as this broker last heard of it, for request handlers to read.
 
-Handlers (Metadata, Fetch by topic id, FindCoordinator, admin requests)
-read topics, partition states, brokers and the controller here and never
-write. Only the metadata backend writes: on a single node the local store
-(`kbroker.metadata.store.LocalMetadataStore`) as it records each change; in a
-cluster the controller's UpdateMetadata requests (`update_from_controller`).
-One dict per fact, no I/O.
+Handlers (Metadata, Fetch by topic id, FindCoordinator, admin requests) read
+topics, partition states, brokers and the controller here and never write. On a
+single node the local store (`kbroker.metadata.store.LocalMetadataStore`) writes
+each change as it records it, and the broker puts itself in as the one live
+broker and controller; in a cluster the controller's UpdateMetadata requests
+write (`update_from_controller`). One dict per fact, no I/O.
 """
 
 from __future__ import annotations

@@ -1,7 +1,12 @@
-"""Cluster metadata: topics, their partitions and replica assignments, configs.
+"""The metadata store: topics, their partitions and replica assignments, configs.
 
 `MetadataStore` is the interface the broker uses; `LocalMetadataStore` keeps
-the metadata of a single node in its data directory (no ZooKeeper).
+the metadata of a single node in its data directory (no ZooKeeper): topics
+with their partitions' assignments and leadership, topic and dynamic broker
+configs, the next block of producer ids, and what a cluster keeps elsewhere
+in ZooKeeper (users' and clients' configs, group configs, ACLs, the finalized
+features) under the same paths and in the same JSON. `load_meta_properties`
+reads, or creates, a data directory's ``meta.properties`` (cluster and broker id).
 
 Runtime partition state that changes with every write (the high watermark)
 lives with the partition, not here; what is here changes rarely. A change
@@ -679,8 +684,8 @@ class LocalMetadataStore:
 
     # -- ZooKeeper-shaped entries ----------------------------------------------------
     # What a cluster keeps in ZooKeeper beside the topics (users' and clients'
-    # configs, ACLs) a single node keeps here, under the same paths and in the
-    # same JSON, so one codec serves both.
+    # configs, group configs, ACLs, the finalized features) a single node keeps
+    # here, under the same paths and in the same JSON, so one codec serves both.
 
     def entry(self, path: str) -> Any:
         """The JSON kept at ``path`` (a ZooKeeper path, e.g. /config/users/alice), or None."""

@@ -9,7 +9,8 @@ answers while the event loop is saturated, and can say the loop is stuck:
   heartbeat within ``stall_s`` (`LoopWatch`), else 503 naming how long ago;
 - ``/readyz``: 200 when every readiness check passes (`Readiness`: storage
   open and serving, group coordinator loaded; cluster mode adds its
-  registration with the cluster), else 503 naming the checks that fail.
+  registration with the cluster and a writable log directory), else 503
+  naming the checks that fail.
 
 `LoopWatch` runs on the loop: ten times a second it notes a heartbeat and
 how late its timer fired (the event loop lag metric). `notify` speaks

@@ -1,9 +1,10 @@
 """`RequestContext`: what a handler knows about the request it answers, besides its body.
 
 Built once per request by the dispatcher and passed to the handler: the
-decoded header, the connection it came on, the listener and principal (for
-authentication and ACL checks, when they come), and when it was received
-(for request metrics). Handlers read it instead of any hidden global.
+decoded header, the connection it came on, the listener and the authenticated
+principal (for ACL checks and quotas), the request's size on the wire (for a
+producer's byte-rate quota), and when it was received (for request metrics).
+Handlers read it instead of any hidden global.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ The server uses:
   encode_response_segments(...) -> [bytes, records, bytes, ...] (zero-copy)
   encode_api_versions_unsupported(header) -> bytes (error 35, v0 layout)
   APIS / api(key) / advertised_versions(handled) / api_versions_response(handled)
-Message classes live in kbroker.protocol.messages.{core,group,admin,acls,sasl}.
+Message classes live in kbroker.protocol.messages, one module per family of APIs
+(core, group, admin, acls, inter_broker, quotas, sasl, tokens, txn).
 """
 
 from .apis import (

@@ -141,7 +141,7 @@ def _api(key: ApiKey, versions: str, flex: int | None, req: Any, resp: Any) -> A
 
 K = ApiKey
 # The client APIs' ranges match one consistent set of Apache Kafka releases
-# (3.8/3.9-era maxima with the 4.0 minima of KIP-896), see COMPAT.md trap 3.
+# (3.8/3.9-era maxima with the 4.0 minima of KIP-896).
 # Fetch goes to v17 because a Kafka 3.9 follower sends exactly that version.
 # The inter-broker APIs (LeaderAndIsr, StopReplica, UpdateMetadata,
 # ControlledShutdown, AlterPartition, AllocateProducerIds) have the full ranges a Kafka 3.9.1

@@ -24,8 +24,11 @@ that has not caught up for ``replica.lag.time.max.ms`` leaves it
 larger of the old and the asked ISR (Kafka's "maximal ISR"), and acks=all
 counts the smaller, so neither can run ahead of what the controller knows.
 
-As follower it appends the leader's batches as they are (`append_as_follower`)
-and truncates where its log diverges from the leader's (`truncate_to`).
+As follower it appends the leader's batches as they are (`append_as_follower`),
+truncates where its log diverges from the leader's (`truncate_to`) and moves its
+log start up to the leader's (`maybe_increment_log_start_offset`), which is how
+DeleteRecords reaches it: the leader's `low_watermark`, the smallest log start
+of the ISR, is what DeleteRecords waits for.
 """
 
 from __future__ import annotations

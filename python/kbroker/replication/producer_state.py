@@ -30,6 +30,11 @@ timestamp seen from it (the append time on LogAppendTime topics).
 `expire_producers_periodically` does it for every partition every
 ``producer.id.expiration.check.interval.ms``; a snapshot leaves expired
 producers out, and loading drops them too.
+
+The state is saved in the partition directory (``producer-state.json``, kbroker's
+own JSON, as of a log offset: `write_snapshot`); at start it is loaded and the
+log replayed from that offset (`load_snapshot`), or from the log start when no
+snapshot fits.
 """
 
 from __future__ import annotations

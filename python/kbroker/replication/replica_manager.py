@@ -2,14 +2,14 @@
 
 `ReplicaManager` is the one room through which records go in and out:
 
-- `append_records` appends validated batches to partitions this broker
-  leads (client produce requests and the group coordinator's offsets both
-  come here) and, with acks=all, waits in the produce purgatory until the
-  in-sync replicas have the records or the request's timeout passes
-  (`DelayedProduce`). A client's transactional batch that would open its
-  producer's transaction on a partition is first verified with the
-  transaction coordinator (KIP-890 part 1, through the `TxnVerifier` given
-  to `set_txn_verifier`), and appended only if the coordinator has the
+- `append_records` appends validated batches to partitions this broker leads
+  (client produce requests, the group coordinator's offsets and the
+  transaction coordinator's records all come here) and, with acks=all, waits
+  in the produce purgatory until the in-sync replicas have the records or the
+  request's timeout passes (`DelayedProduce`). A client's transactional batch
+  that would open its producer's transaction on a partition is first verified
+  with the transaction coordinator (KIP-890 part 1, through the `TxnVerifier`
+  given to `set_txn_verifier`), and appended only if the coordinator has the
   partition in that transaction.
 - `write_txn_markers` writes a transaction coordinator's COMMIT or ABORT
   marker to partitions this broker leads, acks=all; the marker listeners
@@ -19,6 +19,9 @@
   high watermark (or, read_committed, the last stable offset, with the
   transactions aborted in what it read from the segments' `.txnindex`), and
   waits in the fetch purgatory for ``min_bytes`` (`DelayedFetch`).
+- `delete_records` (DeleteRecords) moves the log start of partitions this
+  broker leads and waits until their in-sync replicas have moved theirs
+  (`DelayedDeleteRecords`).
 - `make_leader` / `make_follower` are the leadership transitions; listeners
   (the group coordinator) hear of them. In a cluster the controller orders
   them: `become_leader_or_follower` applies its LeaderAndIsr and

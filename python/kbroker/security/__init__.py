@@ -1,5 +1,5 @@
-"""Security: listeners and their protocols, TLS, SASL authentication, principals,
-ACL authorization and client quotas.
+"""Security: listeners and their protocols, TLS, SASL authentication, principals
+and ACL authorization (client quotas are the quota room's).
 
 The network layer asks this room how a listener secures its connections and
 who is on the other end; handlers ask it whether that principal may do what

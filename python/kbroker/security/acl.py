@@ -16,8 +16,9 @@ the literal "*", and every prefix of it) and ANY.
 `creation_error` is what CreateAcls refuses and how (Kafka's checks; the
 ones Kafka 3.9's ZooKeeper authorizer answers UNKNOWN_SERVER_ERROR for are
 answered INVALID_REQUEST, as Kafka's own KRaft authorizer does).
-`implied_operations` and `SUPPORTED_OPERATIONS` say what an ACL grants
-beyond its operation and what a resource type can be granted.
+`allowing_operations` and `SUPPORTED_OPERATIONS` say which ACLs grant an
+operation (itself, the operations that imply it, and ALL) and what a resource
+type can be granted.
 """
 
 from __future__ import annotations

@@ -8,10 +8,11 @@ file or ``ssl.truststore.certificates`` holds the trusted authorities (the
 system's when neither is given). Every setting is read for the listener
 first (``listener.name.<listener>.ssl.*``), then for the broker.
 
-A listener's context is made once and kept: `reload_keystore` loads a new
-key and certificate into it, so connections that start afterwards present
-the new certificate and those already open go on (AlterConfigs of
-``listener.name.<l>.ssl.keystore.*``, as Kafka allows).
+A listener's context is made once and kept: `load_keystore` loads a new key
+and certificate into it (`check_same_names` first checks that the new
+certificate is for the names of the one presented), so connections that start
+afterwards present the new certificate and those already open go on
+(AlterConfigs of ``listener.name.<l>.ssl.keystore.*``, as Kafka allows).
 
 Cipher suites may be named as OpenSSL or as IANA (Java) names; TLS 1.3
 suites are OpenSSL's defaults whatever is listed.

@@ -1,7 +1,8 @@
 """kbroker with Apache Spark: a wired SparkSession, the pipeline jobs, a Python data source.
 
-Owns everything Spark-related; nothing else in kbroker imports it, and PySpark
-is only needed once it is used (``pip install 'kbroker[spark]'``):
+Owns everything Spark-related; only the command line imports it, inside the
+``kbroker pipeline`` commands, so PySpark is only needed once it is used
+(``pip install 'kbroker[spark]'``):
 
 - `spark_session()` (session.py): a SparkSession (``local[*]`` or any master
   URL) with Spark's Kafka connector from the jar cache (jars.py,

@@ -13,9 +13,13 @@ that end them.
   leader, then the transaction completed.
 - `log`: the ``__transaction_state`` record schemas (Kafka's own).
 - `store`: reading and appending ``__transaction_state``.
+- `marker_writer`: where markers go: this broker's replica manager, or WriteTxnMarkers to
+  another broker.
+- `verifier`: KIP-890's verification, the coordinator's side (`CoordinatorVerifier`).
 - `peers`: the connections to the other brokers.
-- `producer_ids`: a single node's producer ids (a cluster's come in blocks from ZooKeeper
-  or the controller, `kbroker.cluster.producer_id_blocks`).
+- `host`: what the coordinator needs of the broker that holds it.
+- `producer_ids`: a single node's producer ids (a cluster's brokers reserve blocks in
+  ZooKeeper, `kbroker.cluster.producer_id_blocks`).
 """
 
 from kbroker.txn.coordinator import InitResult, TransactionCoordinator, TxnDescription

@@ -14,7 +14,7 @@ BLOCK = 1000
 
 
 class ProducerIds(Protocol):
-    """Where InitProducerId takes new ids: this class on a single node,
+    """Where InitProducerId takes new ids: `ProducerIdAllocator` on a single node,
     `kbroker.cluster.producer_id_blocks.ZkProducerIdAllocator` in a cluster."""
 
     async def next_id(self) -> int: ...

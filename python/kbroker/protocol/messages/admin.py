@@ -3,7 +3,7 @@
 CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs,
 AlterConfigs, IncrementalAlterConfigs, DescribeCluster, DescribeLogDirs,
 ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments,
-DescribeProducers and ListConfigResources.
+DescribeProducers, UpdateFeatures, AlterReplicaLogDirs and ListConfigResources.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups,
 ListGroups, DeleteGroups, OffsetCommit, OffsetFetch (incl. the v8+ form with
 several groups), OffsetDelete and TxnOffsetCommit (a transactional producer's
-offset commit, served by the group coordinator).
+offset commit, served by the group coordinator), and the consumer protocol's
+(KIP-848) ConsumerGroupHeartbeat and ConsumerGroupDescribe.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Declarations of the inter-broker APIs of a ZooKeeper-mode cluster.
 
 The controller's orders to a broker (LeaderAndIsr, StopReplica, UpdateMetadata)
-and a broker's requests to the controller (ControlledShutdown, AlterPartition),
-at every version Apache Kafka 3.9 speaks, and a transaction coordinator's
-WriteTxnMarkers to the leaders of a transaction's partitions. Followers' Fetch and
-OffsetForLeaderEpoch fields live with the client APIs in core.py.
+and a broker's requests to the controller (ControlledShutdown, AlterPartition,
+AllocateProducerIds), at every version Apache Kafka 3.9 speaks, and a transaction
+coordinator's WriteTxnMarkers to the leaders of a transaction's partitions.
+Followers' Fetch and OffsetForLeaderEpoch fields live with the client APIs in core.py.
 """
 
 from __future__ import annotations
