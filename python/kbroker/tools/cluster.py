@@ -146,6 +146,24 @@ class Cluster:
         return client
 
 
+def controller(cluster: Cluster) -> BrokerClient:
+    """A connection to the controller the metadata names (the bootstrap broker when it
+    names none): where topics are created, altered and deleted and leaders elected, as
+    Kafka's admin client sends them (a ZooKeeper-mode Kafka broker that is not the
+    controller answers NOT_CONTROLLER). ClientError naming it when it cannot be reached."""
+    node_id = cluster.metadata([]).controller_id
+    if node_id < 0:
+        return cluster.bootstrap
+    try:
+        return cluster.node(node_id)
+    except ClientError as exc:
+        if not cluster.lost(node_id):
+            raise
+        raise ClientError(
+            f"the controller, broker {node_id}, could not be reached: {exc}"
+        ) from None
+
+
 def cluster_info(cluster: Cluster) -> dict[str, Any]:
     """Cluster id, controller and brokers (DescribeCluster when the broker has it, else
     Metadata, which says the same apart from the endpoint type)."""
