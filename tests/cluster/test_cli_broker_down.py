@@ -82,6 +82,8 @@ class Down:
     topic: str  # read only
     trimmed: str  # delete-records
     created: str  # topic create
+    grown: str  # topic alter
+    doomed: str  # topic delete
     live_group: str  # its coordinator lives
     dead_group: str  # its coordinator was the victim
     before: list[str]
@@ -150,8 +152,8 @@ def _break(brokers: Cluster) -> Down:
     (each with the dead broker first in --bootstrap-server) and waited for."""
     first = brokers.nodes[1].bootstrap
     tag = uuid.uuid4().hex[:8]
-    topic, trimmed = f"down-{tag}", f"trim-{tag}"
-    for name in (topic, trimmed):
+    topic, trimmed, grown, doomed = (f"{k}-{tag}" for k in ("down", "trim", "grow", "doom"))
+    for name in (topic, trimmed, grown, doomed):
         create_topic(first, name, PARTITIONS, rf=3)
     leaders = elected_leaders(first, topic, PARTITIONS)
     trimmed_leaders = elected_leaders(first, trimmed, PARTITIONS)
@@ -177,6 +179,8 @@ def _break(brokers: Cluster) -> Down:
         topic=topic,
         trimmed=trimmed,
         created=f"new-{tag}",
+        grown=grown,
+        doomed=doomed,
         live_group=live_group,
         dead_group=dead_group,
         before=before,
@@ -193,10 +197,14 @@ def _break(brokers: Cluster) -> Down:
             SHORT,
             "",
         ),
+        "topic alter": (["topic", "alter", grown, "--partitions", "4"], SHORT, ""),
+        "topic delete": (["topic", "delete", doomed], SHORT, ""),
         "config describe topic": (["config", "describe", "--topic", topic], SHORT, ""),
         "config describe dead broker": (["config", "describe", "--broker", str(victim)], SHORT, ""),
         "config describe live broker": (["config", "describe", "--broker", str(live)], SHORT, ""),
+        "user create": (["user", "create", f"u-{tag}", "--password-file", "-"], SHORT, "pw\n"),
         "user list": (["user", "list"], SHORT, ""),
+        "quota set": (["quota", "set", "--user", f"u-{tag}", "producer_byte_rate=1000"], SHORT, ""),
         "quota describe": (["quota", "describe"], SHORT, ""),
         "offsets": (["offsets", topic, "--json"], SHORT, ""),
         "delete-records": (["delete-records", trimmed, "--before", "1", "--json"], SHORT, ""),
@@ -235,6 +243,11 @@ def _break(brokers: Cluster) -> Down:
                 "--json",
             ],
             LONG,
+            "",
+        ),
+        "consume dead partition": (
+            ["consume", topic, "--partition", str(down.led[0]), "--from", "beginning"],
+            SHORT,
             "",
         ),
         "produce": (["produce", topic, *SPREAD], LONG, spread(down.after)),
@@ -290,6 +303,12 @@ def test_commands_that_need_any_broker_answer(down: Down) -> None:
     assert [b["id"] for b in info["brokers"]] == [1, 2, 3]
     assert down.topic in result(down, "topic list").stdout
     assert result(down, "topic create").stdout.startswith(f"Topic {down.created} created")
+    # Topics are created, altered and deleted, and credentials changed, by the controller
+    # (a ZooKeeper-mode Kafka answers NOT_CONTROLLER elsewhere).
+    assert result(down, "topic alter").stdout == f"Topic {down.grown} now has 4 partitions.\n"
+    assert result(down, "topic delete").stdout == f"Topic {down.doomed} deleted.\n"
+    result(down, "user create")
+    result(down, "quota set")
     result(down, "config describe topic")
     assert "zookeeper.session.timeout.ms" in result(down, "config describe live broker").stdout
     result(down, "user list")
@@ -387,6 +406,17 @@ def test_groups_answer_from_the_live_coordinators(down: Down) -> None:
     assert [(r["partition"], r["new_offset"]) for r in planned["partitions"]] == [
         (p, 0) for p in range(PARTITIONS) if p not in down.led
     ]
+
+
+def test_consume_of_a_dead_leaders_partition_names_it(down: Down) -> None:
+    # Its leader is not replaced within the --timeout: one line says which and why.
+    waited = result(down, "consume dead partition", 1)
+    [line] = waited.stderr.splitlines()
+    assert line.startswith(
+        f"Error: cannot read {down.topic}-{down.led[0]}: its leader, broker {down.victim}, "
+        "cannot be reached ("
+    ), line
+    assert line.endswith(f"no other broker took over within {SHORT}s"), line
 
 
 def test_consume_and_produce_go_on_through_the_leader_change(down: Down) -> None:
