@@ -158,10 +158,11 @@ def _config(root: Path, port: int, extra: str = "") -> None:
     )
 
 
-def standalone_zookeeper(root: Path) -> ZooKeeperServer:
-    """A standalone server on a free port, its files in ``root``; not started."""
+def standalone_zookeeper(root: Path, max_session_ms: int | None = None) -> ZooKeeperServer:
+    """A standalone server on a free port, its files in ``root``; not started. Sessions
+    last at most 20 ticks, or ``max_session_ms``."""
     port = free_port()
-    _config(root, port)
+    _config(root, port, "" if max_session_ms is None else f"maxSessionTimeout={max_session_ms}\n")
     return ZooKeeperServer(port, root)
 
 

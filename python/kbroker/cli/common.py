@@ -160,6 +160,13 @@ def fail_if(errors: list[str]) -> None:
         sys.exit(1)
 
 
+def echo_unreachable(unreachable: dict[int, str], what: str) -> None:
+    """One line on stderr per broker that could not be reached: its id, what was not read
+    because of it, and why."""
+    for node, why in sorted(unreachable.items()):
+        click.echo(f"Note: broker {node} could not be reached, {what}: {why}", err=True)
+
+
 def key_values(pairs: tuple[str, ...], option: str) -> dict[str, str]:
     out = {}
     for text in pairs:

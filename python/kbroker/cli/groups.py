@@ -14,6 +14,7 @@ from kbroker.cli.common import (
     connect,
     echo_json,
     echo_table,
+    echo_unreachable,
     json_option,
     partition_specs,
 )
@@ -50,15 +51,17 @@ def group_list(bootstrap: str, timeout: float, states: tuple[str, ...], as_json:
     """List the groups the broker coordinates."""
     from kbroker.tools import groups as tool
 
+    unreachable: dict[int, str] = {}
     with connect(bootstrap, timeout) as cluster:
-        rows = tool.list_groups(cluster.bootstrap, states)
+        rows = tool.list_groups(cluster, states, unreachable)
     if as_json:
         echo_json(rows)
-        return
-    echo_table(
-        ["GROUP", "TYPE", "STATE", "PROTOCOL-TYPE"],
-        [[r["group"], r["type"], r["state"], r["protocol_type"]] for r in rows],
-    )
+    else:
+        echo_table(
+            ["GROUP", "TYPE", "STATE", "PROTOCOL-TYPE"],
+            [[r["group"], r["type"], r["state"], r["protocol_type"]] for r in rows],
+        )
+    echo_unreachable(unreachable, "the groups it coordinates are not listed")
 
 
 @group.command("describe")
@@ -109,6 +112,9 @@ def group_describe(
                 for o in d["offsets"]
             ],
         )  # fmt: skip
+    for d in described:
+        for note in d["notes"]:
+            click.echo(f"Note: {note}", err=True)
 
 
 @group.command("delete")
@@ -119,7 +125,7 @@ def group_delete(bootstrap: str, timeout: float, group_ids: tuple[str, ...]) -> 
     from kbroker.tools import groups as tool
 
     with connect(bootstrap, timeout) as cluster:
-        results = tool.delete_groups(cluster.bootstrap, list(group_ids))
+        results = tool.delete_groups(cluster, list(group_ids))
     failed = False
     for group_id, error in results.items():
         click.echo(f"{group_id}: {'deleted' if error is None else error}")

@@ -11,6 +11,7 @@ from kbroker.cli.common import (
     connect,
     echo_json,
     echo_table,
+    echo_unreachable,
     json_option,
     partition_specs,
 )
@@ -39,8 +40,9 @@ def offsets_command(
             when = tool.parse_time(at)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--time") from None
+    unreachable: dict[int, str] = {}
     with connect(bootstrap, timeout) as cluster:
-        rows = tool.offsets(cluster, partition_specs(specs), when)
+        rows = tool.offsets(cluster, partition_specs(specs), when, unreachable)
     if as_json:
         echo_json(rows)
     else:
@@ -55,6 +57,7 @@ def offsets_command(
                 for r in rows
             ],
         )
+    echo_unreachable(unreachable, "the partitions it leads have no offsets")
     if any(r["error"] for r in rows):
         sys.exit(1)
 
@@ -83,8 +86,9 @@ def delete_records_command(
         raise click.BadParameter(
             f"expected an offset or 'end', got {before!r}", param_hint="--before"
         )
+    unreachable: dict[int, str] = {}
     with connect(bootstrap, timeout) as cluster:
-        rows = tool.delete_records(cluster, partition_specs(specs), offset)
+        rows = tool.delete_records(cluster, partition_specs(specs), offset, unreachable)
     if as_json:
         echo_json(rows)
     else:
@@ -92,5 +96,6 @@ def delete_records_command(
             ["TOPIC", "PARTITION", "LOG-START", "ERROR"],
             [[r["topic"], r["partition"], r["log_start_offset"], r["error"]] for r in rows],
         )
+    echo_unreachable(unreachable, "no records were deleted from the partitions it leads")
     if any(r["error"] for r in rows):
         sys.exit(1)

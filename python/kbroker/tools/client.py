@@ -182,28 +182,41 @@ class BrokerClient:
             buf += chunk
         return bytes(buf)
 
-    def for_group(self, group_id: str) -> BrokerClient:
-        """A client connected to the coordinator of ``group_id``: this one or a new one
-        (which the caller closes)."""
+    def for_group(
+        self, group_id: str, timeout: float | None = None, own: bool = False
+    ) -> BrokerClient:
+        """A client connected to the coordinator of ``group_id``: this one (unless ``own``)
+        or a new one with ``timeout`` (which the caller closes)."""
         # A coordinator that is not ready yet (Kafka creates __consumer_offsets on the first
-        # ask) is asked again until the timeout, as Kafka's clients do.
+        # ask) or cannot be reached (killed, and the cluster has not moved its groups yet)
+        # is asked for again until the timeout, as Kafka's clients do.
         deadline = time.monotonic() + self.timeout
+        unreached = ""  # the last coordinator named that could not be reached, and why
         while True:
             found = self.request(
                 ApiKey.FIND_COORDINATOR, 3, FindCoordinatorRequest(key=group_id, key_type=0)
             )
-            if found.error_code not in _RETRIABLE_COORDINATOR or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        if found.error_code != ErrorCode.NONE:
-            raise ClientError(
-                f"no coordinator for group {group_id!r}: {ErrorCode(found.error_code).name}"
-                + (f" ({found.error_message})" if found.error_message else "")
-            )
-        address = f"{found.host}:{found.port}"
-        if address == self.address:
-            return self
-        return BrokerClient(address, self.timeout, self.client_id, self.security)
+            if found.error_code == ErrorCode.NONE:
+                address = f"{found.host}:{found.port}"
+                if address == self.address and not own:
+                    return self
+                try:
+                    return BrokerClient(
+                        address, timeout or self.timeout, self.client_id, self.security
+                    )
+                except ClientError as exc:
+                    unreached = f"broker {found.node_id} at {address} could not be reached ({exc})"
+                    if time.monotonic() > deadline:
+                        raise ClientError(
+                            f"the coordinator of group {group_id!r}: {unreached}"
+                        ) from None
+            elif found.error_code not in _RETRIABLE_COORDINATOR or time.monotonic() > deadline:
+                raise ClientError(
+                    f"no coordinator for group {group_id!r}: {error_name(found.error_code)}"
+                    + (f" ({found.error_message})" if found.error_message else "")
+                    + (f"; before, {unreached}" if unreached else "")
+                )
+            time.sleep(0.2)
 
 
 def _run_to_end(coroutine: Coroutine[Any, Any, Any]) -> Any:

@@ -11,6 +11,7 @@ and to Apache Kafka; an API a broker lacks ends in a `ClientError` naming it.
 
 from __future__ import annotations
 
+import time
 from types import TracebackType
 from typing import Any
 
@@ -144,6 +145,34 @@ class Cluster:
         )
         self._nodes[node_id] = client
         return client
+
+
+def controller(cluster: Cluster) -> BrokerClient:
+    """A connection to the controller the metadata names (the bootstrap broker when it
+    names none): where topics are created, altered and deleted and leaders elected, as
+    Kafka's admin client sends them (a ZooKeeper-mode Kafka broker that is not the
+    controller answers NOT_CONTROLLER). A controller that cannot be reached (killed, and
+    no other elected yet) is asked for again until the cluster's timeout, then named in a
+    ClientError."""
+    deadline = time.monotonic() + cluster.timeout
+    while True:
+        node_id = cluster.metadata([]).controller_id
+        if node_id < 0:
+            return cluster.bootstrap
+        try:
+            return cluster.node(node_id)
+        except ClientError as exc:
+            if not cluster.lost(node_id):
+                raise
+            if time.monotonic() + CONTROLLER_PAUSE > deadline:
+                raise ClientError(
+                    f"the controller, broker {node_id}, could not be reached: {exc}"
+                ) from None
+        time.sleep(CONTROLLER_PAUSE)
+
+
+# Seconds between two looks at the metadata while the controller it names is unreachable.
+CONTROLLER_PAUSE = 0.5
 
 
 def cluster_info(cluster: Cluster) -> dict[str, Any]:

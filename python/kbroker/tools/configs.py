@@ -61,8 +61,15 @@ class Resource:
 
 
 def _client(cluster: Cluster, resource: Resource) -> BrokerClient:
+    """The broker to ask: the one whose settings they are (a broker's own settings are
+    only known to it), else any."""
     if resource.type == BROKER and resource.name:
-        return cluster.node(int(resource.name))
+        try:
+            return cluster.node(int(resource.name))
+        except ClientError as exc:
+            if not cluster.lost(int(resource.name)):
+                raise
+            raise ClientError(f"broker {resource.name} could not be reached: {exc}") from None
     return cluster.bootstrap
 
 

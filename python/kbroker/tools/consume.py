@@ -13,7 +13,7 @@ import base64
 import struct
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +21,9 @@ from kbroker._kbroker import KBrokerError, decode_records, validate_batches
 from kbroker.protocol import ZERO_UUID, ApiKey, ErrorCode
 from kbroker.protocol.messages.core import FetchRequest
 from kbroker.tools.client import ClientError, error_name
-from kbroker.tools.cluster import Cluster
+from kbroker.tools.cluster import Cluster, broker_error
 from kbroker.tools.group_member import GroupMember
-from kbroker.tools.offsets import EARLIEST, LATEST, list_offsets, parse_time, partition_leaders
+from kbroker.tools.offsets import EARLIEST, LATEST, list_offsets, parse_time
 
 MAX_WAIT_MS = 500
 PARTITION_MAX_BYTES = 1 << 20
@@ -93,37 +93,6 @@ class StartSpec:
         )
 
 
-def start_offsets(
-    cluster: Cluster, leaders: dict[tuple[str, int], int], start: StartSpec
-) -> tuple[dict[int, int], dict[int, int]]:
-    """partition -> first offset to read, and partition -> end offset now."""
-    earliest = list_offsets(cluster, leaders, EARLIEST, leaders)
-    latest = list_offsets(cluster, leaders, LATEST, leaders)
-    at = list_offsets(cluster, leaders, start.value, leaders) if start.kind == "time" else {}
-    for found in (earliest, latest, at):
-        for (topic, p), r in found.items():
-            if r["error"]:
-                raise ClientError(f"cannot list the offsets of {topic}-{p}: {r['error']}")
-    positions, ends = {}, {}
-    for tp in leaders:
-        first, end = earliest[tp]["offset"], latest[tp]["offset"]
-        position = {
-            "beginning": first,
-            "end": end,
-            "offset": start.value,
-            "from_end": max(first, end - start.value),
-            "from_beginning": min(end, first + start.value),
-            "time": end if start.kind != "time" or at[tp]["offset"] is None else at[tp]["offset"],
-        }[start.kind]
-        if not first <= position <= end:
-            raise ClientError(
-                f"offset {position} is outside {tp[0]}-{tp[1]}, which holds offsets {first} "
-                f"to {end} (OFFSET_OUT_OF_RANGE)"
-            )
-        positions[tp[1]], ends[tp[1]] = position, end
-    return positions, ends
-
-
 def _batches(data: memoryview, topic: str, partition: int) -> Iterator[tuple[int, list[Any]]]:
     """(next offset, records) of each whole batch in a fetched record set; a partial batch
     at the end (the fetch size cut it) is left for the next fetch."""
@@ -145,59 +114,222 @@ def _batches(data: memoryview, topic: str, partition: int) -> Iterator[tuple[int
         position += total
 
 
+# Partition errors of a Fetch or ListOffsets that pass by themselves: the leader moved or is
+# being elected. Kafka's consumers then ask the metadata again and go to the new leader.
+_LEADER_MOVED = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+    }
+)
+_LEADER_MOVED_NAMES = frozenset(error_name(code) for code in _LEADER_MOVED)
+# Seconds between two looks at the metadata while a partition waits for a leader.
+RETRY_PAUSE = 0.5
+
+
 class Fetcher:
-    """Reads partitions of one topic from their leaders, one Fetch per leader a round."""
+    """Reads partitions of one topic from their leaders, one Fetch per leader a round.
+
+    A partition whose leader cannot be reached (killed, say) or answers that it leads it no
+    more waits: the others are read meanwhile, the metadata is asked again every
+    RETRY_PAUSE seconds and the partition is read from the leader it names, as Kafka's
+    consumers and kcat do through a leader change. A partition still waiting after the
+    cluster's timeout ends the reading in a ClientError naming it, its leader and why."""
 
     def __init__(self, cluster: Cluster, topic: str, read_committed: bool = False) -> None:
         self.cluster = cluster
         self.topic = topic
         self.read_committed = read_committed
-        self.leaders = partition_leaders(cluster, [(topic, None)])
-        [meta] = cluster.metadata([topic]).topics
+        [meta] = self._describe()
         self.topic_id = meta.topic_id
+        self.leaders = {p.partition_index: p.leader_id for p in meta.partitions}
+        # partition -> (since when it waits, why)
+        self.waiting: dict[int, tuple[float, str]] = {}
+        self._retry_at = 0.0
+
+    def _describe(self) -> list[Any]:
+        resp = self.cluster.metadata([self.topic])
+        for t in resp.topics:
+            if t.error_code != ErrorCode.NONE:
+                raise ClientError(broker_error(f"topic {t.name!r}", t.error_code))
+        return list(resp.topics)
+
+    def check_partitions(self, partitions: Iterable[int]) -> None:
+        """ClientError for a partition the topic does not have."""
+        for p in partitions:
+            if p not in self.leaders:
+                raise ClientError(
+                    f"topic {self.topic!r} has no partition {p} (it has {len(self.leaders)})"
+                )
+
+    def _wait(self, partition: int, why: str) -> None:
+        since = self.waiting.get(partition, (time.monotonic(), ""))[0]
+        self.waiting[partition] = (since, why)
+
+    def _due(self) -> list[int]:
+        """Partitions to try again now (those that wait are tried once a pause has passed
+        and the metadata was asked again); ClientError for one that waited too long."""
+        if not self.waiting:
+            return []
+        now = time.monotonic()
+        for p, (since, why) in sorted(self.waiting.items()):
+            if now - since > self.cluster.timeout:
+                raise ClientError(
+                    f"cannot read {self.topic}-{p}: {why}, and no other broker took over "
+                    f"within {self.cluster.timeout:g}s"
+                )
+        if now < self._retry_at:
+            return []
+        self._retry_at = now + RETRY_PAUSE
+        try:
+            [meta] = self._describe()
+        except ClientError:
+            return []  # no broker answers for now: ask again after the pause
+        self.leaders.update({p.partition_index: p.leader_id for p in meta.partitions})
+        return sorted(self.waiting)
+
+    def _leaders_of(self, partitions: Iterable[int]) -> dict[int, list[int]]:
+        """leader -> partitions to ask it for now: those not waiting and those due again;
+        a partition without a leader waits."""
+        due = set(self._due())
+        by_node: dict[int, list[int]] = {}
+        for p in sorted(partitions):
+            if p in self.waiting and p not in due:
+                continue
+            leader = self.leaders[p]
+            if leader < 0:
+                self._wait(p, "it has no leader (LEADER_NOT_AVAILABLE)")
+                continue
+            by_node.setdefault(leader, []).append(p)
+        return by_node
+
+    def _unreachable(self, node: int, why: str) -> str:
+        return f"its leader, broker {node}, cannot be reached ({why})"
+
+    def start(
+        self,
+        unstarted: set[int],
+        start: StartSpec,
+        positions: dict[int, int],
+        ends: dict[int, int],
+        committed: Mapping[int, int] | None = None,
+    ) -> None:
+        """Find where to start reading the ``unstarted`` partitions (``committed``'s offset,
+        else ``start``'s) and their end offsets now, into ``positions`` and ``ends``; those
+        found leave ``unstarted``, those whose leader cannot be asked wait."""
+        by_node = self._leaders_of(unstarted)
+        leaders = {(self.topic, p): node for node, ps in by_node.items() for p in ps}
+        if not leaders:
+            self._pause_if_idle()
+            return
+        unreachable: dict[int, str] = {}
+        earliest = list_offsets(self.cluster, leaders, EARLIEST, leaders, unreachable)
+        latest = list_offsets(self.cluster, leaders, LATEST, leaders, unreachable)
+        at: dict[tuple[str, int], dict[str, Any]] = {}
+        if start.kind == "time":
+            at = list_offsets(self.cluster, leaders, start.value, leaders, unreachable)
+        for tp, node in sorted(leaders.items()):
+            p = tp[1]
+            if node in unreachable:
+                self._wait(p, self._unreachable(node, unreachable[node]))
+                continue
+            errors = [r[tp]["error"] for r in (earliest, latest, at) if tp in r and r[tp]["error"]]
+            if errors:
+                if errors[0] in _LEADER_MOVED_NAMES:
+                    self._wait(p, f"its leader, broker {node}, answered {errors[0]}")
+                    continue
+                raise ClientError(f"cannot list the offsets of {tp[0]}-{p}: {errors[0]}")
+            first, end = earliest[tp]["offset"], latest[tp]["offset"]
+            found = at[tp]["offset"] if tp in at else None
+            position = {
+                "beginning": first,
+                "end": end,
+                "offset": start.value,
+                "from_end": max(first, end - start.value),
+                "from_beginning": min(end, first + start.value),
+                "time": end if found is None else found,
+            }[start.kind]
+            if not first <= position <= end:
+                raise ClientError(
+                    f"offset {position} is outside {tp[0]}-{p}, which holds offsets {first} "
+                    f"to {end} (OFFSET_OUT_OF_RANGE)"
+                )
+            if committed is not None and p in committed:
+                position = committed[p]
+            positions[p], ends[p] = position, end
+            unstarted.discard(p)
+            self.waiting.pop(p, None)
+
+    def _pause_if_idle(self) -> None:
+        """Nothing could be asked this round: wait for the next look at the metadata."""
+        time.sleep(max(0.0, min(self._retry_at - time.monotonic(), RETRY_PAUSE)) or 0.05)
 
     def fetch(self, positions: dict[int, int], wanted: Iterable[int]) -> list[Record]:
         """The records after ``positions`` of the ``wanted`` partitions (waiting a little
         when there are none); advances ``positions`` past what it read."""
-        by_node: dict[int, list[int]] = {}
-        for p in sorted(wanted):
-            by_node.setdefault(self.leaders[(self.topic, p)], []).append(p)
+        by_node = self._leaders_of(wanted)
+        if not by_node:
+            self._pause_if_idle()
+            return []
         out: list[Record] = []
         for node, partitions in by_node.items():
-            client = self.cluster.node(node)
-            version = client.version(ApiKey.FETCH)
-            T = FetchRequest.Topic
-            req = FetchRequest(
-                max_wait_ms=min(MAX_WAIT_MS, int(self.cluster.timeout * 500)),  # answered in time
-                min_bytes=1,
-                max_bytes=FETCH_MAX_BYTES,
-                isolation_level=1 if self.read_committed else 0,
-                session_id=0,
-                session_epoch=-1,
-                topics=[
-                    T(
-                        topic=self.topic,
-                        topic_id=self.topic_id if version >= 13 else ZERO_UUID,
-                        partitions=[
-                            T.Partition(
-                                partition=p,
-                                fetch_offset=positions[p],
-                                partition_max_bytes=PARTITION_MAX_BYTES,
-                            )
-                            for p in partitions
-                        ],
-                    )
-                ],
-                forgotten_topics_data=[],
-                rack_id="",
-            )
-            resp = client.request(ApiKey.FETCH, version, req)
+            try:
+                client = self.cluster.node(node)
+                version = client.version(ApiKey.FETCH)
+                resp = client.request(
+                    ApiKey.FETCH, version, self._request(version, positions, partitions)
+                )
+            except ClientError as exc:
+                if not self.cluster.lost(node):
+                    raise
+                for p in partitions:
+                    self._wait(p, self._unreachable(node, str(exc)))
+                continue
             if resp.error_code != ErrorCode.NONE:
                 raise ClientError(f"fetch from broker {node} failed: {error_name(resp.error_code)}")
             for t in resp.responses:
                 for part in t.partitions:
+                    if part.error_code in _LEADER_MOVED:
+                        self._wait(
+                            part.partition_index,
+                            f"its leader, broker {node}, answered {error_name(part.error_code)}",
+                        )
+                        continue
+                    self.waiting.pop(part.partition_index, None)
                     out += self._read(part, positions)
         return out
+
+    def _request(self, version: int, positions: dict[int, int], partitions: list[int]) -> Any:
+        T = FetchRequest.Topic
+        return FetchRequest(
+            max_wait_ms=min(MAX_WAIT_MS, int(self.cluster.timeout * 500)),  # answered in time
+            min_bytes=1,
+            max_bytes=FETCH_MAX_BYTES,
+            isolation_level=1 if self.read_committed else 0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                T(
+                    topic=self.topic,
+                    topic_id=self.topic_id if version >= 13 else ZERO_UUID,
+                    partitions=[
+                        T.Partition(
+                            partition=p,
+                            fetch_offset=positions[p],
+                            partition_max_bytes=PARTITION_MAX_BYTES,
+                        )
+                        for p in partitions
+                    ],
+                )
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
 
     def _read(self, part: Any, positions: dict[int, int]) -> list[Record]:
         p = part.partition_index
@@ -233,14 +365,17 @@ def records(
 ) -> Iterator[Record]:
     """The records of the assigned ``partitions`` (None: all) from ``start``."""
     fetcher = Fetcher(cluster, topic, read_committed)
-    leaders = partition_leaders(
-        cluster, [(topic, None if partitions is None else list(partitions))]
-    )
-    positions, ends = start_offsets(cluster, leaders, start)
+    wanted = sorted(fetcher.leaders) if partitions is None else sorted(set(partitions))
+    fetcher.check_partitions(wanted)
+    unstarted = set(wanted)
+    positions: dict[int, int] = {}
+    ends: dict[int, int] = {}
     seen = 0
     while True:
+        if unstarted:
+            fetcher.start(unstarted, start, positions, ends)
         active = [p for p in positions if not until_end or positions[p] < ends[p]]
-        if not active:
+        if not active and not unstarted:
             return
         for record in fetcher.fetch(positions, active):
             yield record
@@ -265,26 +400,30 @@ def group_records(
     member = GroupMember(cluster, group, topic)
     seen = 0
     consumed: dict[int, int] = {}
+    unstarted: set[int] = set()
+    committed: dict[int, int] = {}
+    positions: dict[int, int] = {}
+    ends: dict[int, int] = {}
     try:
         while True:
             if member.generation < 0:
                 member.join()
-                consumed = {}
-                assigned = {(topic, p): fetcher.leaders[(topic, p)] for p in member.partitions}
-                positions, ends = start_offsets(cluster, assigned, start) if assigned else ({}, {})
+                consumed, positions, ends = {}, {}, {}
+                unstarted = set(member.partitions)
                 committed = member.committed()
-                positions.update({p: committed[p] for p in member.partitions if p in committed})
+            if unstarted:
+                fetcher.start(unstarted, start, positions, ends, committed)
             active = [p for p in positions if not until_end or positions[p] < ends[p]]
-            if not active and until_end:
+            if not active and not unstarted and until_end:
                 return
-            for record in fetcher.fetch(positions, active) if active else []:
+            for record in fetcher.fetch(positions, active) if active or unstarted else []:
                 yield record
                 consumed[record.partition] = record.offset + 1
                 seen += 1
                 if count is not None and seen >= count:
                     return
             member.commit(consumed)
-            if not active:
+            if not active and not unstarted:
                 time.sleep(MAX_WAIT_MS / 1000)
             member.heartbeat()
     finally:

@@ -24,14 +24,13 @@ from kbroker.coordinator.consumer_protocol import (
 )
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.group import (
-    FindCoordinatorRequest,
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
     OffsetCommitRequest,
     SyncGroupRequest,
 )
-from kbroker.tools.client import BrokerClient, ClientError, error_name
+from kbroker.tools.client import ClientError, error_name
 from kbroker.tools.cluster import Cluster
 from kbroker.tools.groups import committed_offsets
 
@@ -82,33 +81,9 @@ class GroupMember:
         self.member_id = ""
         self.generation = -1
         self.partitions: list[int] = []
-        address = self._find_coordinator()
         timeout = max(cluster.timeout, REBALANCE_TIMEOUT_MS / 1000 + 5)
-        self.client = BrokerClient(address, timeout, security=cluster.security)
+        self.client = cluster.bootstrap.for_group(group, timeout, own=True)
         self._last_heartbeat = 0.0
-
-    def _find_coordinator(self) -> str:
-        """The coordinator's address, waiting (bounded) while the cluster sets it up (Kafka
-        creates __consumer_offsets on the first group request)."""
-        client = self.cluster.bootstrap
-        version = client.version(ApiKey.FIND_COORDINATOR)
-        for _ in range(JOIN_ATTEMPTS * 5):
-            found = client.request(
-                ApiKey.FIND_COORDINATOR,
-                version,
-                FindCoordinatorRequest(key=self.group, key_type=0, coordinator_keys=[self.group]),
-            )
-            answer = found.coordinators[0] if version >= 4 else found  # v4+: one per key
-            if answer.error_code == ErrorCode.NONE:
-                return f"{answer.host}:{answer.port}"
-            if answer.error_code not in RETRIABLE:
-                raise ClientError(
-                    f"no coordinator for group {self.group!r}: {error_name(answer.error_code)}"
-                )
-            time.sleep(0.2)
-        raise ClientError(
-            f"no coordinator for group {self.group!r}: {error_name(answer.error_code)}"
-        )
 
     def _version(self, api: ApiKey, highest: int | None = None) -> int:
         version = self.client.version(api)

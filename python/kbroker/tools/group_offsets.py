@@ -152,8 +152,9 @@ def reset_offsets(
             if not wanted:
                 raise ClientError(f"group {group!r} has committed no offsets (name --topic)")
         leaders = partition_leaders(cluster, wanted)
-        earliest = list_offsets(cluster, leaders, EARLIEST, leaders)
-        latest = list_offsets(cluster, leaders, LATEST, leaders)
+        unreachable: dict[int, str] = {}
+        earliest = list_offsets(cluster, leaders, EARLIEST, leaders, unreachable)
+        latest = list_offsets(cluster, leaders, LATEST, leaders, unreachable)
         at: dict[TP, dict[str, Any]] = {}
         if spec.to_datetime is not None or spec.by_duration is not None:
             ms = (
@@ -163,9 +164,14 @@ def reset_offsets(
             )
             # Before 1970 is before every record (and negative times mean earliest/latest).
             ms = max(ms, 0)
-            at = list_offsets(cluster, leaders, ms, leaders)
+            at = list_offsets(cluster, leaders, ms, leaders, unreachable)
         rows = []
         for tp in sorted(leaders):
+            if leaders[tp] in unreachable:
+                raise ClientError(
+                    f"no offsets for {tp[0]}-{tp[1]}: its leader, broker {leaders[tp]}, "
+                    f"cannot be reached ({unreachable[leaders[tp]]})"
+                )
             low, high = earliest[tp]["offset"], latest[tp]["offset"]
             if low is None or high is None:
                 error = earliest[tp]["error"] or latest[tp]["error"]
@@ -219,7 +225,7 @@ def delete_offsets(
     # Partitions of topics that no longer exist can still hold offsets: only complete the
     # topics given without partitions.
     whole = [(t, None) for t, ps in scope if ps is None]
-    leaders = partition_leaders(cluster, whole) if whole else {}
+    leaders = partition_leaders(cluster, whole, leaderless=True) if whole else {}
     wanted: dict[str, list[int]] = {}
     for topic, partitions in scope:
         chosen = partitions if partitions is not None else [p for t, p in leaders if t == topic]

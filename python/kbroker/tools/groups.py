@@ -33,9 +33,28 @@ def _error(code: int) -> str | None:
     return None if code == ErrorCode.NONE else ErrorCode(code).name
 
 
-def list_groups(client: BrokerClient, states: Iterable[str] = ()) -> list[dict[str, str]]:
+def list_groups(
+    cluster: Cluster, states: Iterable[str] = (), unreachable: dict[int, str] | None = None
+) -> list[dict[str, str]]:
     """Every group with its state, protocol type and type (classic or consumer: from
-    ListGroups v5 on; before, classic)."""
+    ListGroups v5 on; before, classic), asked of every broker (each lists the groups it
+    coordinates). A broker that cannot be reached is noted in ``unreachable`` (id -> why)
+    and its groups are missing; without ``unreachable`` that is a ClientError."""
+    brokers = sorted(b.node_id for b in cluster.metadata([]).brokers)
+    found: dict[str, dict[str, str]] = {}
+    for node in brokers:
+        try:
+            groups = _list_groups_of(cluster.node(node), states)
+        except ClientError as exc:
+            if unreachable is None or not cluster.lost(node):
+                raise
+            unreachable[node] = str(exc)
+            continue
+        found.update((g["group"], g) for g in groups)
+    return [found[g] for g in sorted(found)]
+
+
+def _list_groups_of(client: BrokerClient, states: Iterable[str]) -> list[dict[str, str]]:
     version = max(4, client.version(ApiKey.LIST_GROUPS))
     resp = client.request(
         ApiKey.LIST_GROUPS, version, ListGroupsRequest(states_filter=list(states), types_filter=[])
@@ -49,7 +68,7 @@ def list_groups(client: BrokerClient, states: Iterable[str] = ()) -> list[dict[s
             "protocol_type": g.protocol_type,
             "type": (g.group_type if version >= 5 else "") or "classic",
         }
-        for g in sorted(resp.groups, key=lambda g: g.group_id)
+        for g in resp.groups
     ]
 
 
@@ -71,7 +90,8 @@ def consumer_group(coordinator: BrokerClient, group: str) -> Any | None:
         if d.error_code not in _NOT_READY or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    if d.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+    # A ZooKeeper-mode Kafka advertises the API but has no such groups: UNSUPPORTED_VERSION.
+    if d.error_code in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION):
         return None
     if d.error_code != ErrorCode.NONE:
         raise ClientError(
@@ -95,9 +115,12 @@ def committed_offsets(client: BrokerClient, group: str) -> dict[tuple[str, int],
     }
 
 
-def log_end_offsets(cluster: Cluster, partitions: Iterable[TP]) -> dict[TP, int]:
+def log_end_offsets(
+    cluster: Cluster, partitions: Iterable[TP], unreachable: dict[int, str] | None = None
+) -> dict[TP, int]:
     """The end offset of each of ``partitions`` that exists and has a leader (asked of the
-    leader); the others are left out."""
+    leader); the others are left out, and so are those whose leader cannot be reached,
+    which is noted in ``unreachable`` (id -> why) when given, else a ClientError."""
     wanted = set(partitions)
     if not wanted:
         return {}
@@ -109,7 +132,7 @@ def log_end_offsets(cluster: Cluster, partitions: Iterable[TP]) -> dict[TP, int]
         for p in t.partitions
         if (t.name, p.partition_index) in wanted and p.leader_id >= 0
     }
-    found = list_offsets(cluster, leaders, LATEST, leaders)
+    found = list_offsets(cluster, leaders, LATEST, leaders, unreachable)
     return {tp: r["offset"] for tp, r in found.items() if r["offset"] is not None}
 
 
@@ -127,7 +150,8 @@ def describe_group(cluster: Cluster, group: str) -> dict[str, Any]:
     finally:
         if coordinator is not client:
             coordinator.close()
-    ends = log_end_offsets(cluster, set(committed) | set(owners))
+    unreachable: dict[int, str] = {}
+    ends = log_end_offsets(cluster, set(committed) | set(owners), unreachable)
     offsets = []
     for tp in sorted(set(committed) | set(owners)):
         current = committed.get(tp, (-1, ""))[0]
@@ -150,6 +174,11 @@ def describe_group(cluster: Cluster, group: str) -> dict[str, Any]:
         "protocol": protocol,
         "members": members,
         "offsets": offsets,
+        "notes": [
+            f"broker {node} could not be reached, the partitions it leads have no end offset "
+            f"or lag: {why}"
+            for node, why in sorted(unreachable.items())
+        ],
     }
 
 
@@ -203,10 +232,25 @@ def _classic_group(
     return d.group_state, d.protocol_type, d.protocol_data, owners, members
 
 
-def delete_groups(client: BrokerClient, groups: list[str]) -> dict[str, str | None]:
-    """group -> None when deleted, else the error name."""
-    resp = client.request(ApiKey.DELETE_GROUPS, 2, DeleteGroupsRequest(groups_names=groups))
-    return {r.group_id: _error(r.error_code) for r in resp.results}
+def delete_groups(cluster: Cluster, groups: list[str]) -> dict[str, str | None]:
+    """group -> None when deleted, else the error name (or why its coordinator, which
+    deletes it, could not be reached)."""
+    out: dict[str, str | None] = {}
+    for group in groups:
+        try:
+            coordinator = cluster.bootstrap.for_group(group)
+        except ClientError as exc:
+            out[group] = str(exc)
+            continue
+        try:
+            resp = coordinator.request(
+                ApiKey.DELETE_GROUPS, 2, DeleteGroupsRequest(groups_names=[group])
+            )
+        finally:
+            if coordinator is not cluster.bootstrap:
+                coordinator.close()
+        out.update((r.group_id, _error(r.error_code)) for r in resp.results)
+    return out
 
 
 def commit_offsets(

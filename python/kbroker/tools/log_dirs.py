@@ -19,8 +19,9 @@ def describe_log_dirs(
     cluster: Cluster, topics: Sequence[str] = (), brokers: Sequence[int] = ()
 ) -> dict[str, Any]:
     """Per broker (all, or ``brokers``) and log directory: its total and usable bytes (None
-    before DescribeLogDirs v4) and the size, offset lag and future flag of each partition
-    (of ``topics`` only, if given). A broker that lacks the API is noted, not fatal."""
+        before DescribeLogDirs v4) and the size, offset lag and future flag of each partition
+        (of ``topics`` only, if given). A broker that lacks the API or cannot be reached (its
+    connection fails) is noted, not fatal: the others are answered."""
     resp = cluster.metadata(list(topics) if topics else None)
     for t in resp.topics:
         if topics and t.error_code != ErrorCode.NONE:
@@ -40,13 +41,19 @@ def describe_log_dirs(
     out: list[dict[str, Any]] = []
     notes: list[str] = []
     for node in brokers or live:
-        client = cluster.node(node)
-        if not client.supports(ApiKey.DESCRIBE_LOG_DIRS):
-            notes.append(f"broker {node} does not support DescribeLogDirs (Kafka API 35)")
+        try:
+            client = cluster.node(node)
+            if not client.supports(ApiKey.DESCRIBE_LOG_DIRS):
+                notes.append(f"broker {node} does not support DescribeLogDirs (Kafka API 35)")
+                continue
+            answer = client.request(
+                ApiKey.DESCRIBE_LOG_DIRS, client.version(ApiKey.DESCRIBE_LOG_DIRS), req
+            )
+        except ClientError as exc:
+            if not cluster.lost(node):
+                raise
+            notes.append(f"broker {node} could not be reached: {exc}")
             continue
-        answer = client.request(
-            ApiKey.DESCRIBE_LOG_DIRS, client.version(ApiKey.DESCRIBE_LOG_DIRS), req
-        )
         if answer.error_code != ErrorCode.NONE:
             notes.append(broker_error(f"DescribeLogDirs of broker {node}", answer.error_code))
             continue

@@ -58,10 +58,10 @@ def parse_partitions(spec: str) -> tuple[str, list[int] | None]:
 
 
 def partition_leaders(
-    cluster: Cluster, specs: Sequence[tuple[str, list[int] | None]]
+    cluster: Cluster, specs: Sequence[tuple[str, list[int] | None]], leaderless: bool = False
 ) -> dict[TP, int]:
     """(topic, partition) -> leader id for the partitions ``specs`` name; ClientError for an
-    unknown topic or partition, or a partition without a leader."""
+    unknown topic or partition, or a partition without a leader (-1 with ``leaderless``)."""
     topics = list(dict.fromkeys(t for t, _ in specs))
     resp = cluster.metadata(topics)
     known: dict[str, dict[int, int]] = {}
@@ -76,7 +76,7 @@ def partition_leaders(
                 raise ClientError(
                     f"topic {topic!r} has no partition {p} (it has {len(known[topic])})"
                 )
-            if known[topic][p] < 0:
+            if known[topic][p] < 0 and not leaderless:
                 raise ClientError(f"{topic}-{p} has no leader (LEADER_NOT_AVAILABLE)")
             out[(topic, p)] = known[topic][p]
     return out
@@ -145,54 +145,96 @@ def _list_offsets_of(
     return out
 
 
+# The error of a partition whose leader could not be reached (the connection failed).
+UNREACHABLE = error_name(ErrorCode.BROKER_NOT_AVAILABLE)
+NO_LEADER = error_name(ErrorCode.LEADER_NOT_AVAILABLE)
+
+
 def offsets(
-    cluster: Cluster, specs: Sequence[tuple[str, list[int] | None]], at: int | None = None
+    cluster: Cluster,
+    specs: Sequence[tuple[str, list[int] | None]],
+    at: int | None = None,
+    unreachable: dict[int, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Per partition the earliest and latest offsets and, with ``at``, the first offset
-    whose timestamp is at or after it (its timestamp too)."""
-    leaders = partition_leaders(cluster, specs)
-    earliest = list_offsets(cluster, leaders, EARLIEST, leaders)
-    latest = list_offsets(cluster, leaders, LATEST, leaders)
-    found = list_offsets(cluster, leaders, at, leaders) if at is not None else {}
+    whose timestamp is at or after it (its timestamp too). A partition without a leader has
+    the error LEADER_NOT_AVAILABLE; one whose leader cannot be reached BROKER_NOT_AVAILABLE,
+    and the leader is noted in ``unreachable`` (id -> why); the others are answered."""
+    unreachable = {} if unreachable is None else unreachable
+    leaders = partition_leaders(cluster, specs, leaderless=True)
+    led = {tp: node for tp, node in leaders.items() if node >= 0}
+    earliest = list_offsets(cluster, led, EARLIEST, led, unreachable)
+    latest = list_offsets(cluster, led, LATEST, led, unreachable)
+    found = list_offsets(cluster, led, at, led, unreachable) if at is not None else {}
+    nothing: dict[str, Any] = {"offset": None, "timestamp": None, "error": None}
     rows = []
     for tp in sorted(leaders):
         row: dict[str, Any] = {
             "topic": tp[0],
             "partition": tp[1],
-            "leader": leaders[tp],
-            "earliest": earliest[tp]["offset"],
-            "latest": latest[tp]["offset"],
+            "leader": leaders[tp] if leaders[tp] >= 0 else None,
+            "earliest": earliest.get(tp, nothing)["offset"],
+            "latest": latest.get(tp, nothing)["offset"],
         }
         if at is not None:
-            row["offset"] = found[tp]["offset"]
-            row["timestamp"] = found[tp]["timestamp"]
-        row["error"] = (
-            earliest[tp]["error"] or latest[tp]["error"] or found.get(tp, {}).get("error")
-        )
+            row["offset"] = found.get(tp, nothing)["offset"]
+            row["timestamp"] = found.get(tp, nothing)["timestamp"]
+        if leaders[tp] < 0:
+            row["error"] = NO_LEADER
+        elif leaders[tp] in unreachable:
+            row["error"] = UNREACHABLE
+        else:
+            row["error"] = (
+                earliest[tp]["error"] or latest[tp]["error"] or found.get(tp, {}).get("error")
+            )
         rows.append(row)
     return rows
 
 
 def delete_records(
-    cluster: Cluster, specs: Sequence[tuple[str, list[int] | None]], before: int
+    cluster: Cluster,
+    specs: Sequence[tuple[str, list[int] | None]],
+    before: int,
+    unreachable: dict[int, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Delete the records before offset ``before`` (-1: the high watermark, i.e. all) in
-    the partitions ``specs`` name; per partition the new log start offset or the error."""
+    the partitions ``specs`` name; per partition the new log start offset or the error
+    (LEADER_NOT_AVAILABLE without a leader; BROKER_NOT_AVAILABLE when the leader cannot be
+    reached, which is then noted in ``unreachable``, id -> why)."""
     if before < -1:
         raise ClientError(f"offset must be -1 (the end) or at least 0, got {before}")
-    leaders = partition_leaders(cluster, specs)
-    rows = []
-    for node, topics in _by_leader(leaders, leaders).items():
-        client = cluster.node(node)
+    unreachable = {} if unreachable is None else unreachable
+    leaders = partition_leaders(cluster, specs, leaderless=True)
+    rows = [
+        {"topic": t, "partition": p, "log_start_offset": None, "error": NO_LEADER}
+        for (t, p), node in leaders.items()
+        if node < 0
+    ]
+    led = {tp: node for tp, node in leaders.items() if node >= 0}
+    for node, topics in _by_leader(led, led).items():
         T = DeleteRecordsRequest.Topic
         req = DeleteRecordsRequest(
             topics=[
                 T(name=t, partitions=[T.Partition(partition_index=p, offset=before) for p in ps])
                 for t, ps in topics.items()
             ],
-            timeout_ms=int(cluster.timeout * 1000),
+            # Below the socket's timeout, so that a leader still waiting for its followers
+            # answers REQUEST_TIMED_OUT before the connection gives up.
+            timeout_ms=int(min(cluster.timeout * 0.9, cluster.timeout - 0.5) * 1000),
         )
-        resp = client.request(ApiKey.DELETE_RECORDS, client.version(ApiKey.DELETE_RECORDS), req)
+        try:
+            client = cluster.node(node)
+            resp = client.request(ApiKey.DELETE_RECORDS, client.version(ApiKey.DELETE_RECORDS), req)
+        except ClientError as exc:
+            if not cluster.lost(node):
+                raise
+            unreachable[node] = str(exc)
+            rows += [
+                {"topic": t, "partition": p, "log_start_offset": None, "error": UNREACHABLE}
+                for t, ps in topics.items()
+                for p in ps
+            ]
+            continue
         for t in resp.topics:
             for p in t.partitions:
                 ok = p.error_code == ErrorCode.NONE

@@ -22,7 +22,7 @@ from kbroker.protocol.messages.admin import (
     ListPartitionReassignmentsRequest,
 )
 from kbroker.tools.client import ClientError, error_name
-from kbroker.tools.cluster import Cluster, broker_error
+from kbroker.tools.cluster import Cluster, broker_error, controller
 from kbroker.tools.offsets import TP
 
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}
@@ -61,7 +61,7 @@ def elect_leaders(
     """Elect the preferred (or, ``unclean``, any live) replica leader of the partitions of
     ``specs`` (None: every partition). Per partition None, or the error name
     (ELECTION_NOT_NEEDED: the preferred replica leads already)."""
-    client = cluster.bootstrap
+    client = controller(cluster)
     version = client.version(ApiKey.ELECT_LEADERS)
     kind = ELECTION_TYPES[election]
     if kind and version < 1:
@@ -166,7 +166,7 @@ def read_plan(path: Path) -> dict[TP, list[int]]:
 
 
 def _alter(cluster: Cluster, targets: Mapping[TP, list[int] | None]) -> list[dict[str, Any]]:
-    client = cluster.bootstrap
+    client = controller(cluster)
     version = client.version(ApiKey.ALTER_PARTITION_REASSIGNMENTS)
     T = AlterPartitionReassignmentsRequest.Topic
     by_topic: dict[str, list[Any]] = {}
@@ -202,7 +202,7 @@ def cancel(cluster: Cluster, partitions: Sequence[TP]) -> list[dict[str, Any]]:
 
 def ongoing(cluster: Cluster, partitions: Sequence[TP]) -> dict[TP, dict[str, list[int]]]:
     """The reassignments in progress among ``partitions``: replicas, adding, removing."""
-    client = cluster.bootstrap
+    client = controller(cluster)
     version = client.version(ApiKey.LIST_PARTITION_REASSIGNMENTS)
     T = ListPartitionReassignmentsRequest.Topic
     req = ListPartitionReassignmentsRequest(

@@ -22,7 +22,7 @@ from kbroker.protocol.messages.admin import (
     DescribeLogDirsRequest,
 )
 from kbroker.tools.client import ClientError, error_name
-from kbroker.tools.cluster import Cluster, broker_error
+from kbroker.tools.cluster import Cluster, broker_error, controller
 from kbroker.tools.offsets import EARLIEST, LATEST, list_offsets
 
 TOPIC_RESOURCE = 2
@@ -252,7 +252,7 @@ def create_topics(
 ) -> dict[str, dict[str, Any]]:
     """topic -> {"error": None or a readable line, "partitions", "replication_factor",
     "exists": bool}; a topic that exists is no error with ``if_not_exists``."""
-    client = cluster.bootstrap
+    client = controller(cluster)
     T = CreateTopicsRequest.Topic
     req = CreateTopicsRequest(
         topics=[
@@ -296,7 +296,7 @@ def add_partitions(
 ) -> str | None:
     """Grow ``name`` to ``count`` partitions (``assignment``: replicas of the new ones);
     None when done, else the error line."""
-    client = cluster.bootstrap
+    client = controller(cluster)
     T = CreatePartitionsRequest.Topic
     req = CreatePartitionsRequest(
         topics=[
@@ -322,7 +322,7 @@ def delete_topics(
     cluster: Cluster, names: Sequence[str], if_exists: bool = False
 ) -> dict[str, str | None]:
     """topic -> None when deleted (or absent with ``if_exists``), else the error line."""
-    client = cluster.bootstrap
+    client = controller(cluster)
     version = client.version(ApiKey.DELETE_TOPICS)
     unique = list(dict.fromkeys(names))
     if version >= 6:

@@ -19,7 +19,7 @@ from kbroker.protocol.messages.quotas import (
 )
 from kbroker.security.scram import MECHANISM_CODES, MECHANISMS
 from kbroker.tools.client import ClientError
-from kbroker.tools.cluster import Cluster, broker_error
+from kbroker.tools.cluster import Cluster, broker_error, controller
 
 DEFAULT_MECHANISM = "SCRAM-SHA-256"
 DEFAULT_ITERATIONS = 8192
@@ -35,7 +35,8 @@ def _mechanism_code(name: str) -> int:
 
 
 def _alter(cluster: Cluster, request: Any) -> None:
-    client = cluster.bootstrap
+    # A ZooKeeper-mode Kafka changes credentials on its controller only (NOT_CONTROLLER).
+    client = controller(cluster)
     version = client.version(ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
     resp = client.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, version, request)
     errors = [
