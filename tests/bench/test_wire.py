@@ -157,6 +157,27 @@ def test_the_command_line_prints_one_json_line_and_counts_errors(bootstrap: str)
     assert "Traceback" not in missing.stderr
 
 
+@pytest.mark.timeout(60)
+def test_a_fixed_rate_with_acks_all_is_kept(bootstrap: str) -> None:
+    topic = "wire-rate"
+    create_topic(bootstrap, topic, 3)
+    # 3,000 records/s in requests of 10 records: 300 requests/s over two connections.
+    row, result = wire.produce(
+        bootstrap,
+        topic,
+        seconds=2,
+        record_bytes=100,
+        records_per_batch=10,
+        partitions_per_request=1,
+        acks=-1,
+        rate=3000,
+    )
+    assert row["errors"] == 0 and row["acks"] == -1, json.dumps(row)
+    assert 0.85 * 6000 <= row["records"] <= 1.05 * 6000, json.dumps(row)
+    assert sum(result.acked_by_partition.values()) == row["records"]
+    assert len(result.latencies_ms) == row["requests"] and row["publish_p99_ms"] < 1000
+
+
 def test_count_batches_reads_whole_batches_only() -> None:
     from kbroker._kbroker import build_batch
 
