@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbroker._kbroker import build_batch
-from kbroker.protocol import APIS_BY_KEY, ApiKey, ErrorCode, decode_response, encode_request
+from kbroker.protocol import ApiKey, ErrorCode, decode_response, encode_request
 from kbroker.protocol.messages.core import (
     FetchRequest,
     ListOffsetsRequest,
@@ -198,16 +198,6 @@ def describe_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> TopicIn
             sorted(p.partition_index for p in t.partitions),
             versions,
         )
-
-
-def compile_codecs(info: TopicInfo) -> None:
-    """Builds the Produce and Fetch codecs of the versions in use before any connection
-    thread starts: kbroker's protocol layer compiles a codec on first use and is not safe
-    to do so from two threads at once (one can find the decoder's name before its code)."""
-    for key in (ApiKey.PRODUCE, ApiKey.FETCH):
-        spec = APIS_BY_KEY[key]
-        spec.request_codec(info.versions[key])
-        spec.response_codec(info.versions[key])
 
 
 def wait_until_served(bootstrap: str, info: TopicInfo, timeout: float = 30.0) -> None:
@@ -417,7 +407,6 @@ def produce(
     if records_per_batch <= 0:  # about 64 KiB batches
         records_per_batch = max(1, 65536 // max(1, record_bytes))
     info = describe_topic(bootstrap, topic, timeout)
-    compile_codecs(info)
     wait_until_served(bootstrap, info, timeout)
     if batches is None:
         batches = build_batches(distinct_batches, records_per_batch, record_bytes)
@@ -683,7 +672,6 @@ def consume(
 ) -> tuple[dict[str, Any], ConsumeResult]:
     """Reads every partition from its log start to the end offset it had when this began."""
     info = describe_topic(bootstrap, topic, min(timeout, 30.0))
-    compile_codecs(info)
     ranges = end_offsets(bootstrap, info, min(timeout, 30.0))
     expected = sum(b - a for a, b in ranges.values())
     connections = max(1, min(connections, len(info.partitions)))

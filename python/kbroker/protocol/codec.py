@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -124,8 +125,13 @@ _NS: dict[str, Any] = {
     "_pack": struct.pack,
 }
 _ids = itertools.count()
+# Generated functions by their key, published once defined: a thread that finds a name here
+# can call it. They are generated under _BUILDING, one thread at a time; _BUILDING_NAMES
+# holds the names being generated, for a struct that holds itself.
 _DEC: dict[tuple[type, int, bool], str] = {}
 _ENC: dict[tuple[type, int, bool, bool], str] = {}
+_BUILDING = threading.RLock()
+_BUILDING_NAMES: dict[tuple[Any, ...], str] = {}
 
 
 def _is_struct(t: Any) -> bool:
@@ -313,8 +319,20 @@ def _decoder_name(cls: type[Message], version: int, flex: bool) -> str:
     name = _DEC.get(key)
     if name is not None:
         return name
-    name = f"d_{cls.__name__}_{version}_{int(flex)}_{next(_ids)}"
-    _DEC[key] = name
+    with _BUILDING:
+        name = _DEC.get(key) or _BUILDING_NAMES.get(key)
+        if name is None:
+            name = f"d_{cls.__name__}_{version}_{int(flex)}_{next(_ids)}"
+            _BUILDING_NAMES[key] = name
+            try:
+                _build_decoder(cls, version, flex, name)
+            finally:
+                del _BUILDING_NAMES[key]
+            _DEC[key] = name
+        return name
+
+
+def _build_decoder(cls: type[Message], version: int, flex: bool, name: str) -> None:
     g = _Gen()
     g.emit(0, f"def {name}(buf, pos, end):")
     fields = cls._schema.fields
@@ -396,7 +414,6 @@ def _decoder_name(cls: type[Message], version: int, flex: bool) -> str:
     k = _const(cls)
     g.emit(1, f"return {k}({', '.join(f'v{i}' for i in range(len(fields)))}), pos")
     exec("\n".join(g.lines), _NS)
-    return name
 
 
 # ----------------------------------------------------------------- encoders
@@ -504,8 +521,20 @@ def _encoder_name(cls: type[Message], version: int, flex: bool, seg: bool) -> st
     name = _ENC.get(key)
     if name is not None:
         return name
-    name = f"e_{cls.__name__}_{version}_{int(flex)}{'s' if seg else ''}_{next(_ids)}"
-    _ENC[key] = name
+    with _BUILDING:
+        name = _ENC.get(key) or _BUILDING_NAMES.get(key)
+        if name is None:
+            name = f"e_{cls.__name__}_{version}_{int(flex)}{'s' if seg else ''}_{next(_ids)}"
+            _BUILDING_NAMES[key] = name
+            try:
+                _build_encoder(cls, version, flex, seg, name)
+            finally:
+                del _BUILDING_NAMES[key]
+            _ENC[key] = name
+        return name
+
+
+def _build_encoder(cls: type[Message], version: int, flex: bool, seg: bool, name: str) -> None:
     g = _Gen()
     g.emit(0, f"def {name}(o, out):", "    ap = out.append")
     run: list[Field] = []
@@ -578,7 +607,6 @@ def _encoder_name(cls: type[Message], version: int, flex: bool, seg: bool) -> st
                 )
             g.emit(1, "ap(_uvb(len(tg)))", "out.extend(tg)")
     exec("\n".join(g.lines), _NS)
-    return name
 
 
 # ----------------------------------------------------------------- public face
