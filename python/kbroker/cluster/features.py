@@ -101,6 +101,11 @@ async def write_feature_znode(
     return stat.version
 
 
+def _unservable(found: FinalizedFeatures | None) -> list[str]:
+    """The finalized levels of an enabled /feature this broker cannot serve, described."""
+    return [] if found is None or not found.enabled else unsupported(found.features)
+
+
 class FeatureWatcher:
     """Keeps ``features`` at what /feature finalizes."""
 
@@ -119,11 +124,11 @@ class FeatureWatcher:
         except ZkDataError as exc:
             log.error("%s cannot be read (%s): nothing is finalized", FEATURE_PATH, exc)
             found, version = None, -1
-        if found is not None and found.enabled and unsupported(found.features):
+        problems = _unservable(found)
+        if problems:
             self.stop()
             raise ClusterError(
-                f"{FEATURE_PATH} finalizes what this broker cannot serve: "
-                + ", ".join(unsupported(found.features))
+                f"{FEATURE_PATH} finalizes what this broker cannot serve: " + ", ".join(problems)
             )
         self._apply(found, version)
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -162,13 +167,14 @@ class FeatureWatcher:
                 self._dirty.set()
                 await asyncio.sleep(0.1)
                 continue
-            if found is not None and found.enabled and unsupported(found.features):
+            problems = _unservable(found)
+            if problems:
                 log.error(
                     "%s (epoch %d) finalizes what this broker cannot serve: %s; this broker "
                     "keeps epoch %d",
                     FEATURE_PATH,
                     version,
-                    ", ".join(unsupported(found.features)),
+                    ", ".join(problems),
                     self._features.epoch,
                 )
                 continue
