@@ -38,6 +38,8 @@ pub enum Error {
     Varint(&'static str),
     /// A caller passed an argument the operation cannot accept.
     InvalidArgument(String),
+    /// A leader append in an epoch below the latest the log knows.
+    StaleLeaderEpoch { epoch: i32, latest: i32 },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -102,6 +104,10 @@ impl fmt::Display for Error {
             ),
             Error::Varint(m) => write!(f, "bad varint: {m}"),
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
+            Error::StaleLeaderEpoch { epoch, latest } => write!(
+                f,
+                "leader epoch {epoch} is below the log's latest epoch {latest}"
+            ),
         }
     }
 }

@@ -11,6 +11,7 @@ pub mod epoch_cache;
 pub mod error;
 pub mod filecache;
 pub mod index;
+pub mod io_pool;
 pub mod log;
 pub mod records;
 pub mod segment;

@@ -924,6 +924,17 @@ impl Log {
             });
         }
 
+        // A leader writes in its own epoch, never below one the log knows: an
+        // append prepared before a newer leadership began (it may run on
+        // another thread) must not land after that epoch's start.
+        if let Mode::Leader { epoch, .. } = mode {
+            if let Some(latest) = self.read_epochs().latest_epoch() {
+                if epoch < latest {
+                    return Err(Error::StaleLeaderEpoch { epoch, latest });
+                }
+            }
+        }
+
         // Offsets.
         let log_end = self.log_end_offset();
         let append_time = match mode {
@@ -1819,6 +1830,19 @@ impl Log {
             )));
         }
         self.update_epochs(|c| c.assign(epoch, start_offset))
+    }
+
+    /// A new leader's first act: `epoch` starts at the log end as it is
+    /// once every append in progress is written (the writer lock orders it
+    /// after them), when the log holds anything. Returns that log end.
+    pub fn start_epoch_at_log_end(&self, epoch: i32) -> Result<i64> {
+        let _w = self.lock_writer();
+        self.check_open()?;
+        let end = self.log_end_offset();
+        if epoch >= 0 && end > self.log_start_offset() {
+            self.update_epochs(|c| c.assign(epoch, end))?;
+        }
+        Ok(end)
     }
 
     /// The latest leader epoch the log knows, if any.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyOSError, PyValueError};
+use pyo3::exceptions::{PyException, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
@@ -68,6 +68,13 @@ create_exception!(
     UnexpectedAppendOffsetError,
     OffsetOutOfRangeError,
     "A follower append whose first batch does not start at the log end; args are (message, first offset, last offset of the first batch, log end offset)."
+);
+
+create_exception!(
+    _kbroker,
+    StaleLeaderEpochError,
+    KBrokerError,
+    "A leader append in a leader epoch below the latest the log knows (a newer leadership began)."
 );
 
 /// Above this many bytes a pure computation releases the GIL.
@@ -144,6 +151,7 @@ impl From<Error> for PyErr {
                 log_end,
             } => UnexpectedAppendOffsetError::new_err((msg, first_offset, last_offset, log_end)),
             Error::InvalidArgument(_) => PyValueError::new_err(msg),
+            Error::StaleLeaderEpoch { .. } => StaleLeaderEpochError::new_err(msg),
         }
     }
 }
@@ -846,6 +854,113 @@ impl AppendInfo {
     }
 }
 
+/// A finished append on an I/O thread, and the buffer it read (released
+/// with the GIL held, when the result is taken).
+type AppendDone = (crate::Result<CoreAppendInfo>, ByteView);
+
+/// Threads that append to logs off the event loop (the core's `IoPool`):
+/// `append`/`append_as_follower` queue a write under a ticket and return at
+/// once; when `fileno()` is readable, `take_done()` gives each finished
+/// ticket with its AppendInfo or its exception. The threads never take the
+/// GIL: a write the kernel holds up holds up nothing else.
+#[pyclass(frozen, module = "kbroker._kbroker")]
+struct IoPool {
+    inner: crate::io_pool::IoPool<AppendDone>,
+}
+
+impl IoPool {
+    fn queue(
+        &self,
+        ticket: u64,
+        batches: ByteView,
+        write: impl FnOnce(&[u8]) -> crate::Result<CoreAppendInfo> + Send + 'static,
+    ) -> PyResult<()> {
+        self.inner
+            .submit(ticket, move || (write(batches.as_slice()), batches))
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+}
+
+#[pymethods]
+impl IoPool {
+    #[new]
+    #[pyo3(signature = (threads, name = "kbroker-io"))]
+    fn new(threads: usize, name: &str) -> PyResult<Self> {
+        Ok(IoPool {
+            inner: crate::io_pool::IoPool::new(threads, name)?,
+        })
+    }
+
+    fn fileno(&self) -> RawFd {
+        self.inner.event_fd()
+    }
+
+    #[getter]
+    fn threads(&self) -> usize {
+        self.inner.count()
+    }
+
+    fn resize(&self, threads: usize) -> PyResult<()> {
+        Ok(self.inner.resize(threads)?)
+    }
+
+    /// Lets the queued writes finish, then ends the threads.
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| self.inner.close())
+    }
+
+    /// `Log.append` on a pool thread, after the appends to `log` queued
+    /// before it. `batches` must not change until its ticket is taken (the
+    /// broker never changes a request's bytes).
+    #[pyo3(signature = (ticket, log, batches, leader_epoch, log_append_time_ms, now_ms))]
+    fn append(
+        &self,
+        ticket: u64,
+        log: &Log,
+        batches: ByteView,
+        leader_epoch: i32,
+        log_append_time_ms: Option<i64>,
+        now_ms: i64,
+    ) -> PyResult<()> {
+        let (turns, turn, log) = (log.turns.clone(), log.turns.issue(), log.inner.clone());
+        self.queue(ticket, batches, move |data| {
+            turns.take(turn, || {
+                log.append(data, leader_epoch, log_append_time_ms, now_ms)
+            })
+        })
+    }
+
+    /// `Log.append_as_follower` on a pool thread.
+    fn append_as_follower(
+        &self,
+        ticket: u64,
+        log: &Log,
+        batches: ByteView,
+        now_ms: i64,
+    ) -> PyResult<()> {
+        let (turns, turn, log) = (log.turns.clone(), log.turns.issue(), log.inner.clone());
+        self.queue(ticket, batches, move |data| {
+            turns.take(turn, || log.append_as_follower(data, now_ms))
+        })
+    }
+
+    /// (ticket, AppendInfo or the exception the append raised) of each write
+    /// finished since the last call.
+    fn take_done(&self, py: Python<'_>) -> PyResult<Vec<(u64, Py<PyAny>)>> {
+        let done = self.inner.take_done();
+        let mut out = Vec::with_capacity(done.len());
+        for (ticket, (result, batches)) in done {
+            drop(batches);
+            let value: Py<PyAny> = match result {
+                Ok(info) => Py::new(py, AppendInfo::new(py, info)?)?.into_any(),
+                Err(e) => PyErr::from(e).into_value(py).into_any(),
+            };
+            out.push((ticket, value));
+        }
+        Ok(out)
+    }
+}
+
 /// A run of whole batches in one segment file, ready to send.
 #[pyclass(frozen, module = "kbroker._kbroker")]
 struct LogSlice {
@@ -898,6 +1013,8 @@ impl LogSlice {
 #[pyclass(frozen, module = "kbroker._kbroker")]
 struct Log {
     inner: Arc<CoreLog>,
+    // The order of this log's appends on an IoPool's threads.
+    turns: Arc<crate::io_pool::Turns>,
 }
 
 #[pymethods]
@@ -908,6 +1025,7 @@ impl Log {
         let log = py.detach(|| CoreLog::open(Path::new(dir), cfg, now_ms))?;
         Ok(Log {
             inner: Arc::new(log),
+            turns: Arc::default(),
         })
     }
 
@@ -1066,6 +1184,12 @@ impl Log {
         })?)
     }
 
+    /// Starts `epoch` at the log end once appends in progress are written;
+    /// returns that log end (see the core's `start_epoch_at_log_end`).
+    fn start_epoch_at_log_end(&self, py: Python<'_>, epoch: i32) -> PyResult<i64> {
+        Ok(py.detach(|| self.inner.start_epoch_at_log_end(epoch))?)
+    }
+
     #[getter]
     fn latest_epoch(&self) -> Option<i32> {
         self.inner.latest_epoch()
@@ -1199,6 +1323,10 @@ fn _kbroker(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "UnexpectedAppendOffsetError",
         py.get_type::<UnexpectedAppendOffsetError>(),
     )?;
+    m.add(
+        "StaleLeaderEpochError",
+        py.get_type::<StaleLeaderEpochError>(),
+    )?;
     m.add_function(wrap_pyfunction!(crc32c, m)?)?;
     m.add_function(wrap_pyfunction!(validate_batches, m)?)?;
     m.add_function(wrap_pyfunction!(check_stored_batches, m)?)?;
@@ -1223,5 +1351,6 @@ fn _kbroker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<AppendInfo>()?;
     m.add_class::<LogSlice>()?;
     m.add_class::<Log>()?;
+    m.add_class::<IoPool>()?;
     Ok(())
 }

@@ -434,6 +434,32 @@ fn truncating_at_the_log_end_drops_an_epoch_that_wrote_nothing() {
     assert_eq!(log.log_end_offset(), 39);
 }
 
+#[test]
+fn a_new_leadership_starts_after_appends_in_progress_and_fences_older_epochs() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), small());
+    // An empty log records nothing: its first append records the epoch.
+    assert_eq!(log.start_epoch_at_log_end(2).unwrap(), 0);
+    assert_eq!(entries(&log), []);
+    lead(&log, 2, 4);
+    assert_eq!(log.start_epoch_at_log_end(5).unwrap(), 12);
+    assert_eq!(entries(&log), [(2, 0), (5, 12)]);
+    // An append prepared in epoch 2 (on another thread) that comes after epoch 5
+    // began must not land in epoch 5's offsets.
+    match log.append(&simple(3, 2_000, 50), 2, None, 2_000) {
+        Err(Error::StaleLeaderEpoch {
+            epoch: 2,
+            latest: 5,
+        }) => {}
+        other => panic!("expected StaleLeaderEpoch, got {other:?}"),
+    }
+    assert_eq!(log.log_end_offset(), 12);
+    lead(&log, 5, 1);
+    assert_eq!(entries(&log), [(2, 0), (5, 12)]);
+    assert_eq!(log.log_end_offset(), 15);
+    log.close().unwrap();
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Lead { epoch_step: i32, batches: usize },
