@@ -11,6 +11,7 @@ __all__ = [
     "CleanerConfig",
     "CorruptRecordError",
     "InvalidRecordError",
+    "IoPool",
     "KBrokerError",
     "Log",
     "LogConfig",
@@ -20,6 +21,7 @@ __all__ = [
     "RecordErrorsError",
     "RecordTooLargeError",
     "RecoveryNote",
+    "StaleLeaderEpochError",
     "UnexpectedAppendOffsetError",
     "VerifyReport",
     "__version__",
@@ -53,6 +55,7 @@ class RecordErrorsError(InvalidRecordError):
 
 class RecordTooLargeError(KBrokerError): ...
 class OffsetOutOfRangeError(KBrokerError): ...
+class StaleLeaderEpochError(KBrokerError): ...
 
 class UnexpectedAppendOffsetError(OffsetOutOfRangeError):
     """A follower append whose first batch does not start at the log end.
@@ -307,6 +310,32 @@ class LogSlice:
     def sendfile(self, out_fd: int, offset: int, count: int) -> int | None: ...
 
 @final
+class IoPool:
+    """Threads that append to logs off the event loop without the GIL: ``append`` and
+    ``append_as_follower`` queue a write under a ticket; when ``fileno()`` is readable,
+    ``take_done()`` gives each finished ticket with its AppendInfo or its exception."""
+
+    def __new__(cls, threads: int, name: str = "kbroker-io") -> IoPool: ...
+    def fileno(self) -> int: ...
+    @property
+    def threads(self) -> int: ...
+    def resize(self, threads: int) -> None: ...
+    def close(self) -> None: ...
+    def append(
+        self,
+        ticket: int,
+        log: Log,
+        batches: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        log_append_time_ms: int | None,
+        now_ms: int,
+    ) -> None: ...
+    def append_as_follower(
+        self, ticket: int, log: Log, batches: bytes | bytearray | memoryview, now_ms: int
+    ) -> None: ...
+    def take_done(self) -> list[tuple[int, AppendInfo | BaseException]]: ...
+
+@final
 class Log:
     def __new__(cls, dir: str, config: LogConfig, now_ms: int) -> Log: ...
     def append(
@@ -338,6 +367,7 @@ class Log:
     def truncate_fully_and_start_at(self, offset: int) -> None: ...
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]: ...
     def maybe_assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None: ...
+    def start_epoch_at_log_end(self, epoch: int) -> int: ...
     @property
     def latest_epoch(self) -> int | None: ...
     @property

@@ -337,6 +337,7 @@ class Broker:
             self.data_dir,
             self.log_config_for,
             max_open_files=self.config.get_optional_int("log.max.open.files"),
+            io_threads=self.config.get_int("num.io.threads"),
         )
         self.logs.open()
         self._storage_open = True
@@ -473,7 +474,9 @@ class Broker:
             tp = TopicPartition(topic.name, p)
             if tp not in self.replica_manager and self.broker_id in state.replicas:
                 self.replica_manager.add_partition(
-                    Partition(self._open_log(tp, topic.topic_id), state, self.broker_id)
+                    Partition(
+                        self._open_log(tp, topic.topic_id), state, self.broker_id, io=self.logs.io
+                    )
                 )
 
     def _open_log(self, tp: TopicPartition, topic_id: uuid.UUID) -> Log:
@@ -745,7 +748,13 @@ class Broker:
         self._collisions[collision_key(new.name)] = new.name
         for p, lg in enumerate(logs):
             self.replica_manager.add_partition(
-                Partition(lg, topic.partitions[p], self.broker_id, new=lg.log_end_offset == 0)
+                Partition(
+                    lg,
+                    topic.partitions[p],
+                    self.broker_id,
+                    new=lg.log_end_offset == 0,
+                    io=self.logs.io,
+                )
             )
         return topic
 
@@ -971,7 +980,7 @@ class Broker:
         )
         for tp, lg in zip(tps, logs, strict=True):
             self.replica_manager.add_partition(
-                Partition(lg, updated.partitions[tp.partition], self.broker_id)
+                Partition(lg, updated.partitions[tp.partition], self.broker_id, io=self.logs.io)
             )
         try:
             await self.metadata.durable()
@@ -1082,6 +1091,8 @@ class Broker:
             self.logs.update_all_configs()
         if any(is_tls_setting(n) for n in changed):
             self._reload_keystores()
+        if self._storage_open and "num.io.threads" in changed:
+            self.logs.io.resize(self.config.get_int("num.io.threads"))
         if changed:
             log.info(
                 "dynamic broker settings%s are now %s",

@@ -734,6 +734,15 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         read_only=True,
     ),
     Setting(
+        "num.io.threads",
+        _S.INT,
+        8,
+        "Threads that write the partitions' logs (appends, and the fdatasyncs flush.messages "
+        "asks for) off the event loop, each partition's writes in order; 0 writes on the "
+        "event loop (kbroker's own value).",
+        min=0,
+    ),
+    Setting(
         "log.preallocate",
         _S.BOOLEAN,
         False,

@@ -55,7 +55,7 @@ def test_a_truncation_the_disk_refuses_is_a_storage_failure(
         async def fetch_answered() -> _Target:
             fetcher = ReplicaFetcher(ME, LEADER, 0, "127.0.0.1", 9, FetcherSettings(), errors)
             target = _Target(partition, leader_epoch=7, truncating=False)
-            fetcher._process(target, answer)
+            assert fetcher._take(target, answer) is None  # no records: nothing to write
             return target
 
         disk.fill()

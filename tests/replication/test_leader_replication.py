@@ -62,7 +62,7 @@ class Leader:
 
         data = batch(n)
         infos = validate_batches(data, 1 << 20)
-        return self.p.append_as_leader(data, infos, acks, min_isr, False).end_offset
+        return self.p.append_as_leader_now(data, infos, acks, min_isr, False).end_offset
 
 
 def test_high_watermark_is_the_smallest_log_end_in_the_isr(tmp_path: Path) -> None:
@@ -166,7 +166,7 @@ def test_follower_appends_as_is_and_rebuilds_producer_state(tmp_path: Path) -> N
         new=True,
         high_watermark=0,
     )
-    follower.append_as_follower(data)
+    follower.append_as_follower_now(data)
     assert follower.log.read(0, 1 << 20).read_bytes() == data
     assert follower.log.epoch_entries == [(4, 0), (5, 2)]
     # The idempotent producer's batch is known: a retry of it would be a duplicate.
@@ -201,7 +201,7 @@ def test_producer_state_is_saved_when_the_log_rolls(tmp_path: Path) -> None:
     seq = 0
     while lead.log.segment_count < 3:
         data = batch(2, pid=42, seq=seq)
-        lead.append_as_leader(data, validate_batches(data, 1 << 20), 1, 1, False)
+        lead.append_as_leader_now(data, validate_batches(data, 1 << 20), 1, 1, False)
         seq += 2
     saved = json.loads(snapshot.read_text())
     assert 0 < saved["offset"] <= lead.log.log_end_offset

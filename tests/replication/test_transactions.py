@@ -84,7 +84,7 @@ class Replica:
         verification: bool = False,
     ) -> int:
         infos = validate_batches(data, 1 << 20)
-        result = self.p.append_as_leader(
+        result = self.p.append_as_leader_now(
             data,
             infos,
             1,
@@ -97,7 +97,9 @@ class Replica:
         return result.base_offset
 
     def marker(self, pid: int, committed: bool, epoch: int = 0, coordinator_epoch: int = 0) -> int:
-        result = self.p.append_marker_as_leader(pid, epoch, coordinator_epoch, committed, 1, False)
+        result = self.p.append_marker_as_leader_now(
+            pid, epoch, coordinator_epoch, committed, 1, False
+        )
         return result.base_offset
 
     @property
@@ -262,7 +264,7 @@ def copy(leader: Replica, follower: Replica) -> None:
     while follower.log.log_end_offset < leader.log.log_end_offset:
         sl = leader.log.read(follower.log.log_end_offset, 300)
         assert sl is not None
-        follower.p.append_as_follower(sl.read_bytes())
+        follower.p.append_as_follower_now(sl.read_bytes())
     follower.p.update_follower_high_watermark(leader.p.high_watermark)
 
 

@@ -25,6 +25,7 @@ from kbroker._kbroker import (
     LogSlice,
     ProducerBatch,
     RecoveryNote,
+    StaleLeaderEpochError,
     UnexpectedAppendOffsetError,
 )
 from kbroker.config import LONG_MAX, Value
@@ -41,6 +42,7 @@ __all__ = [
     "LogSlice",
     "ProducerBatch",
     "RecoveryNote",
+    "StaleLeaderEpochError",
     "TopicPartition",
     "UnexpectedAppendOffsetError",
     "illegal_topic_name",
@@ -202,6 +204,11 @@ class Log:
         return cls(tp, raw)
 
     @property
+    def core(self) -> _kbroker.Log:
+        """The Rust log itself (for the I/O threads, which write to it without the GIL)."""
+        return self._log
+
+    @property
     def recovery_notes(self) -> list[RecoveryNote]:
         """What recovery did when the log was opened."""
         return self._log.recovery_notes
@@ -220,7 +227,8 @@ class Log:
     def append(
         self, batches: bytes | memoryview, leader_epoch: int = 0, log_append_time: bool = False
     ) -> AppendInfo:
-        """Appends validated batches, assigning offsets from the log end."""
+        """Appends validated batches, assigning offsets from the log end. Raises
+        StaleLeaderEpochError when ``leader_epoch`` is below the latest the log knows."""
         now = now_ms()
         return self._log.append(batches, leader_epoch, now if log_append_time else None, now)
 
@@ -307,6 +315,11 @@ class Log:
     def maybe_assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
         """Notes that ``epoch`` starts at ``start_offset`` (a new leader: its log end)."""
         self._log.maybe_assign_epoch_start_offset(epoch, start_offset)
+
+    def start_epoch_at_log_end(self, epoch: int) -> int:
+        """A new leader's first act: ``epoch`` starts at the log end as it is once every
+        append in progress is written (when the log holds anything). Returns that end."""
+        return self._log.start_epoch_at_log_end(epoch)
 
     @property
     def latest_epoch(self) -> int | None:

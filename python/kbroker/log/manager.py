@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kbroker import _kbroker
+from kbroker.log.io_threads import IoThreads
 from kbroker.log.log import Log, LogConfig, TopicPartition, now_ms
 
 log = logging.getLogger(__name__)
@@ -130,8 +131,12 @@ class LogManager:
         config_for: ConfigFor,
         recovery_threads: int = 2,
         max_open_files: int | None = None,
+        io_threads: int = 0,
     ) -> None:
         """``config_for(topic)`` gives the storage config a topic's logs use.
+
+        ``io_threads`` (num.io.threads) run the partitions' writes off the event loop
+        (`IoThreads`); 0 writes inline.
 
         ``max_open_files`` bounds the segment files kept open process-wide
         (log.max.open.files); None takes half the RLIMIT_NOFILE soft limit
@@ -147,6 +152,7 @@ class LogManager:
         self._lock = threading.Lock()
         self._lock_fd: int | None = None
         self.errors = StorageErrors()
+        self.io = IoThreads(io_threads)
         # Told the duration (ns) of each time-based flush (flush metrics).
         self.flush_observer: Callable[[int], None] | None = None
         # The offset retention stays below for a partition (its high watermark; None:
@@ -187,7 +193,9 @@ class LogManager:
         log.info("opened %d partition logs in %s", len(self._logs), self.data_dir)
 
     def close(self) -> None:
-        """Flushes and closes every log (writing clean-shutdown markers) and unlocks."""
+        """Flushes and closes every log (writing clean-shutdown markers) and unlocks;
+        writes already on the I/O threads finish first."""
+        self.io.close()
         with self._lock:
             logs = list(self._logs.values())
             self._logs.clear()

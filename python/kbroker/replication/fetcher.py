@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbroker._kbroker import (
+    AppendInfo,
     CorruptRecordError,
     InvalidRecordError,
     OffsetOutOfRangeError,
@@ -340,6 +341,8 @@ class ReplicaFetcher:
             self._park(targets, s.backoff_ms / 1000)
             return
         out_of_range: list[_Target] = []
+        # Appends on the I/O threads: (target, its leader epoch, answer, the write).
+        writing: list[tuple[_Target, int, Any, asyncio.Future[AppendInfo]]] = []
         for topic in response.responses:
             for r in topic.partitions:
                 tp = TopicPartition(topic.topic, r.partition_index)
@@ -355,45 +358,74 @@ class ReplicaFetcher:
                 elif code != ErrorCode.NONE:
                     self._on_error(t, code)
                 else:
-                    self._process(t, r)
+                    written = self._take(t, r)
+                    if written is not None:
+                        writing.append((t, epoch, r, written))
+        if writing:
+            await asyncio.wait([w for *_, w in writing])
+            for t, epoch, r, written in writing:
+                if self._current(t.partition.tp, epoch) is t:
+                    self._appended(t, r, written)
+                elif not written.cancelled():
+                    written.exception()  # the partition moved on; the write's outcome is moot
         for t in out_of_range:
             await self._resolve_out_of_range(t)
 
-    def _process(self, t: _Target, r: Any) -> None:
-        p = t.partition
+    def _take(self, t: _Target, r: Any) -> asyncio.Future[AppendInfo] | None:
+        """Takes a partition's fetch answer: the append still being written (`_appended`
+        finishes the answer once it is), or None when the answer is taken."""
+        if not self._follows_leader(t, r):
+            return None
+        if r.records is None or len(r.records) == 0:
+            self._appended(t, r, None)
+            return None
+        written = t.partition.append_as_follower(r.records)
+        if not written.done():
+            return written
+        self._appended(t, r, written)
+        return None
+
+    def _follows_leader(self, t: _Target, r: Any) -> bool:
+        """Truncates where the leader says the logs diverge; False when the partition
+        waits (truncating, or reported and parked) instead of taking the answer."""
         diverging = r.diverging_epoch
         if diverging is not None and diverging.end_offset >= 0:
             if not self._truncate_to_leader(t, diverging.epoch, diverging.end_offset):
-                return  # reported; fetched again after a backoff
+                return False  # reported; fetched again after a backoff
             if t.truncating:
-                return
-        records = r.records
-        if records is not None and len(records) > 0:
-            try:
-                p.append_as_follower(records)
-            except UnexpectedAppendOffsetError as exc:
-                _, first, _last, log_end = exc.args
-                if log_end == p.log.log_start_offset and first < log_end:
-                    # An empty replica, and the leader's log start is inside the batch.
-                    try:
-                        p.truncate_fully_and_start_at(first)
-                        p.append_as_follower(records)
-                    except OSError as again:
-                        self._write_failed(t, "append to", again)
-                        return
-                else:
-                    log.warning("%s: fetched records that do not follow the log: %s", p.tp, exc)
-                    self._park([t], self.settings.backoff_ms / 1000)
+                return False
+        return True
+
+    def _appended(self, t: _Target, r: Any, written: asyncio.Future[AppendInfo] | None) -> None:
+        """The follower's side of a fetch answer once its records are written (None: it
+        had none): errors handled, the leader's high watermark and log start taken."""
+        p = t.partition
+        try:
+            if written is not None:
+                written.result()
+        except UnexpectedAppendOffsetError as exc:
+            _, first, _last, log_end = exc.args
+            if log_end == p.log.log_start_offset and first < log_end:
+                # An empty replica, and the leader's log start is inside the batch.
+                try:
+                    p.truncate_fully_and_start_at(first)
+                    p.append_as_follower_now(r.records)
+                except OSError as again:
+                    self._write_failed(t, "append to", again)
                     return
-            except (CorruptRecordError, InvalidRecordError) as exc:
-                log.error("%s: leader %d sent bad records: %s", p.tp, self.leader_id, exc)
+            else:
+                log.warning("%s: fetched records that do not follow the log: %s", p.tp, exc)
                 self._park([t], self.settings.backoff_ms / 1000)
                 return
-            except OSError as exc:
-                self._write_failed(t, "append to", exc)
-                return
-            if self.errors is not None:
-                self.errors.succeeded("append to", p.tp)
+        except (CorruptRecordError, InvalidRecordError) as exc:
+            log.error("%s: leader %d sent bad records: %s", p.tp, self.leader_id, exc)
+            self._park([t], self.settings.backoff_ms / 1000)
+            return
+        except OSError as exc:
+            self._write_failed(t, "append to", exc)
+            return
+        if self.errors is not None and written is not None:
+            self.errors.succeeded("append to", p.tp)
         p.update_follower_high_watermark(r.high_watermark)
         t.lag = max(0, r.high_watermark - p.log.log_end_offset)
         if r.log_start_offset >= 0:

@@ -24,6 +24,13 @@ that has not caught up for ``replica.lag.time.max.ms`` leaves it
 larger of the old and the asked ISR (Kafka's "maximal ISR"), and acks=all
 counts the smaller, so neither can run ahead of what the controller knows.
 
+Every write to the log goes through `writes` (`OrderedWrites`), one at a time in
+order: its checks run on the event loop when its turn comes, the write itself on
+an I/O thread, the state it changes is updated back on the loop. A write that
+finds the log truncated or the leadership changed while it was being written
+(``_log_changes`` moved) rebuilds the producer state from the log, which holds
+whatever it wrote, and a leader's write is answered NOT_LEADER_OR_FOLLOWER.
+
 As follower it appends the leader's batches as they are (`append_as_follower`),
 truncates where its log diverges from the leader's (`truncate_to`) and moves its
 log start up to the leader's (`maybe_increment_log_start_offset`), which is how
@@ -33,10 +40,12 @@ of the ISR, is what DeleteRecords waits for.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from kbroker._kbroker import (
     AppendInfo,
@@ -47,6 +56,7 @@ from kbroker._kbroker import (
 )
 from kbroker.errors import ErrorCode, PartitionError
 from kbroker.log import Log, TopicPartition
+from kbroker.log.io_threads import IoThreads, OrderedWrites, Ready, written_now
 from kbroker.metadata.model import PartitionState
 from kbroker.replication.producer_state import (
     CONTROL_ABORT,
@@ -106,10 +116,21 @@ class Partition:
         broker_id: int,
         new: bool = False,
         high_watermark: int | None = None,
+        io: IoThreads | None = None,
     ) -> None:
         """``new``: the log was just created, so there is no producer state to rebuild.
-        ``high_watermark``: the last one checkpointed (None: the log end, a single node's)."""
+        ``high_watermark``: the last one checkpointed (None: the log end, a single node's).
+        ``io``: the threads writes run on (None: inline)."""
         self.log = log_
+        self.io = io
+        self.writes = OrderedWrites()
+        # Moves with every truncation and leadership change: a write that sees it move
+        # between its prepare and its finish cannot trust what it prepared.
+        self._log_changes = 0
+        self.closed = False
+        # The end of what the producer state has taken from the log (each write's
+        # finish moves it; writes started after may already be in the log).
+        self._applied_end = log_.log_end_offset
         self.tp = log_.tp
         self.state = state
         self.broker_id = broker_id
@@ -173,6 +194,7 @@ class Partition:
 
     def become_leader(self, state: PartitionState) -> None:
         """This broker leads from ``state.leader_epoch`` on."""
+        self._log_changes += 1
         self.state = state
         self.fenced = False
         self._start_leading(monotonic_ms())
@@ -180,12 +202,10 @@ class Partition:
 
     def _start_leading(self, now_ms: int) -> None:
         self.pending_isr = None
-        end = self.log.log_end_offset
-        self.epoch_start_offset = end
-        if self.state.leader_epoch >= 0 and end > self.log.log_start_offset:
-            # Followers asking where the previous epoch ended learn it from here (an
-            # empty log has nothing to truncate: its first append records the epoch).
-            self.log.maybe_assign_epoch_start_offset(self.state.leader_epoch, end)
+        # Followers asking where the previous epoch ended learn it from here (an empty
+        # log has nothing to truncate: its first append records the epoch). A follower
+        # append still being written (on an I/O thread) lands before the epoch's start.
+        self.epoch_start_offset = self.log.start_epoch_at_log_end(self.state.leader_epoch)
         self.followers = {
             r: FollowerProgress(r, last_caught_up_ms=now_ms if r in self.state.isr else 0)
             for r in self.state.replicas
@@ -194,6 +214,7 @@ class Partition:
 
     def become_follower(self, state: PartitionState) -> None:
         """Another broker leads; this one stops answering reads and writes."""
+        self._log_changes += 1
         self.state = state
         self.fenced = False
         self.followers = {}
@@ -357,55 +378,129 @@ class Partition:
         origin: AppendOrigin = AppendOrigin.CLIENT,
         guard: VerificationGuard | None = None,
         verification: bool = False,
-    ) -> ProduceResult:
+    ) -> asyncio.Future[ProduceResult]:
         """Appends validated data batches (all or none), handling idempotent retries and
-        the producer's transaction. ``origin`` decides what is checked; ``guard`` and
-        ``verification`` are KIP-890's (see `ProducerStateManager.check`)."""
-        self._check_can_append(required_acks, min_insync_replicas)
-        idempotent = [i for i in infos if i.producer_id >= 0]
-        if idempotent:
-            if len(infos) != 1:
-                raise PartitionError(
-                    ErrorCode.INVALID_RECORD,
-                    "an idempotent produce carries one batch per partition",
-                )
-            info = infos[0]
-            duplicate = self.producers.check(
-                info.producer_id,
-                info.producer_epoch,
-                info.base_sequence,
-                info.last_offset_delta,
-                transactional=info.is_transactional,
-                origin=origin,
-                guard=guard,
-                verification=verification,
-            )
-            if duplicate is not None:
-                return ProduceResult(
-                    duplicate.first_offset,
-                    -1,
-                    self.log.log_start_offset,
-                    duplicate.last_offset + 1,
-                )
-        appended: AppendInfo = self.log.append(batches, self.state.leader_epoch, log_append_time)
-        if idempotent:
-            info = infos[0]
-            self.producers.update(
-                info.producer_id,
-                info.producer_epoch,
-                info.base_sequence,
-                info.last_offset_delta,
-                appended.first_offset,
-                appended.max_timestamp,  # the append time on LogAppendTime topics
-                transactional=info.is_transactional,
-            )
-        self._after_append()
-        return ProduceResult(
-            appended.first_offset,
-            appended.log_append_time,
-            self.log.log_start_offset,
-            appended.last_offset + 1,
+        the producer's transaction, after the writes before it. ``origin`` decides what
+        is checked; ``guard`` and ``verification`` are KIP-890's (see
+        `ProducerStateManager.check`)."""
+        return self.writes.submit(
+            *self._leader_append(
+                batches,
+                infos,
+                required_acks,
+                min_insync_replicas,
+                log_append_time,
+                origin,
+                guard,
+                verification,
+                inline=False,
+            ),
+            # An idempotent batch's sequence is checked against the batches before it.
+            alone=any(i.producer_id >= 0 for i in infos),
         )
+
+    def append_as_leader_now(
+        self,
+        batches: bytes | memoryview,
+        infos: list[BatchInfo],
+        required_acks: int = 1,
+        min_insync_replicas: int = 1,
+        log_append_time: bool = False,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        guard: VerificationGuard | None = None,
+        verification: bool = False,
+    ) -> ProduceResult:
+        """`append_as_leader` on this thread, for callers without an event loop."""
+        return self.writes.run_inline(
+            *self._leader_append(
+                batches,
+                infos,
+                required_acks,
+                min_insync_replicas,
+                log_append_time,
+                origin,
+                guard,
+                verification,
+                inline=True,
+            )
+        )
+
+    def _leader_append(
+        self,
+        batches: bytes | memoryview,
+        infos: list[BatchInfo],
+        required_acks: int,
+        min_insync_replicas: int,
+        log_append_time: bool,
+        origin: AppendOrigin,
+        guard: VerificationGuard | None,
+        verification: bool,
+        inline: bool,
+    ) -> tuple[
+        Callable[[], tuple[int, int] | Ready[ProduceResult]],
+        Callable[[tuple[int, int]], Any],
+        Callable[[tuple[int, int], AppendInfo], ProduceResult],
+    ]:
+        """The three steps of a leader's append (see `OrderedWrites`); ``inline``: the
+        write writes itself, else it starts the write on an I/O thread."""
+        idempotent = [i for i in infos if i.producer_id >= 0]
+
+        def prepare() -> tuple[int, int] | Ready[ProduceResult]:
+            self._check_can_append(required_acks, min_insync_replicas)
+            if idempotent:
+                if len(infos) != 1:
+                    raise PartitionError(
+                        ErrorCode.INVALID_RECORD,
+                        "an idempotent produce carries one batch per partition",
+                    )
+                info = infos[0]
+                duplicate = self.producers.check(
+                    info.producer_id,
+                    info.producer_epoch,
+                    info.base_sequence,
+                    info.last_offset_delta,
+                    transactional=info.is_transactional,
+                    origin=origin,
+                    guard=guard,
+                    verification=verification,
+                )
+                if duplicate is not None:
+                    return Ready(
+                        ProduceResult(
+                            duplicate.first_offset,
+                            -1,
+                            self.log.log_start_offset,
+                            duplicate.last_offset + 1,
+                        )
+                    )
+            return self._log_changes, self.state.leader_epoch
+
+        def write(prepared: tuple[int, int]) -> Any:
+            return self._append(inline, batches, prepared[1], log_append_time)
+
+        def finish(prepared: tuple[int, int], appended: AppendInfo) -> ProduceResult:
+            self._check_unchanged(prepared[0])
+            self._applied_end = appended.last_offset + 1
+            if idempotent:
+                info = infos[0]
+                self.producers.update(
+                    info.producer_id,
+                    info.producer_epoch,
+                    info.base_sequence,
+                    info.last_offset_delta,
+                    appended.first_offset,
+                    appended.max_timestamp,  # the append time on LogAppendTime topics
+                    transactional=info.is_transactional,
+                )
+            self._after_append()
+            return ProduceResult(
+                appended.first_offset,
+                appended.log_append_time,
+                self.log.log_start_offset,
+                appended.last_offset + 1,
+            )
+
+        return prepare, write, finish
 
     def append_marker_as_leader(
         self,
@@ -415,32 +510,116 @@ class Partition:
         committed: bool,
         min_insync_replicas: int,
         log_append_time: bool,
+    ) -> asyncio.Future[ProduceResult]:
+        """Writes a transaction marker (WriteTxnMarkers, acks=all) after the writes before
+        it: the producer's transaction on this partition closes, an abort is indexed.
+        Refused with INVALID_PRODUCER_EPOCH or TRANSACTION_COORDINATOR_FENCED for a stale
+        marker."""
+        return self.writes.submit(
+            *self._marker_append(
+                producer_id,
+                producer_epoch,
+                coordinator_epoch,
+                committed,
+                min_insync_replicas,
+                log_append_time,
+                inline=False,
+            )
+        )
+
+    def append_marker_as_leader_now(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        committed: bool,
+        min_insync_replicas: int = 1,
+        log_append_time: bool = False,
     ) -> ProduceResult:
-        """Writes a transaction marker (WriteTxnMarkers, acks=all): the producer's
-        transaction on this partition closes, an abort is indexed. Refused with
-        INVALID_PRODUCER_EPOCH or TRANSACTION_COORDINATOR_FENCED for a stale marker."""
-        self._check_can_append(-1, min_insync_replicas)
-        self.producers.check_marker(
-            producer_id, producer_epoch, coordinator_epoch, AppendOrigin.COORDINATOR
+        """`append_marker_as_leader` on this thread, for callers without an event loop."""
+        return self.writes.run_inline(
+            *self._marker_append(
+                producer_id,
+                producer_epoch,
+                coordinator_epoch,
+                committed,
+                min_insync_replicas,
+                log_append_time,
+                inline=True,
+            )
         )
-        now = wall_ms()
-        batch = end_txn_marker_batch(producer_id, producer_epoch, coordinator_epoch, committed, now)
-        appended = self.log.append(batch, self.state.leader_epoch, log_append_time)
-        self.producers.append_marker(
-            producer_id,
-            producer_epoch,
-            coordinator_epoch,
-            appended.first_offset,
-            appended.max_timestamp,
-            committed,
-            self._index_abort,
-        )
-        self._after_append()
-        return ProduceResult(
-            appended.first_offset,
-            appended.log_append_time,
-            self.log.log_start_offset,
-            appended.last_offset + 1,
+
+    def _marker_append(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        committed: bool,
+        min_insync_replicas: int,
+        log_append_time: bool,
+        inline: bool,
+    ) -> tuple[
+        Callable[[], tuple[int, int]],
+        Callable[[tuple[int, int]], Any],
+        Callable[[tuple[int, int], AppendInfo], ProduceResult],
+    ]:
+        """The three steps of writing a transaction marker (see `OrderedWrites`)."""
+
+        def prepare() -> tuple[int, int]:
+            self._check_can_append(-1, min_insync_replicas)
+            self.producers.check_marker(
+                producer_id, producer_epoch, coordinator_epoch, AppendOrigin.COORDINATOR
+            )
+            return self._log_changes, self.state.leader_epoch
+
+        def write(prepared: tuple[int, int]) -> Any:
+            batch = end_txn_marker_batch(
+                producer_id, producer_epoch, coordinator_epoch, committed, wall_ms()
+            )
+            return self._append(inline, batch, prepared[1], log_append_time)
+
+        def finish(prepared: tuple[int, int], appended: AppendInfo) -> ProduceResult:
+            self._check_unchanged(prepared[0])
+            self._applied_end = appended.last_offset + 1
+            self.producers.append_marker(
+                producer_id,
+                producer_epoch,
+                coordinator_epoch,
+                appended.first_offset,
+                appended.max_timestamp,
+                committed,
+                self._index_abort,
+            )
+            self._after_append()
+            return ProduceResult(
+                appended.first_offset,
+                appended.log_append_time,
+                self.log.log_start_offset,
+                appended.last_offset + 1,
+            )
+
+        return prepare, write, finish
+
+    def _append(
+        self, inline: bool, batches: bytes | memoryview, leader_epoch: int, log_append_time: bool
+    ) -> Any:
+        """A leader's write: written now (``inline``), or its future (an I/O thread's)."""
+        if inline:
+            return self.log.append(batches, leader_epoch, log_append_time)
+        if self.io is not None:
+            return self.io.append(self.log, batches, leader_epoch, log_append_time)
+        return written_now(self.log.append, batches, leader_epoch, log_append_time)
+
+    def _check_unchanged(self, log_changes: int) -> None:
+        """A leader's write whose partition was truncated or changed hands while it was
+        being written: the producer state is rebuilt from the log (which holds whatever
+        it wrote), and the write is answered as a leader's that no longer leads."""
+        if log_changes == self._log_changes:
+            return
+        if not self.closed:
+            self._reload_producer_state()
+        raise PartitionError(
+            ErrorCode.NOT_LEADER_OR_FOLLOWER, "the leadership changed while the batch was written"
         )
 
     def _check_can_append(self, required_acks: int, min_insync_replicas: int) -> None:
@@ -484,10 +663,47 @@ class Partition:
 
     # -- follower --------------------------------------------------------------
 
-    def append_as_follower(self, batches: bytes | memoryview) -> AppendInfo:
-        """Appends the leader's batches as they are; their producers' state follows
-        (transactions open and close, aborts are indexed, as on the leader)."""
-        appended = self.log.append_as_follower(batches)
+    def append_as_follower(self, batches: bytes | memoryview) -> asyncio.Future[AppendInfo]:
+        """Appends the leader's batches as they are, after the writes before; their
+        producers' state follows (transactions open and close, aborts are indexed, as on
+        the leader)."""
+        return self.writes.submit(*self._follower_append(batches, inline=False), alone=False)
+
+    def append_as_follower_now(self, batches: bytes | memoryview) -> AppendInfo:
+        """`append_as_follower` on this thread, for callers without an event loop."""
+        return self.writes.run_inline(*self._follower_append(batches, inline=True))
+
+    def _follower_append(
+        self, batches: bytes | memoryview, inline: bool
+    ) -> tuple[
+        Callable[[], int],
+        Callable[[int], Any],
+        Callable[[int, AppendInfo], AppendInfo],
+    ]:
+        def prepare() -> int:
+            return self._log_changes
+
+        def write(_: int) -> Any:
+            if inline:
+                return self.log.append_as_follower(batches)
+            if self.io is not None:
+                return self.io.append_as_follower(self.log, batches)
+            return written_now(self.log.append_as_follower, batches)
+
+        def finish(log_changes: int, appended: AppendInfo) -> AppendInfo:
+            if log_changes != self._log_changes:
+                # Truncated or promoted while the batches were written: the log is the
+                # truth of what stayed.
+                if not self.closed:
+                    self._reload_producer_state()
+                return appended
+            self._follower_appended(appended)
+            return appended
+
+        return prepare, write, finish
+
+    def _follower_appended(self, appended: AppendInfo) -> None:
+        self._applied_end = appended.last_offset + 1
         markers: list[tuple[int, bool, int]] = []
         for b in appended.producer_batches:
             if not b.is_control:
@@ -516,7 +732,6 @@ class Partition:
         if self.on_follower_marker is not None:
             for producer_id, committed, offset in markers:
                 self.on_follower_marker(self.tp, producer_id, committed, offset)
-        return appended
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
         """The leader's high watermark, bounded by what this follower has."""
@@ -525,6 +740,7 @@ class Partition:
 
     def truncate_to(self, offset: int) -> None:
         """Drops this replica's records from ``offset`` on (they diverge from the leader's)."""
+        self._log_changes += 1
         if offset >= self.log.log_end_offset:
             # No record goes, but an epoch this replica began at its log end as a leader
             # that wrote nothing does (the log drops it): fetching with it, the leader
@@ -550,12 +766,15 @@ class Partition:
                 self._reload_producer_state()
             else:
                 self.producers.truncate(end)
+            self._applied_end = min(self._applied_end, end)
         self._snapshot_producers()  # a saved state from above the cut no longer fits
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empties this replica and starts it at ``offset`` (the leader's log start)."""
+        self._log_changes += 1
         log.info("%s: emptied to start at the leader's log start %d", self.tp, offset)
         self.log.truncate_fully_and_start_at(offset)
+        self._applied_end = offset
         self.producers = ProducerStateManager(self.producers.expiration_ms, self.producers.clock)
         self.high_watermark = offset
         self._snapshot_producers()
@@ -602,20 +821,30 @@ class Partition:
         return self.log.delete_records_before(offset)
 
     def close(self) -> None:
+        self._log_changes += 1
+        self.closed = True
         self._snapshot_producers()
 
     def _maybe_snapshot_producers(self) -> None:
+        """After a write's finish: a snapshot when the log rolled, at the end of what the
+        producer state has taken (later writes may be in the log already)."""
         active = self.log.active_segment_base_offset
         if active != self._snapshot_segment:
             self._snapshot_segment = active
-            self._snapshot_producers()
+            self._snapshot_producers(self._applied_end)
 
-    def _snapshot_producers(self) -> None:
+    def _snapshot_producers(self, at: int | None = None) -> None:
+        """Saves the producer state as of offset ``at`` (None: the log end, unless a
+        write is under way, whose producer the state has not taken yet: no snapshot)."""
+        if at is None:
+            if self.writes.writing:
+                return  # the next roll or close saves it
+            at = self.log.log_end_offset
         try:
             # The state saved at an offset covers the markers below it: their .txnindex
             # entries must be on disk before it is.
             self.log.sync_txn_indexes()
-            self.producers.write_snapshot(self.log.dir, self.log.log_end_offset)
+            self.producers.write_snapshot(self.log.dir, at)
         except OSError as exc:
             log.warning("could not save producer state of %s: %s", self.tp, exc)
 
@@ -631,6 +860,7 @@ class Partition:
 
     def _reload_producer_state(self) -> None:
         """Producer state anew from the snapshot and the log (after a truncation)."""
+        self._applied_end = self.log.log_end_offset
         self.producers = ProducerStateManager(self.producers.expiration_ms, self.producers.clock)
         start = self.producers.load_snapshot(self.log.dir, self.log.log_end_offset)
         start = max(start, self.log.log_start_offset)

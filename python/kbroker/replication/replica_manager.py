@@ -34,8 +34,9 @@
 
 Both purgatories are keyed by partition; a partition calls back when its
 high watermark or log end moves, which wakes exactly the operations
-watching it. Results are asyncio futures, already done when nothing had to
-wait, so the common path costs no task.
+watching it. Results are asyncio futures, done once every partition's write
+(on the logs' I/O threads, see `kbroker.log.io_threads`) and any wait is over;
+no request costs a task.
 """
 
 from __future__ import annotations
@@ -56,18 +57,20 @@ from kbroker._kbroker import (
     OffsetOutOfRangeError,
     RecordErrorsError,
     RecordTooLargeError,
+    StaleLeaderEpochError,
     validate_batches,
 )
 from kbroker.config import TopicConfig
 from kbroker.errors import ErrorCode, KafkaError, PartitionError
 from kbroker.log import Log, LogManager, TopicPartition
 from kbroker.log.compression import recompress_for_topic
+from kbroker.log.io_threads import IoThreadsClosed
 from kbroker.metadata.model import PartitionState
 from kbroker.metrics.core import BrokerMetrics
 from kbroker.replication.alter_partition import IsrChannel
 from kbroker.replication.checkpoint import read_high_watermarks, write_high_watermarks
 from kbroker.replication.fetcher import ReplicaFetcherManager
-from kbroker.replication.partition import Partition, monotonic_ms
+from kbroker.replication.partition import Partition, ProduceResult, monotonic_ms
 from kbroker.replication.producer_state import VerificationGuard
 from kbroker.replication.purgatory import DelayedOperation, Purgatory, Scheduler
 from kbroker.replication.record_errors import record_errors
@@ -118,6 +121,10 @@ class AppendResult:
     end_offset: int = -1
     # (index in the batch, why) of each record that failed its batch (Produce v8+).
     record_errors: tuple[tuple[int, str], ...] = ()
+
+
+# A partition's answer to an append: now, or once its write is done.
+Written = AppendResult | asyncio.Future[AppendResult]
 
 
 @dataclass(frozen=True, slots=True)
@@ -479,7 +486,9 @@ class ReplicaManager:
                 self._topic_ids[tp] = order.topic_id
             new = order.is_new and lg.log_end_offset == 0
             hw = self._checkpointed.pop(tp, lg.log_start_offset)
-            partition = Partition(lg, state, self.broker_id, new=new, high_watermark=hw)
+            partition = Partition(
+                lg, state, self.broker_id, new=new, high_watermark=hw, io=self.logs.io
+            )
             self.add_partition(partition)
             self._on_progress(tp)
         elif state.leader == self.broker_id:
@@ -604,11 +613,11 @@ class ReplicaManager:
         ):
             verify, guards = self._start_verification(entries)
         if verify is None or not guards:
-            results = {
+            written = {
                 tp: self._append_to_leader(tp, data, required_acks, origin)
                 for tp, data in entries.items()
             }
-            return self._await_acks(results, required_acks, timeout_ms)
+            return self._await_acks_when_written(written, required_acks, timeout_ms)
         assert transactional_id is not None
         done: asyncio.Future[dict[TopicPartition, AppendResult]] = (
             asyncio.get_running_loop().create_future()
@@ -664,7 +673,7 @@ class ReplicaManager:
             except Exception:
                 log.exception("verifying %s with its transaction coordinator", transactional_id)
                 answers = {tp: ErrorCode.NETWORK_EXCEPTION for tp in guards}
-            results: dict[TopicPartition, AppendResult] = {}
+            results: dict[TopicPartition, Written] = {}
             for tp, data in entries.items():
                 code = answers.get(tp, ErrorCode.NONE) if tp in guards else ErrorCode.NONE
                 if code != ErrorCode.NONE:
@@ -680,11 +689,43 @@ class ReplicaManager:
                 results[tp] = self._append_to_leader(
                     tp, data, required_acks, origin, guards.get(tp)
                 )
-            acked = self._await_acks(results, required_acks, timeout_ms)
+            acked = self._await_acks_when_written(results, required_acks, timeout_ms)
             acked.add_done_callback(lambda f: _pass_on(f, done))
         except Exception as exc:  # answered as the connection's failure, never lost
             if not done.done():
                 done.set_exception(exc)
+
+    def _await_acks_when_written(
+        self, written: dict[TopicPartition, Written], required_acks: int, timeout_ms: int
+    ) -> asyncio.Future[dict[TopicPartition, AppendResult]]:
+        """`_await_acks` once every partition's write is done."""
+        pending = [w for w in written.values() if isinstance(w, asyncio.Future)]
+        if not pending:
+            return self._await_acks(
+                {tp: r for tp, r in written.items() if isinstance(r, AppendResult)},
+                required_acks,
+                timeout_ms,
+            )
+        done: asyncio.Future[dict[TopicPartition, AppendResult]] = (
+            pending[0].get_loop().create_future()
+        )
+        left = len(pending)
+
+        def one_written(_: asyncio.Future[AppendResult]) -> None:
+            nonlocal left
+            left -= 1
+            if left:
+                return
+            results = {
+                tp: w if isinstance(w, AppendResult) else w.result() for tp, w in written.items()
+            }
+            self._await_acks(results, required_acks, timeout_ms).add_done_callback(
+                lambda f: _pass_on(f, done)
+            )
+
+        for w in pending:
+            w.add_done_callback(one_written)
+        return done
 
     def _await_acks(
         self, results: dict[TopicPartition, AppendResult], required_acks: int, timeout_ms: int
@@ -713,7 +754,9 @@ class ReplicaManager:
         required_acks: int,
         origin: AppendOrigin = AppendOrigin.CLIENT,
         guard: VerificationGuard | None = None,
-    ) -> AppendResult:
+    ) -> Written:
+        """Validates ``data`` and appends it to ``tp``'s log: its answer now (refused), or
+        once written."""
         partition = self._partitions.get(tp)
         if partition is None:
             return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -746,19 +789,35 @@ class ReplicaManager:
                 return AppendResult(
                     ErrorCode.INVALID_RECORD, "clients may not write control batches"
                 )
+        written = partition.append_as_leader(
+            data,
+            infos,
+            required_acks,
+            config.get_int("min.insync.replicas"),
+            config.get_str("message.timestamp.type") == "LogAppendTime",
+            origin,
+            guard,
+            self._verifier is not None and self._verification_enabled(),
+        )
+        size, records = len(data), sum(i.records for i in infos)
+        if written.done():
+            return self._leader_append_result(tp, written, size, records)
+        answer: asyncio.Future[AppendResult] = written.get_loop().create_future()
+        written.add_done_callback(
+            lambda f: answer.set_result(self._leader_append_result(tp, f, size, records))
+        )
+        return answer
+
+    def _leader_append_result(
+        self, tp: TopicPartition, written: asyncio.Future[ProduceResult], size: int, records: int
+    ) -> AppendResult:
+        """A partition's answer to a client's (or coordinator's) append, from its write."""
         try:
-            result = partition.append_as_leader(
-                data,
-                infos,
-                required_acks,
-                config.get_int("min.insync.replicas"),
-                config.get_str("message.timestamp.type") == "LogAppendTime",
-                origin,
-                guard,
-                self._verifier is not None and self._verification_enabled(),
-            )
+            result = written.result()
         except KafkaError as exc:
             return AppendResult(exc.code, str(exc))
+        except (StaleLeaderEpochError, IoThreadsClosed) as exc:
+            return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, str(exc))
         except RecordTooLargeError as exc:
             # Larger than the topic's segment.bytes (max.message.bytes was checked above).
             return AppendResult(ErrorCode.RECORD_LIST_TOO_LARGE, str(exc))
@@ -771,7 +830,7 @@ class ReplicaManager:
             )
         self.logs.errors.succeeded("append to", tp)
         if self.metrics is not None:
-            self.metrics.appended(tp.topic, len(data), sum(i.records for i in infos))
+            self.metrics.appended(tp.topic, size, records)
         return AppendResult(
             ErrorCode.NONE,
             None,
@@ -796,11 +855,8 @@ class ReplicaManager:
         REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR. The marker listeners hear of each
         marker written and replicated.
         """
-        results: dict[TopicPartition, AppendResult] = {}
-        for tp in marker.partitions:
-            results[tp] = self._append_marker(tp, marker)
-        written = {tp: r.base_offset for tp, r in results.items() if r.error == ErrorCode.NONE}
-        acked = self._await_acks(results, -1, timeout_ms)
+        writes = {tp: self._append_marker(tp, marker) for tp in marker.partitions}
+        acked = self._await_acks_when_written(writes, -1, timeout_ms)
         done: asyncio.Future[dict[TopicPartition, ErrorCode]] = (
             asyncio.get_running_loop().create_future()
         )
@@ -812,30 +868,42 @@ class ReplicaManager:
                 done.set_exception(f.exception() or asyncio.CancelledError())
                 return
             final = f.result()
-            for tp, offset in written.items():
-                if final[tp].error == ErrorCode.NONE:
-                    self._notify_marker(tp, marker.producer_id, marker.committed, offset)
+            for tp, r in final.items():
+                if r.error == ErrorCode.NONE:
+                    self._notify_marker(tp, marker.producer_id, marker.committed, r.base_offset)
             done.set_result({tp: r.error for tp, r in final.items()})
 
         acked.add_done_callback(answer)
         return done
 
-    def _append_marker(self, tp: TopicPartition, marker: TxnMarker) -> AppendResult:
+    def _append_marker(self, tp: TopicPartition, marker: TxnMarker) -> Written:
         partition = self._partitions.get(tp)
         if partition is None:
             return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         config = self.topic_config(tp.topic)
+        written = partition.append_marker_as_leader(
+            marker.producer_id,
+            marker.producer_epoch,
+            marker.coordinator_epoch,
+            marker.committed,
+            config.get_int("min.insync.replicas"),
+            config.get_str("message.timestamp.type") == "LogAppendTime",
+        )
+        if written.done():
+            return self._marker_result(tp, written)
+        answer: asyncio.Future[AppendResult] = written.get_loop().create_future()
+        written.add_done_callback(lambda f: answer.set_result(self._marker_result(tp, f)))
+        return answer
+
+    def _marker_result(
+        self, tp: TopicPartition, written: asyncio.Future[ProduceResult]
+    ) -> AppendResult:
         try:
-            result = partition.append_marker_as_leader(
-                marker.producer_id,
-                marker.producer_epoch,
-                marker.coordinator_epoch,
-                marker.committed,
-                config.get_int("min.insync.replicas"),
-                config.get_str("message.timestamp.type") == "LogAppendTime",
-            )
+            result = written.result()
         except KafkaError as exc:
             return AppendResult(exc.code, str(exc))
+        except (StaleLeaderEpochError, IoThreadsClosed) as exc:
+            return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, str(exc))
         except OSError as exc:
             self.logs.errors.write_failed("append to", tp, exc)
             return AppendResult(
