@@ -1,6 +1,8 @@
-"""One kbroker broker, two `kbroker console` processes on it (read-only, and with
---allow-writes) and one headless Chromium (Debian's, driven by Selenium through Debian's
-chromedriver) for every console test of a module.
+"""One broker, two `kbroker console` processes on it (read-only, and with --allow-writes)
+and one headless Chromium (Debian's, driven by Selenium through Debian's chromedriver) for
+every console test of a module. The broker is kbroker, and Apache Kafka 3.9.1 in
+ZooKeeper mode for the `kafka`-marked reference run (``--kafka-reference``): the same
+tests prove the console against both.
 
 Screenshots go to $KBROKER_CONSOLE_SCREENSHOTS when it is set (docs/console/ holds the
 committed set), else to a temporary directory.
@@ -15,14 +17,17 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
+from tests.cluster.kafka_zk import kafka_zk_broker
 from tests.helpers import KBROKER, BrokerProcess
+from tests.zookeeper import ZooKeeperServer
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -101,9 +106,29 @@ class ConsoleProcess:
             return Answer(exc.code, exc.read().decode(), dict(exc.headers))
 
 
+class Broker(Protocol):
+    @property
+    def bootstrap(self) -> str: ...
+
+
+@pytest.fixture(scope="module", params=["kbroker", pytest.param("kafka", marks=pytest.mark.kafka)])
+def system(request: pytest.FixtureRequest) -> str:
+    """The broker's system: kbroker, or Apache Kafka 3.9.1 for the reference run."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def console_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    node = BrokerProcess(tmp_path_factory.mktemp("console-broker") / "data")
+def console_broker(
+    system: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Broker]:
+    root = tmp_path_factory.mktemp(f"console-{system}")
+    if system == "kafka":
+        zookeeper: ZooKeeperServer = request.getfixturevalue("zookeeper")
+        chroot = f"/console-{uuid.uuid4().hex[:8]}"
+        with kafka_zk_broker(zookeeper.connect, chroot, root) as kafka:
+            yield kafka
+        return
+    node = BrokerProcess(root / "data")
     node.start("group.initial.rebalance.delay.ms=0")
     try:
         yield node
@@ -111,7 +136,7 @@ def console_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerP
         node.kill()
 
 
-def _console(broker: BrokerProcess, tmp: Path, *extra: str) -> Iterator[ConsoleProcess]:
+def _console(broker: Broker, tmp: Path, *extra: str) -> Iterator[ConsoleProcess]:
     console = ConsoleProcess(broker.bootstrap, tmp / "console.log", extra).start()
     try:
         yield console
@@ -121,7 +146,7 @@ def _console(broker: BrokerProcess, tmp: Path, *extra: str) -> Iterator[ConsoleP
 
 @pytest.fixture(scope="module")
 def console_ro(
-    console_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory
+    console_broker: Broker, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ConsoleProcess]:
     """The console as it starts by default: read-only."""
     yield from _console(console_broker, tmp_path_factory.mktemp("console-ro"))
@@ -129,7 +154,7 @@ def console_ro(
 
 @pytest.fixture(scope="module")
 def console_rw(
-    console_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory
+    console_broker: Broker, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ConsoleProcess]:
     yield from _console(console_broker, tmp_path_factory.mktemp("console-rw"), "--allow-writes")
 
@@ -158,9 +183,12 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def screenshots(system: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where this system's screenshots go (kafka's in a kafka/ subdirectory)."""
     chosen = os.environ.get("KBROKER_CONSOLE_SCREENSHOTS")
     path = Path(chosen) if chosen else tmp_path_factory.mktemp("console-screenshots")
+    if system != "kbroker":
+        path /= system
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -22,8 +22,8 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 from selenium.webdriver.common.by import By
 
-from tests.console.conftest import ConsoleProcess, wait_until
-from tests.helpers import BrokerProcess, create_topic, free_port, produce, topic_name
+from tests.console.conftest import Broker, ConsoleProcess, wait_until
+from tests.helpers import create_topic, free_port, produce, topic_name
 
 
 def text(browser: Any, css: str) -> str:
@@ -48,23 +48,23 @@ def alerts(browser: Any) -> list[str]:
     return browser.execute_script("return window.__alerts || [];")  # type: ignore[no-any-return]
 
 
-def admin(broker: BrokerProcess) -> AdminClient:
+def admin(broker: Broker) -> AdminClient:
     return AdminClient({"bootstrap.servers": broker.bootstrap})
 
 
-def partition_count(broker: BrokerProcess, topic: str) -> int | None:
+def partition_count(broker: Broker, topic: str) -> int | None:
     topics = admin(broker).list_topics(timeout=10).topics
     return len(topics[topic].partitions) if topic in topics else None
 
 
-def topic_config(broker: BrokerProcess, topic: str, name: str) -> str:
+def topic_config(broker: Broker, topic: str, name: str) -> str:
     resource = ConfigResource("topic", topic)
     client = admin(broker)  # kept until the answer came: its end fails the future
     [future] = client.describe_configs([resource]).values()
     return str(future.result(timeout=10)[name].value)
 
 
-def committed_offset(broker: BrokerProcess, group: str, topic: str) -> int:
+def committed_offset(broker: Broker, group: str, topic: str) -> int:
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
     try:
         [tp] = c.committed([TopicPartition(topic, 0)], timeout=10)
@@ -73,7 +73,7 @@ def committed_offset(broker: BrokerProcess, group: str, topic: str) -> int:
         c.close()
 
 
-def commit(broker: BrokerProcess, group: str, topic: str, offset: int) -> Consumer:
+def commit(broker: Broker, group: str, topic: str, offset: int) -> Consumer:
     """A member of ``group`` assigned ``topic`` that committed ``offset``; the caller
     closes it (the group then has no member)."""
     c = Consumer(
@@ -94,7 +94,7 @@ def commit(broker: BrokerProcess, group: str, topic: str, offset: int) -> Consum
 
 
 def test_cluster_view_shows_brokers_and_links_to_every_view(
-    console_ro: ConsoleProcess, console_broker: BrokerProcess, browser: Any, screenshots: Path
+    console_ro: ConsoleProcess, console_broker: Broker, browser: Any, screenshots: Path
 ) -> None:
     md = admin(console_broker).list_topics(timeout=10)
     [(node_id, meta)] = md.brokers.items()
@@ -122,7 +122,7 @@ def test_cluster_view_shows_brokers_and_links_to_every_view(
 
 
 def test_a_topic_created_by_a_client_appears_with_its_partitions_and_configs(
-    console_ro: ConsoleProcess, console_broker: BrokerProcess, browser: Any, screenshots: Path
+    console_ro: ConsoleProcess, console_broker: Broker, browser: Any, screenshots: Path
 ) -> None:
     open_page(browser, console_ro.url + "/topics")
     mark(browser)
@@ -172,7 +172,7 @@ def test_a_topic_created_by_a_client_appears_with_its_partitions_and_configs(
 
 
 def test_a_groups_lag_shows_and_grows_on_the_open_page(
-    console_ro: ConsoleProcess, console_broker: BrokerProcess, browser: Any, screenshots: Path
+    console_ro: ConsoleProcess, console_broker: Broker, browser: Any, screenshots: Path
 ) -> None:
     topic = topic_name("lag")
     group = topic_name("group")
@@ -204,7 +204,7 @@ def test_a_groups_lag_shows_and_grows_on_the_open_page(
 
 
 def test_records_show_as_text_json_or_hex_and_html_is_never_run(
-    console_ro: ConsoleProcess, console_broker: BrokerProcess, browser: Any, screenshots: Path
+    console_ro: ConsoleProcess, console_broker: Broker, browser: Any, screenshots: Path
 ) -> None:
     topic = topic_name("records")
     create_topic(console_broker.bootstrap, topic)
@@ -280,7 +280,7 @@ def fill(browser: Any, field_id: str, value: str) -> None:
 
 
 def test_each_write_works_after_its_confirmation_with_allow_writes(
-    console_rw: ConsoleProcess, console_broker: BrokerProcess, browser: Any, screenshots: Path
+    console_rw: ConsoleProcess, console_broker: Broker, browser: Any, screenshots: Path
 ) -> None:
     name = topic_name("written")
     open_page(browser, console_rw.url + "/topics")
@@ -291,8 +291,9 @@ def test_each_write_works_after_its_confirmation_with_allow_writes(
     assert name in text(browser, "#confirm-what")
     assert partition_count(console_broker, name) is None, "created before the confirmation"
     assert confirm(browser) == f"Created topic {name!r}."
-    assert partition_count(console_broker, name) == 2
-    assert topic_config(console_broker, name, "retention.ms") == "7654321"
+    # Kafka's brokers learn of a change from ZooKeeper a moment after it is made.
+    wait_until(lambda: partition_count(console_broker, name) == 2, "2 partitions")
+    wait_until(lambda: topic_config(console_broker, name, "retention.ms") == "7654321", "config")
 
     browser.find_element(By.ID, "done-link").click()
     wait_until(lambda: browser.find_elements(By.ID, "partition-total"), "the topic page")
@@ -300,14 +301,14 @@ def test_each_write_works_after_its_confirmation_with_allow_writes(
     submit(browser, "partition-total")
     assert partition_count(console_broker, name) == 2
     confirm(browser)
-    assert partition_count(console_broker, name) == 4
+    wait_until(lambda: partition_count(console_broker, name) == 4, "4 partitions")
 
     open_page(browser, f"{console_rw.url}/topics/{name}")
     fill(browser, "config-set", "retention.ms=1111")
     submit(browser, "config-set")
     assert topic_config(console_broker, name, "retention.ms") == "7654321"
     confirm(browser)
-    assert topic_config(console_broker, name, "retention.ms") == "1111"
+    wait_until(lambda: topic_config(console_broker, name, "retention.ms") == "1111", "1111")
 
     # Reset a group's offsets: a dry run first, then the commit.
     group = topic_name("reset")
@@ -343,7 +344,7 @@ def write_requests(topic: str, group: str) -> list[tuple[str, dict[str, str]]]:
 
 
 def test_read_only_console_refuses_every_write(
-    console_ro: ConsoleProcess, console_broker: BrokerProcess, browser: Any, screenshots: Path
+    console_ro: ConsoleProcess, console_broker: Broker, browser: Any, screenshots: Path
 ) -> None:
     topic = topic_name("kept")
     create_topic(console_broker.bootstrap, topic, partitions=1, **{"retention.ms": "99999"})
@@ -372,7 +373,7 @@ def test_read_only_console_refuses_every_write(
 
 
 def test_a_write_without_the_pages_token_or_from_another_host_is_refused(
-    console_rw: ConsoleProcess, console_broker: BrokerProcess
+    console_rw: ConsoleProcess, console_broker: Broker
 ) -> None:
     topic = topic_name("token")
     create_topic(console_broker.bootstrap, topic)
@@ -396,7 +397,7 @@ def test_a_write_without_the_pages_token_or_from_another_host_is_refused(
 
 
 def test_bad_urls_and_values_get_a_clear_page(
-    console_rw: ConsoleProcess, console_broker: BrokerProcess, browser: Any, screenshots: Path
+    console_rw: ConsoleProcess, console_broker: Broker, browser: Any, screenshots: Path
 ) -> None:
     topic = topic_name("bad")
     create_topic(console_broker.bootstrap, topic)
