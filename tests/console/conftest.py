@@ -183,26 +183,39 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def screenshots(system: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where this system's screenshots go (kafka's in a kafka/ subdirectory)."""
+def screenshot_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     chosen = os.environ.get("KBROKER_CONSOLE_SCREENSHOTS")
     path = Path(chosen) if chosen else tmp_path_factory.mktemp("console-screenshots")
-    if system != "kbroker":
-        path /= system
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def wait_until(check: Any, what: str, timeout: float = 20) -> Any:
-    """`check()` until it is true (exceptions count as not yet), else AssertionError."""
+def screenshot_dir(root: Path, system: str) -> Path:
+    """Where a system's screenshots go: kbroker's in ``root``, another's in a subdirectory
+    named after it."""
+    path = root if system == "kbroker" else root / system
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def screenshots(system: str, screenshot_root: Path) -> Path:
+    return screenshot_dir(screenshot_root, system)
+
+
+def wait_until(check: Any, what: str, timeout: float = 20, seen: Any = None) -> Any:
+    """`check()` until it is true, else AssertionError saying what ``seen()`` last gave.
+    An exception counts as not yet (a page element replaced by a refresh under the test's
+    hands, say), unlike tests.helpers.wait_for."""
     deadline = time.monotonic() + timeout
-    last: Exception | None = None
+    last: Any = None
     while time.monotonic() < deadline:
         try:
             result = check()
             if result:
                 return result
+            last = seen() if seen is not None else result
         except Exception as exc:
             last = exc
         time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}" + (f" (last: {last!r})" if last else ""))
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")

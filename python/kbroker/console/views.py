@@ -42,14 +42,23 @@ class Forbidden(Exception):
 
 def overview(cluster: Cluster) -> dict[str, Any]:
     """Cluster id, controller, brokers with rack and endpoint, and per broker the
-    partitions it holds, leads, leads under-replicated and holds out of the ISR; the
-    cluster's offline and under-min-ISR partition counts."""
+    partitions it holds, leads, leads under-replicated, holds out of the ISR and holds
+    offline (no leader); the cluster's offline and under-min-ISR partition counts. A
+    broker that partitions name as a replica but the cluster does not list (stopped, or
+    killed) is shown as down."""
     info = cluster_info(cluster)
     described = topics.describe_topics(cluster, internal=True)
-    stats = {
-        b["id"]: {"replicas": 0, "led": 0, "under_replicated": 0, "out_of_isr": 0}
-        for b in info["brokers"]
-    }
+    stats: dict[int, dict[str, Any]] = {}
+
+    def of(node: int) -> dict[str, Any]:
+        return stats.setdefault(
+            node,
+            {"replicas": 0, "led": 0, "under_replicated": 0, "out_of_isr": 0, "offline": 0},
+        )
+
+    live = {b["id"] for b in info["brokers"]}
+    for node in live:
+        of(node)
     partitions = offline = under_replicated = under_min_isr = 0
     for t in described["topics"]:
         floor = t["min_insync_replicas"]
@@ -58,18 +67,32 @@ def overview(cluster: Cluster) -> dict[str, Any]:
             lagging = len(p["isr"]) < len(p["replicas"])
             under_replicated += lagging
             under_min_isr += floor is not None and len(p["isr"]) < floor
-            if p["leader"] is None or p["leader"] not in stats:
-                offline += 1
-            else:
-                stats[p["leader"]]["led"] += 1
-                stats[p["leader"]]["under_replicated"] += lagging
+            leaderless = p["leader"] is None or p["leader"] not in live
+            offline += leaderless
+            if not leaderless:
+                of(p["leader"])["led"] += 1
+                of(p["leader"])["under_replicated"] += lagging
             for r in p["replicas"]:
-                if r in stats:
-                    stats[r]["replicas"] += 1
-                    stats[r]["out_of_isr"] += r not in p["isr"]
+                of(r)["replicas"] += 1
+                of(r)["out_of_isr"] += r not in p["isr"]
+                of(r)["offline"] += leaderless
+    brokers = [{**b, **stats[b["id"]], "down": False} for b in info["brokers"]]
+    brokers += [
+        {
+            "id": node,
+            "host": None,
+            "port": None,
+            "rack": None,
+            "controller": False,
+            **stats[node],
+            "down": True,
+        }
+        for node in sorted(set(stats) - live)
+    ]
     return {
         **info,
-        "brokers": [{**b, **stats[b["id"]]} for b in info["brokers"]],
+        "brokers": sorted(brokers, key=lambda b: b["id"]),
+        "live_brokers": len(live),
         "topic_count": len(described["topics"]),
         "partition_count": partitions,
         "offline": offline,
