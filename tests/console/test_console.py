@@ -240,23 +240,29 @@ def test_records_show_as_text_json_or_hex_and_html_is_never_run(
     open_page(browser, f"{console_ro.url}/topics/{topic}/records?from=0&count=1&format=hex")
     assert text(browser, first + " .value pre") == script.encode().hex(" ")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#records tbody tr")) == 1
-    # The last two records, from the form.
+    # The last two records, from the form; a record produced then shows up (a live tail).
     open_page(browser, f"{console_ro.url}/topics/{topic}/records")
     count = browser.find_element(By.ID, "records-count")
     count.clear()
     count.send_keys("2")
     count.submit()
-    wait_until(
-        lambda: (
-            [
-                r.get_attribute("data-offset")
-                for r in browser.find_elements(By.CSS_SELECTOR, "#records tbody tr")
-            ]
-            == ["2", "3"]
-        ),
-        "the last two records",
-    )
+    wait_until(lambda: offsets_shown(browser) == ["2", "3"], "the last two records")
+    mark(browser)
+    produce(console_broker.bootstrap, topic, [(None, b"later", None, None, 2_000_000_000_000)])
+    wait_until(lambda: offsets_shown(browser) == ["3", "4"], "the new record in the tail")
+    assert text(browser, "#records tr[data-offset='4'] .value pre") == "later"
+    assert still_marked(browser)
+    # From a time: the first record at or after it.
+    open_page(browser, f"{console_ro.url}/topics/{topic}/records?from=@2033-05-18T03:33:20Z")
+    assert offsets_shown(browser) == ["4"]
     assert alerts(browser) == []
+
+
+def offsets_shown(browser: Any) -> list[str]:
+    return [
+        str(r.get_attribute("data-offset"))
+        for r in browser.find_elements(By.CSS_SELECTOR, "#records tbody tr")
+    ]
 
 
 # -- writes ------------------------------------------------------------------------------
@@ -410,7 +416,8 @@ def test_bad_urls_and_values_get_a_clear_page(
         ("/groups/no-such-group", None, 404, "no group named 'no-such-group'"),
         (f"/topics/{topic}/records?partition=7", None, 404, "has no partition 7"),
         (f"/topics/{topic}/records?from=4", None, 400, "offset 4 is past the end"),
-        (f"/topics/{topic}/records?from=soon", None, 400, "expected an offset or 'end'"),
+        (f"/topics/{topic}/records?from=soon", None, 400, "expected an offset, 'end' or @TIME"),
+        (f"/topics/{topic}/records?from=@yesterday", None, 400, "an ISO date/time"),
         (f"/topics/{topic}/records?count=0", None, 400, "count must be 1 to 500"),
         (f"/topics/{topic}/records?count=lots", None, 400, "count must be a whole number"),
         (f"/topics/{topic}/records?format=xml", None, 400, "format must be one of"),

@@ -152,8 +152,9 @@ def group(cluster: Cluster, name: str) -> dict[str, Any]:
 
 def browse(cluster: Cluster, name: str, partition: int, start: str, count: int) -> dict[str, Any]:
     """Up to ``count`` records of partition ``partition`` of topic ``name``: from offset
-    ``start``, or the last ``count`` ones when ``start`` is "end". An offset outside what
-    the partition holds is BadInput."""
+    ``start``, from the first record at or after a time when ``start`` is ``@TIME``, or
+    the last ``count`` ones when ``start`` is "end". An offset outside what the partition
+    holds is BadInput."""
     if not 1 <= count <= MAX_RECORDS:
         raise BadInput(f"count must be 1 to {MAX_RECORDS}, got {count}")
     _check_topic(cluster, name)
@@ -164,11 +165,18 @@ def browse(cluster: Cluster, name: str, partition: int, start: str, count: int) 
     first, end = rows[partition]["log_start_offset"], rows[partition]["log_end_offset"]
     if start == "end":
         spec = StartSpec("from_end", count)
+    elif start.startswith("@"):
+        try:
+            spec = StartSpec.parse(start)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
     else:
         try:
             offset = int(start)
         except ValueError:
-            raise BadInput(f"expected an offset or 'end', got {start!r}") from None
+            raise BadInput(
+                f"expected an offset, 'end' or @TIME (epoch ms or ISO date/time), got {start!r}"
+            ) from None
         if first is not None and end is not None and not first <= offset <= end:
             where = "past the end" if offset > end else "before the start"
             raise BadInput(
