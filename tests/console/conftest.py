@@ -67,7 +67,7 @@ class ConsoleProcess:
 
     def start(self, timeout: float = 30) -> ConsoleProcess:
         args = [*KBROKER, "console", "-b", self.bootstrap, "--listen", "127.0.0.1:0"]
-        args += ["--refresh", "1", "--timeout", "10", *self.extra]
+        args += ["--refresh", "1", "--lag-sample", "1", "--timeout", "10", *self.extra]
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log)
         log.close()

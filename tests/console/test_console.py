@@ -15,6 +15,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,12 @@ def committed_offset(broker: Broker, group: str, topic: str) -> int:
         return int(tp.offset)
     finally:
         c.close()
+
+
+def lag_points(console: ConsoleProcess, group: str) -> list[tuple[float, int]]:
+    answer = console.get("/api/lag?group=" + urllib.parse.quote(group))
+    assert answer.status == 200
+    return [(t, lag) for t, lag in json.loads(answer.body)["points"]]
 
 
 def commit(broker: Broker, group: str, topic: str, offset: int) -> Consumer:
@@ -180,6 +187,13 @@ def test_a_groups_lag_shows_and_grows_on_the_open_page(
     produce(console_broker.bootstrap, topic, [(None, b"x")] * 10)
     member = commit(console_broker, group, topic, 4)
     try:
+        # The console samples every group's lag in the background (--lag-sample 1), before
+        # any page of the group is shown.
+        wait_until(
+            lambda: [lag for _, lag in lag_points(console_ro, group)][-1:] == [6],
+            "the background sample of the group's lag",
+            seen=lambda: lag_points(console_ro, group),
+        )
         open_page(browser, console_ro.url + "/groups")
         wait_until(
             lambda: browser.find_elements(By.CSS_SELECTOR, f"#groups tr[data-name='{group}']"),
@@ -198,6 +212,11 @@ def test_a_groups_lag_shows_and_grows_on_the_open_page(
         wait_until(lambda: text(browser, tp + " .lag") == "11", "the lag to grow to 11")
         assert text(browser, "#total-lag") == "11"
         assert still_marked(browser)
+        # The lag chart (uPlot) draws the samples, the newest 11.
+        chart = browser.find_element(By.ID, "lag-chart")
+        wait_until(lambda: chart.get_attribute("data-last") == "11", "the chart's newest lag")
+        assert int(chart.get_attribute("data-points")) >= 2
+        assert browser.find_elements(By.CSS_SELECTOR, "#lag-chart canvas")
         browser.save_screenshot(str(screenshots / "group.png"))
     finally:
         member.close()

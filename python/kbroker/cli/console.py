@@ -39,8 +39,21 @@ CONSOLE_PACKAGES = ("starlette", "uvicorn", "jinja2", "multipart")
     type=click.FloatRange(min=0.2, max=3600),
     help="Seconds between two refreshes of an open page.",
 )
+@click.option(
+    "--lag-sample",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds between two samples of every group's lag for the lag charts of the last "
+    "hour (0: only while a group's page is open).",
+)
 def console_command(
-    bootstrap: str | None, timeout: float, listen: str, allow_writes: bool, refresh: float
+    bootstrap: str | None,
+    timeout: float,
+    listen: str,
+    allow_writes: bool,
+    refresh: float,
+    lag_sample: float,
 ) -> None:
     """Serve a web console for a Kafka-compatible cluster: brokers, topics, consumer
     groups and records, through the same admin code as the other commands."""
@@ -56,6 +69,8 @@ def console_command(
         ) from None
     from kbroker.tools.client import ClientError, split_host_port
 
+    if 0 < lag_sample < 1:
+        raise click.BadParameter("0 (off) or at least 1 second", param_hint="--lag-sample")
     address, timeout, security = connection(bootstrap, timeout)
     try:
         host, port = split_host_port(listen)
@@ -78,6 +93,7 @@ def console_command(
         security=security,
         allow_writes=allow_writes,
         refresh=refresh,
+        lag_sample=lag_sample,
         allowed_hosts=(*LOOPBACK_NAMES, host) if on_loopback else None,
     )
     shown_host = f"[{host}]" if family == socket.AF_INET6 else host
@@ -89,7 +105,7 @@ def console_command(
             log_level="warning",
             access_log=False,
             server_header=False,
-            lifespan="off",
+            lifespan="on",
         )
     )
     server.run(sockets=[sock])

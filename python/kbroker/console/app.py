@@ -12,6 +12,10 @@ group the cluster does not have, 400 for values the console cannot use, 403 for 
 in read-only mode or without the page's CSRF token, 502/503/504 when the cluster answers
 an error, cannot be reached or does not answer in time; never a traceback.
 
+While it runs the console samples every group's lag every ``lag_sample`` seconds (and
+at each view of a group's page) into a `LagHistory` of the last hour, which ``/api/lag``
+gives as JSON to the group page's chart (uPlot, vendored under static/vendor).
+
 Writes (create, delete, add partitions, alter configs, reset a group's offsets) exist
 only with ``allow_writes``, are POST-only, carry the console's CSRF token, and are done
 in two steps: the first validates (the cluster's validate-only mode, or the reset's dry
@@ -24,7 +28,9 @@ import asyncio
 import hmac
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,12 +41,13 @@ from starlette.applications import Starlette
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kbroker.console import views
+from kbroker.console.history import LagHistory
 from kbroker.console.show import FORMATS, show
 from kbroker.security.client import ClientSecurity
 from kbroker.tools.client import ClientError
@@ -69,6 +76,10 @@ class Settings:
     # Host names the pages answer to (None: any). A console on loopback answers only to
     # loopback names, so another site's page cannot reach it under its own name.
     allowed_hosts: tuple[str, ...] | None = LOOPBACK_NAMES
+    # Seconds between two samples of every group's lag for the lag charts (0: only when a
+    # group's page is shown), and how many groups are sampled.
+    lag_sample: float = 30.0
+    lag_sample_groups: int = 100
 
     @property
     def call_deadline(self) -> float:
@@ -107,6 +118,7 @@ class Console:
         self.settings = settings
         self.csrf_token = secrets.token_urlsafe(32)
         self.calls = asyncio.Semaphore(MAX_CALLS)
+        self.lag_history = LagHistory()
         self.templates = Environment(
             loader=FileSystemLoader(HERE / "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -259,7 +271,29 @@ class Console:
     async def group_page(self, request: Request) -> Response:
         name = request.path_params["name"]
         data = await self.ask(views.group, name)
+        self.lag_history.record(name, time.time(), data["total_lag"])
         return self.render(request, "group.html", view="groups", group=data)
+
+    async def lag_points(self, request: Request) -> Response:
+        """A group's lag samples of the last hour as JSON: {"group", "points": [[epoch
+        seconds, total lag], ...]}."""
+        name = request.query_params.get("group", "")
+        points = self.lag_history.points(name, time.time())
+        return JSONResponse({"group": name, "points": points})
+
+    async def sample_lags(self) -> None:
+        """Every `lag_sample` seconds, the lag of the cluster's groups into the history; a
+        cluster that cannot be asked now is asked again next time."""
+        while True:
+            try:
+                lags = await self.ask(views.group_lags, self.settings.lag_sample_groups)
+            except Exception as exc:  # the sampler outlives any one failure
+                log.warning("cannot sample the groups' lag: %s", exc)
+            else:
+                now = time.time()
+                for group, lag in lags.items():
+                    self.lag_history.record(group, now, lag)
+            await asyncio.sleep(self.settings.lag_sample)
 
     # -- writes ----------------------------------------------------------------------
 
@@ -429,6 +463,7 @@ def create_app(settings: Settings) -> ASGIApp:
         Route("/topics/{name}/records", g(console.records_page)),
         Route("/groups", g(console.groups_page)),
         Route("/groups/{name:path}", g(console.group_page)),
+        Route("/api/lag", console.lag_points),
         Route("/write/topic", g(console.create_topic), methods=["POST"]),
         Route("/topics/{name}/delete", g(console.delete_topic), methods=["POST"]),
         Route("/topics/{name}/partitions", g(console.add_partitions), methods=["POST"]),
@@ -455,9 +490,19 @@ def create_app(settings: Settings) -> ASGIApp:
             PageError(500, "The console failed", f"{type(exc).__name__}; see the console's log."),
         )
 
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        sampler = asyncio.create_task(console.sample_lags()) if settings.lag_sample > 0 else None
+        try:
+            yield
+        finally:
+            if sampler is not None:
+                sampler.cancel()
+
     app = Starlette(
         routes=routes,
         exception_handlers={HTTPException: http_error, Exception: server_error},
+        lifespan=lifespan,
     )
     return HostCheck(SecurityHeaders(app), settings.allowed_hosts)
 

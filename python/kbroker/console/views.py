@@ -150,6 +150,19 @@ def group(cluster: Cluster, name: str) -> dict[str, Any]:
     return described
 
 
+def group_lags(cluster: Cluster, limit: int) -> dict[str, int]:
+    """The total lag of each of the first ``limit`` groups (by name) the cluster lists; a
+    group that cannot be described now is left out."""
+    lags = {}
+    for listed in groups.list_groups(cluster, (), {})[:limit]:
+        try:
+            described = groups.describe_group(cluster, listed["group"])
+        except ClientError:
+            continue
+        lags[listed["group"]] = sum(o["lag"] or 0 for o in described["offsets"])
+    return lags
+
+
 def browse(cluster: Cluster, name: str, partition: int, start: str, count: int) -> dict[str, Any]:
     """Up to ``count`` records of partition ``partition`` of topic ``name``: from offset
     ``start``, from the first record at or after a time when ``start`` is ``@TIME``, or

@@ -52,3 +52,47 @@
   }
   applyFilters();
 })();
+
+// The lag chart of a group's page: the console's samples of the last hour (uPlot),
+// fetched again at each refresh.
+(function () {
+  const box = document.getElementById("lag-chart");
+  if (!box || typeof window.uPlot !== "function") return;
+  const seconds = parseFloat(document.getElementById("live").dataset.refresh || "0");
+  let chart = null;
+
+  function series(points) {
+    return [points.map((p) => p[0]), points.map((p) => p[1])];
+  }
+
+  async function draw() {
+    const url = "/api/lag?group=" + encodeURIComponent(box.dataset.group);
+    let answer;
+    try {
+      answer = await fetch(url, { cache: "no-store" });
+    } catch (err) {
+      return;
+    }
+    if (!answer.ok) return;
+    const points = (await answer.json()).points;
+    box.dataset.points = String(points.length);
+    box.dataset.last = points.length ? String(points[points.length - 1][1]) : "";
+    if (chart === null) {
+      chart = new window.uPlot(
+        {
+          width: Math.max(320, (box.clientWidth || 800) - 8),
+          height: 220,
+          scales: { y: { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] } },
+          series: [{}, { label: "lag", stroke: "#1f5fa8", width: 2, fill: "rgba(31,95,168,0.08)" }],
+        },
+        series(points),
+        box,
+      );
+    } else {
+      chart.setData(series(points));
+    }
+  }
+
+  draw();
+  if (seconds > 0) window.setInterval(draw, seconds * 1000);
+})();
