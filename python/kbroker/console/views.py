@@ -124,8 +124,14 @@ def topic(cluster: Cluster, name: str, all_configs: bool) -> dict[str, Any]:
     described = topics.describe_topics(cluster, [name])
     found: dict[str, Any] = described["topics"][0]
     resource = config_tool.Resource(config_tool.TOPIC, name)
-    found["configs"] = config_tool.describe(cluster, resource, include_defaults=all_configs)
     found["notes"] = described["notes"]
+    try:
+        found["configs"] = config_tool.describe(cluster, resource, include_defaults=all_configs)
+    except ClientError as exc:
+        # Describing configs is a right of its own (DescribeConfigs on the topic): without
+        # it the rest of the page is still shown.
+        found["configs"] = []
+        found["notes"] = [*found["notes"], f"its configs cannot be shown: {exc}"]
     return found
 
 
