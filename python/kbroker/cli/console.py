@@ -47,6 +47,14 @@ CONSOLE_PACKAGES = ("starlette", "uvicorn", "jinja2", "multipart")
     help="Seconds between two samples of every group's lag for the lag charts of the last "
     "hour (0: only while a group's page is open).",
 )
+@click.option(
+    "--metrics",
+    "metrics_urls",
+    multiple=True,
+    metavar="URL",
+    help="A broker's Prometheus metrics (http://HOST:PORT/metrics of kbroker's "
+    "metrics.listeners), for throughput and latency per broker; repeatable.",
+)
 def console_command(
     bootstrap: str | None,
     timeout: float,
@@ -54,6 +62,7 @@ def console_command(
     allow_writes: bool,
     refresh: float,
     lag_sample: float,
+    metrics_urls: tuple[str, ...],
 ) -> None:
     """Serve a web console for a Kafka-compatible cluster: brokers, topics, consumer
     groups and records, through the same admin code as the other commands."""
@@ -69,6 +78,11 @@ def console_command(
         ) from None
     from kbroker.tools.client import ClientError, split_host_port
 
+    for url in metrics_urls:
+        if not url.startswith(("http://", "https://")):
+            raise click.BadParameter(
+                f"expected an http(s) URL, got {url!r}", param_hint="--metrics"
+            )
     if 0 < lag_sample < 1:
         raise click.BadParameter("0 (off) or at least 1 second", param_hint="--lag-sample")
     address, timeout, security = connection(bootstrap, timeout)
@@ -94,6 +108,7 @@ def console_command(
         allow_writes=allow_writes,
         refresh=refresh,
         lag_sample=lag_sample,
+        metrics_urls=metrics_urls,
         allowed_hosts=(*LOOPBACK_NAMES, host) if on_loopback else None,
     )
     shown_host = f"[{host}]" if family == socket.AF_INET6 else host

@@ -14,7 +14,9 @@ an error, cannot be reached or does not answer in time; never a traceback.
 
 While it runs the console samples every group's lag every ``lag_sample`` seconds (and
 at each view of a group's page) into a `LagHistory` of the last hour, which ``/api/lag``
-gives as JSON to the group page's chart (uPlot, vendored under static/vendor).
+gives as JSON to the group page's chart (uPlot, vendored under static/vendor); given
+the brokers' ``/metrics`` URLs, it scrapes them every ``refresh`` seconds for the
+throughput and latency columns of the cluster and topics pages (`BrokerMetrics`).
 
 Writes (create, delete, add partitions, alter configs, reset a group's offsets) exist
 only with ``allow_writes``, are POST-only, carry the console's CSRF token, and are done
@@ -48,6 +50,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kbroker.console import views
 from kbroker.console.history import LagHistory
+from kbroker.console.metrics import BrokerMetrics
 from kbroker.console.show import FORMATS, show
 from kbroker.security.client import ClientSecurity
 from kbroker.tools.client import ClientError
@@ -80,6 +83,8 @@ class Settings:
     # group's page is shown), and how many groups are sampled.
     lag_sample: float = 30.0
     lag_sample_groups: int = 100
+    # The brokers' Prometheus /metrics URLs (throughput and latency per broker).
+    metrics_urls: tuple[str, ...] = ()
 
     @property
     def call_deadline(self) -> float:
@@ -119,6 +124,7 @@ class Console:
         self.csrf_token = secrets.token_urlsafe(32)
         self.calls = asyncio.Semaphore(MAX_CALLS)
         self.lag_history = LagHistory()
+        self.metrics = BrokerMetrics(settings.metrics_urls, settings.timeout)
         self.templates = Environment(
             loader=FileSystemLoader(HERE / "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -214,14 +220,35 @@ class Console:
 
     # -- pages -----------------------------------------------------------------------
 
+    def metrics_view(self) -> dict[str, Any] | None:
+        return self.metrics.view() if self.settings.metrics_urls else None
+
     async def cluster_page(self, request: Request) -> Response:
         data = await self.ask(views.overview)
-        return self.render(request, "cluster.html", view="cluster", cluster=data)
+        return self.render(
+            request, "cluster.html", view="cluster", cluster=data, metrics=self.metrics_view()
+        )
 
     async def topics_page(self, request: Request) -> Response:
         search = request.query_params.get("q", "")
         rows = await self.ask(views.topic_list, search)
-        return self.render(request, "topics.html", view="topics", topics=rows, search=search)
+        return self.render(
+            request,
+            "topics.html",
+            view="topics",
+            topics=rows,
+            search=search,
+            metrics=self.metrics_view(),
+        )
+
+    async def scrape_metrics(self) -> None:
+        """Every `refresh` seconds (at least one), each broker's /metrics."""
+        while True:
+            try:
+                await asyncio.to_thread(self.metrics.scrape_all)
+            except Exception as exc:  # the scraper outlives any one failure
+                log.warning("cannot scrape the brokers' metrics: %s", exc)
+            await asyncio.sleep(max(1.0, self.settings.refresh))
 
     async def topic_page(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -492,12 +519,16 @@ def create_app(settings: Settings) -> ASGIApp:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        sampler = asyncio.create_task(console.sample_lags()) if settings.lag_sample > 0 else None
+        tasks = []
+        if settings.lag_sample > 0:
+            tasks.append(asyncio.create_task(console.sample_lags()))
+        if settings.metrics_urls:
+            tasks.append(asyncio.create_task(console.scrape_metrics()))
         try:
             yield
         finally:
-            if sampler is not None:
-                sampler.cancel()
+            for task in tasks:
+                task.cancel()
 
     app = Starlette(
         routes=routes,
