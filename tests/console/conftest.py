@@ -1,8 +1,8 @@
-"""One broker, two `kbroker console` processes on it (read-only, and with --allow-writes)
-and one headless Chromium (Debian's, driven by Selenium through Debian's chromedriver) for
-every console test of a module. The broker is kbroker, and Apache Kafka 3.9.1 in
-ZooKeeper mode for the `kafka`-marked reference run (``--kafka-reference``): the same
-tests prove the console against both.
+"""One broker and two `kbroker console` processes on it (read-only, and with
+--allow-writes) for every console test of a module, and one headless Chromium (Debian's,
+driven by Selenium through Debian's chromedriver) for the session. The broker is kbroker,
+and Apache Kafka 3.9.1 in ZooKeeper mode for the `kafka`-marked reference run
+(``--kafka-reference``): the same tests prove the console against both.
 
 Screenshots go to $KBROKER_CONSOLE_SCREENSHOTS when it is set (docs/console/ holds the
 committed set), else to a temporary directory.
@@ -159,7 +159,7 @@ def console_rw(
     yield from _console(console_broker, tmp_path_factory.mktemp("console-rw"), "--allow-writes")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
         pytest.skip(

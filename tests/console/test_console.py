@@ -140,6 +140,8 @@ def test_a_topic_created_by_a_client_appears_with_its_partitions_and_configs(
     row = f"#topics tr[data-name='{name}']"
     wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, row), f"{name} on the open page")
     assert still_marked(browser)
+    assert text(browser, row + " .under-replicated") == "0"
+    assert text(browser, row + " .size") == "0"
     assert [c.text for c in browser.find_elements(By.CSS_SELECTOR, row + " td")][:3] == [
         name,
         "2",
@@ -341,11 +343,27 @@ def test_each_write_works_after_its_confirmation_with_allow_writes(
     commit(console_broker, group, name, 5).close()
     open_page(browser, f"{console_rw.url}/groups/{group}")
     fill(browser, "reset-topic", name)
-    submit(browser, "reset-topic")
+    submit(browser, "reset-topic")  # to earliest, the form's first choice
     assert text(browser, f"#plan tr[data-tp='{name}-0'] .new-offset") == "0"
     assert committed_offset(console_broker, group, name) == 5, "committed during the dry run"
     browser.save_screenshot(str(screenshots / "reset-offsets-dry-run.png"))
     confirm(browser)
+    assert committed_offset(console_broker, group, name) == 0
+    # The CLI's other ways to choose offsets, as dry runs (no member, so each could commit).
+    token = browser.find_element(By.CSS_SELECTOR, "meta[name=csrf-token]").get_attribute("content")
+    for to, value, new_offset in [
+        ("latest", "", "5"),
+        ("current", "", "0"),
+        ("offset", "3", "3"),
+        ("shift", "2", "2"),
+        ("datetime", "2100-01-01T00:00", "5"),  # no record that late: the end
+        ("duration", "PT1H", "0"),  # every record is of the last hour
+    ]:
+        form = {"csrf": token, "group": group, "topic": name, "to": to, "value": value}
+        answer = console_rw.post("/write/reset-offsets", form)
+        assert answer.status == 200, (to, answer.body)
+        planned = re.search(r'<td class="new-offset">(\d+)</td>', answer.body)
+        assert planned is not None and planned.group(1) == new_offset, (to, answer.body)
     assert committed_offset(console_broker, group, name) == 0
 
     open_page(browser, f"{console_rw.url}/topics/{name}")
@@ -446,6 +464,12 @@ def test_bad_urls_and_values_get_a_clear_page(
         (f"/topics/{topic}/config", {"set": "no equals"}, 400, "expected NAME=VALUE"),
         (f"/topics/{topic}/partitions", {"count": "1"}, 409, "INVALID_PARTITIONS"),
         ("/write/reset-offsets", {"group": "g", "to": "tomorrow"}, 400, "reset to earliest"),
+        (
+            "/write/reset-offsets",
+            {"group": "g", "to": "duration", "value": "an hour"},
+            400,
+            "expected an ISO 8601 duration",
+        ),
     ]
     for path, form, status, says in cases:
         answer = (

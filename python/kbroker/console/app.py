@@ -55,7 +55,8 @@ from kbroker.console.show import FORMATS, show
 from kbroker.security.client import ClientSecurity
 from kbroker.tools.client import ClientError
 from kbroker.tools.cluster import Cluster
-from kbroker.tools.group_offsets import ResetSpec
+from kbroker.tools.group_offsets import ResetSpec, parse_duration
+from kbroker.tools.offsets import parse_time
 
 HERE = Path(__file__).resolve().parent
 MAX_CALLS = 8
@@ -231,12 +232,13 @@ class Console:
 
     async def topics_page(self, request: Request) -> Response:
         search = request.query_params.get("q", "")
-        rows = await self.ask(views.topic_list, search)
+        data = await self.ask(views.topic_list, search)
         return self.render(
             request,
             "topics.html",
             view="topics",
-            topics=rows,
+            topics=data["topics"],
+            topic_notes=data["notes"],
             search=search,
             metrics=self.metrics_view(),
         )
@@ -429,8 +431,26 @@ class Console:
             spec = ResetSpec(to_offset=_int(value_text, "offset", 0))
         elif to == "shift":
             spec = ResetSpec(shift_by=_int(value_text, "shift", -(2**62)))
+        elif to == "current":
+            spec = ResetSpec(to_current=True)
+        elif to == "datetime":
+            try:
+                when = parse_time(value_text)
+            except ValueError as exc:
+                raise views.BadInput(str(exc)) from None
+            if when < 0:
+                raise views.BadInput(f"expected a date/time, got {value_text!r}")
+            spec = ResetSpec(to_datetime=when)
+        elif to == "duration":
+            try:
+                spec = ResetSpec(by_duration=parse_duration(value_text))
+            except ValueError as exc:
+                raise views.BadInput(str(exc)) from None
         else:
-            raise views.BadInput(f"reset to earliest, latest, offset or shift; got {to!r}")
+            raise views.BadInput(
+                "reset to earliest, latest, current, offset, shift, datetime or duration; "
+                f"got {to!r}"
+            )
         confirmed = form.get("confirmed") == "1"
         plan = await self.ask(views.reset_offsets, name, topic_name, spec, confirmed)
         if not confirmed:

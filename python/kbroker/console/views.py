@@ -102,10 +102,31 @@ def overview(cluster: Cluster) -> dict[str, Any]:
     }
 
 
-def topic_list(cluster: Cluster, search: str) -> list[dict[str, Any]]:
-    """Every topic (internal ones too) whose name contains ``search``."""
+def topic_list(cluster: Cluster, search: str) -> dict[str, Any]:
+    """Every topic (internal ones too) whose name contains ``search``: partitions,
+    replication factor, under-replicated partitions and size (None while a leader's size
+    is unknown)."""
     pattern = f".*{re.escape(search)}.*" if search else None
-    return topics.list_topics(cluster, pattern, internal=True)
+    names = [t["topic"] for t in topics.list_topics(cluster, pattern, internal=True)]
+    if not names:
+        return {"topics": [], "notes": []}
+    described = topics.describe_topics(cluster, names, internal=True)
+    rows = []
+    for t in described["topics"]:
+        sizes = [p["size_bytes"] for p in t["partitions"]]
+        rows.append(
+            {
+                "topic": t["topic"],
+                "partitions": t["partition_count"],
+                "replication_factor": t["replication_factor"],
+                "internal": t["internal"],
+                "under_replicated": sum(
+                    len(p["isr"]) < len(p["replicas"]) for p in t["partitions"]
+                ),
+                "size_bytes": None if None in sizes else sum(sizes),
+            }
+        )
+    return {"topics": rows, "notes": described["notes"]}
 
 
 def _check_topic(cluster: Cluster, name: str) -> None:
