@@ -19,10 +19,12 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 from selenium.webdriver.common.by import By
 
+from kbroker.cli import main
 from tests.console.conftest import Broker, ConsoleProcess, wait_until
 from tests.helpers import create_topic, free_port, produce, topic_name
 
@@ -507,3 +509,18 @@ def test_console_without_its_extra_says_how_to_install_it() -> None:
         "Error: kbroker console needs its web packages (uvicorn is missing): "
         "pip install 'kbroker[console]'"
     )
+
+
+def test_bad_command_line_values_get_one_line(console_ro: ConsoleProcess) -> None:
+    taken = console_ro.url.removeprefix("http://")
+    cases = [
+        (["--listen", taken], 1, f"Error: cannot listen on {taken}: Address already in use"),
+        (["--listen", "nowhere"], 2, "expected HOST:PORT, got 'nowhere'"),
+        (["--metrics", "ftp://b1/metrics"], 2, "expected an http(s) URL"),
+        (["--lag-sample", "0.5"], 2, "0 (off) or at least 1 second"),
+    ]
+    for args, code, says in cases:
+        result = CliRunner().invoke(main, ["console", "-b", "127.0.0.1:1", *args])
+        assert result.exit_code == code, (args, result.output)
+        assert says in result.output, (args, result.output)
+        assert "Traceback" not in result.output
