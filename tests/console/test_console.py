@@ -13,8 +13,10 @@ from __future__ import annotations
 import html
 import json
 import re
+import socket
 import subprocess
 import sys
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -495,6 +497,25 @@ def test_an_unreachable_cluster_gets_a_clear_page(tmp_path: Path) -> None:
             assert "Traceback" not in answer.body
     finally:
         console.stop()
+
+
+def test_a_cluster_that_does_not_answer_gets_a_clear_page_in_time(tmp_path: Path) -> None:
+    """A listener that takes connections and never answers: each call is bounded by the
+    client timeout (--timeout 1 here: the last of the two given wins)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        console = ConsoleProcess(address, tmp_path / "console.log", ("--timeout", "1")).start()
+        try:
+            started = time.monotonic()
+            answer = console.get("/topics")
+            assert answer.status == 504
+            assert "The cluster did not answer in time" in answer.body
+            assert "timed out" in answer.body
+            assert time.monotonic() - started < 10
+        finally:
+            console.stop()
 
 
 def test_console_without_its_extra_says_how_to_install_it() -> None:

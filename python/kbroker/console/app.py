@@ -187,13 +187,7 @@ class Console:
             except views.Refused as exc:
                 return self.error_page(request, PageError(409, "The cluster refused", str(exc)))
             except ClientError as exc:
-                unreachable = str(exc).startswith(("cannot connect", "cannot authenticate"))
-                return self.error_page(
-                    request,
-                    PageError(503, "Cannot reach the cluster", str(exc))
-                    if unreachable
-                    else PageError(502, "The cluster answered an error", str(exc)),
-                )
+                return self.error_page(request, _cluster_error(str(exc)))
 
         return page
 
@@ -467,6 +461,15 @@ class Console:
             "/groups/" + quote(name, safe=""),
             plan,
         )
+
+
+def _cluster_error(message: str) -> PageError:
+    """The page for a ClientError: the cluster unreachable, silent, or answering an error."""
+    if message.startswith(("cannot connect", "cannot authenticate")):
+        return PageError(503, "Cannot reach the cluster", message)
+    if "failed: timed out" in message:  # a socket timeout under a request
+        return PageError(504, "The cluster did not answer in time", message)
+    return PageError(502, "The cluster answered an error", message)
 
 
 def _text(form: FormData, field: str, default: str | None = None) -> str:
