@@ -66,13 +66,17 @@ class BrokerProcess:
     # Several listeners (Kafka's `listeners` setting) instead of one PLAINTEXT listener on
     # `port`; `port` must be one of theirs (the start waits until it accepts connections).
     listeners: str | None = None
+    # The `kbroker` to run (default: this interpreter's, from the source tree), and the
+    # environment it runs in (default: this process's).
+    command: list[str] = field(default_factory=lambda: list(KBROKER))
+    env: Mapping[str, str] | None = None
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def start(self, *settings: str, timeout: float = 30.0) -> BrokerProcess:
-        args = [*KBROKER, "serve", "--data-dir", str(self.data_dir)]
+        args = [*self.command, "serve", "--data-dir", str(self.data_dir)]
         if self.listeners is None:
             args += ["--listen", self.bootstrap]
         else:
@@ -83,7 +87,7 @@ class BrokerProcess:
         self.log_path = self.data_dir.parent / f"broker-{self.port}.log"
         out = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         self.proc = subprocess.Popen(
-            args, stdout=out, stderr=subprocess.STDOUT, preexec_fn=self.preexec
+            args, stdout=out, stderr=subprocess.STDOUT, preexec_fn=self.preexec, env=self.env
         )
         out.close()
         deadline = time.monotonic() + timeout
