@@ -51,7 +51,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from kbroker.console import views
 from kbroker.console.history import LagHistory
 from kbroker.console.metrics import BrokerMetrics
-from kbroker.console.show import FORMATS, show
+from kbroker.console.show import FORMATS
 from kbroker.security.client import ClientSecurity
 from kbroker.tools.client import ClientError
 from kbroker.tools.cluster import Cluster
@@ -263,24 +263,14 @@ class Console:
         fmt = q.get("format", "auto")
         if fmt not in FORMATS:
             raise views.BadInput(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-        data = await self.ask(views.browse, name, partition, start, count)
         limit = self.settings.max_field_bytes
-        shown = [
-            {
-                "offset": r.offset,
-                "timestamp": r.timestamp,
-                "key": show(r.key, fmt, limit),
-                "value": show(r.value, fmt, limit),
-                "headers": [(k, show(v, fmt, limit)) for k, v in r.headers],
-            }
-            for r in data["records"]
-        ]
+        data = await self.ask(views.browse, name, partition, start, count, fmt, limit)
         return self.render(
             request,
             "records.html",
             view="topics",
             data=data,
-            shown=shown,
+            shown=data["records"],
             start=start,
             count=count,
             format=fmt,

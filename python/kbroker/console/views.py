@@ -14,12 +14,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from kbroker.console.show import show
 from kbroker.protocol import ErrorCode
 from kbroker.tools import configs as config_tool
 from kbroker.tools import group_offsets, groups, topics
 from kbroker.tools.client import ClientError
 from kbroker.tools.cluster import Cluster, cluster_info
-from kbroker.tools.consume import Record, StartSpec, records
+from kbroker.tools.consume import StartSpec, records
 
 MAX_RECORDS = 500
 
@@ -190,11 +191,14 @@ def group_lags(cluster: Cluster, limit: int) -> dict[str, int]:
     return lags
 
 
-def browse(cluster: Cluster, name: str, partition: int, start: str, count: int) -> dict[str, Any]:
+def browse(
+    cluster: Cluster, name: str, partition: int, start: str, count: int, fmt: str, limit: int
+) -> dict[str, Any]:
     """Up to ``count`` records of partition ``partition`` of topic ``name``: from offset
     ``start``, from the first record at or after a time when ``start`` is ``@TIME``, or
     the last ``count`` ones when ``start`` is "end". An offset outside what the partition
-    holds is BadInput."""
+    holds is BadInput. Keys, values and header values are shown as `show` does with
+    ``fmt`` and ``limit``."""
     if not 1 <= count <= MAX_RECORDS:
         raise BadInput(f"count must be 1 to {MAX_RECORDS}, got {count}")
     _check_topic(cluster, name)
@@ -224,14 +228,25 @@ def browse(cluster: Cluster, name: str, partition: int, start: str, count: int) 
                 f"{first} to {end - 1} (its end offset is {end})"
             )
         spec = StartSpec("offset", offset)
-    read: list[Record] = list(records(cluster, name, [partition], spec, count, until_end=True))
+    # Each record is made displayable as it is read, and its bytes dropped: what is held
+    # stays bounded by `count` fields of `limit` bytes whatever the records' sizes.
+    shown = [
+        {
+            "offset": r.offset,
+            "timestamp": r.timestamp,
+            "key": show(r.key, fmt, limit),
+            "value": show(r.value, fmt, limit),
+            "headers": [(k, show(v, fmt, limit)) for k, v in r.headers],
+        }
+        for r in records(cluster, name, [partition], spec, count, until_end=True)
+    ]
     return {
         "topic": name,
         "partition": partition,
         "partitions": sorted(rows),
         "log_start_offset": first,
         "log_end_offset": end,
-        "records": read,
+        "records": shown,
     }
 
 
