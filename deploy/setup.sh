@@ -15,8 +15,9 @@ extras="${1:-}"
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
 # System packages: kcat (a real librdkafka client used by the tests),
-# zookeeper (a real ZooKeeper server: the cluster tests and deploy/local-cluster.sh)
-# and prometheus (a real Prometheus server, and promtool, for tests/metrics).
+# zookeeper (a real ZooKeeper server: the cluster tests and deploy/local-cluster.sh),
+# prometheus (a real Prometheus server, and promtool, for tests/metrics) and chromium
+# with chromium-driver (a real browser for tests/console).
 need_apt=()
 if [ "$extras" = "test" ] || [ "$extras" = "cluster" ]; then
     [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
@@ -24,6 +25,9 @@ fi
 if [ "$extras" = "test" ]; then
     command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
     command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+    # Headless Chromium and its WebDriver for the console's browser tests (tests/console).
+    [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+    [ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
     say "installing system packages: ${need_apt[*]}"
@@ -45,7 +49,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
 spec="."
-[ "$extras" = "test" ] && spec=".[test,bench,spark]"
+[ "$extras" = "test" ] && spec=".[test,bench,spark,console]"
 say "building and installing kbroker ($spec)"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e "$spec"
 

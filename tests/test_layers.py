@@ -256,8 +256,9 @@ ROOM_LAYERS: tuple[tuple[str, ...], ...] = (
     ("kbroker.cluster.member",),
     # The broker and the request handlers (which name the broker for types only).
     ("kbroker.broker", "kbroker.handlers"),
-    # Entry points and clients: the daemon, the command line and its tools, Spark.
-    ("kbroker.daemon", "kbroker.cli", "kbroker.tools", "kbroker.spark"),
+    # Entry points and clients: the daemon, the command line and its tools, the web
+    # console, Spark.
+    ("kbroker.daemon", "kbroker.cli", "kbroker.tools", "kbroker.console", "kbroker.spark"),
 )
 
 

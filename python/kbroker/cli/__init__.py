@@ -2,7 +2,7 @@
 
 `main` is the root click group; each command group lives in its own module of this package
 (serve, settings, logs, topics, configs, users, quotas, offsets, records, cluster, groups,
-partitions, acls, pipeline) and is attached here. The options every cluster command shares
+partitions, acls, pipeline, console) and is attached here. The options every cluster command shares
 are declared once in `kbroker.cli.common`. The work itself is done in `kbroker.tools`; the
 command modules parse, call, print and choose the exit code.
 """
@@ -16,6 +16,7 @@ from kbroker.cli import (
     acls,
     cluster,
     configs,
+    console,
     groups,
     logs,
     offsets,
@@ -56,6 +57,7 @@ for command in (
     logs.log_dirs_command,
     settings.completion,
     pipeline.pipeline,
+    console.console_command,
 ):
     main.add_command(command)
 
