@@ -103,6 +103,9 @@ async def coordinator(
     data: Path, *settings: tuple[str, str]
 ) -> AsyncIterator[tuple[GroupCoordinator, FakeClock, Broker]]:
     clock = FakeClock()
+    # Writes on the event loop: each is done when its request is (`settle` waits for no
+    # I/O thread); what the writes themselves do is tested elsewhere.
+    settings = (("num.io.threads", "0"), *settings)
     async with running(data, *settings, clock=clock.now, scheduler=clock) as broker:
         yield broker.coordinator, clock, broker
 
