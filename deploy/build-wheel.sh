@@ -29,11 +29,12 @@ if [ ! -x .venv/bin/maturin ] || [ ! -x .venv/bin/auditwheel ]; then
 fi
 
 # maturin builds the wheel from the sdist it has just made (so the sdist is proven to
-# build). The compiled dependencies are kept between builds in target/dist (their
-# sources never change under a version); kbroker's own crate is compiled afresh every
-# time, because the sdist stamps its files with one fixed old time, so cargo, which
-# compares file times, would take an earlier build for an up-to-date one.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target/dist}"
+# build). It shares target/ with the development build (deploy/setup.sh), so the
+# compiled dependencies are reused (their sources never change under a version);
+# kbroker's own crate is compiled afresh every time, because the sdist stamps its files
+# with one fixed old time, so cargo, which compares file times, would take an earlier
+# build for an up-to-date one.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 cargo clean --quiet --release -p kbroker-core --manifest-path rust/Cargo.toml
 
 version="$(.venv/bin/python -c 'import tomllib; print(tomllib.load(open("rust/Cargo.toml", "rb"))["package"]["version"])')"

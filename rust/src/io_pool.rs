@@ -1,37 +1,24 @@
 //! Threads for blocking work whose results one consumer collects when told.
 //!
 //! The broker's event loop hands a job (an append to a log, say) to the pool
-//! with a ticket and goes on; a pool thread runs it and queues the result
-//! under its ticket, and the pool's eventfd becomes readable, which is how
-//! the loop learns to collect ([`IoPool::take_done`]). The threads never
-//! touch the consumer's state, so a job that blocks (a write the kernel
-//! throttles, an fdatasync) holds up only itself. Results finished close
+//! under a key (the log) and a ticket, and goes on; a pool thread runs it and
+//! queues the result under its ticket, and the pool's eventfd becomes
+//! readable, which is how the loop learns to collect ([`IoPool::take_done`]).
+//! The threads never touch the consumer's state. Results finished close
 //! together make one wakeup.
 //!
-//! Jobs start in the order submitted but run on several threads; jobs that
-//! must also run in that order (the appends to one log) take their turns
-//! from one [`Turns`].
+//! One key's jobs run one at a time, in the order submitted. The keys with
+//! jobs take turns, one job each: a key whose jobs each block (a log with
+//! `flush.messages=1` fsyncing every append) holds up its own jobs and one
+//! thread, never the jobs of the other keys queued behind it.
 
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 
 type Job<R> = Box<dyn FnOnce() -> R + Send>;
-
-enum Message<R> {
-    Run(u64, Job<R>),
-    /// One thread ends (the pool shrinks).
-    Exit,
-}
-
-struct Shared<R> {
-    jobs: Mutex<Receiver<Message<R>>>,
-    done: Mutex<Vec<(u64, R)>>,
-    event: OwnedFd,
-}
 
 /// A job submitted to a pool that is closed.
 #[derive(Debug)]
@@ -45,11 +32,32 @@ impl std::fmt::Display for Closed {
 
 impl std::error::Error for Closed {}
 
+struct Queue<R> {
+    jobs: VecDeque<(u64, Job<R>)>,
+    /// In `ready` or running now: not to be made ready again.
+    scheduled: bool,
+}
+
+struct State<R> {
+    queues: HashMap<u64, Queue<R>>,
+    /// Keys with a job to run, in turn.
+    ready: VecDeque<u64>,
+    threads: usize,
+    /// Threads still to end (the pool shrank).
+    to_end: usize,
+    closed: bool,
+}
+
+struct Shared<R> {
+    state: Mutex<State<R>>,
+    work: Condvar,
+    done: Mutex<Vec<(u64, R)>>,
+    event: OwnedFd,
+}
+
 pub struct IoPool<R: Send + 'static> {
     shared: Arc<Shared<R>>,
-    sender: Mutex<Option<Sender<Message<R>>>>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
-    count: AtomicUsize,
+    handles: Mutex<Vec<JoinHandle<()>>>,
     name: String,
 }
 
@@ -67,16 +75,20 @@ impl<R: Send + 'static> IoPool<R> {
         }
         // SAFETY: a fresh descriptor this pool alone owns.
         let event = unsafe { OwnedFd::from_raw_fd(fd) };
-        let (tx, rx) = channel();
         let pool = IoPool {
             shared: Arc::new(Shared {
-                jobs: Mutex::new(rx),
+                state: Mutex::new(State {
+                    queues: HashMap::new(),
+                    ready: VecDeque::new(),
+                    threads: 0,
+                    to_end: 0,
+                    closed: false,
+                }),
+                work: Condvar::new(),
                 done: Mutex::new(Vec::new()),
                 event,
             }),
-            sender: Mutex::new(Some(tx)),
-            threads: Mutex::new(Vec::new()),
-            count: AtomicUsize::new(0),
+            handles: Mutex::new(Vec::new()),
             name: name.to_string(),
         };
         pool.resize(count)?;
@@ -89,22 +101,37 @@ impl<R: Send + 'static> IoPool<R> {
     }
 
     pub fn count(&self) -> usize {
-        self.count.load(Ordering::Acquire)
+        let state = lock(&self.shared.state);
+        if state.closed {
+            0
+        } else {
+            state.threads - state.to_end
+        }
     }
 
-    /// Queues `job`; its result comes back under `ticket`. Jobs start in
-    /// the order submitted (one thread each: they may finish in any order).
+    /// Queues `job` behind `key`'s earlier jobs; its result comes back under
+    /// `ticket`.
     pub fn submit(
         &self,
+        key: u64,
         ticket: u64,
         job: impl FnOnce() -> R + Send + 'static,
     ) -> Result<(), Closed> {
-        let sender = lock(&self.sender);
-        let Some(tx) = sender.as_ref() else {
+        let mut state = lock(&self.shared.state);
+        if state.closed {
             return Err(Closed);
-        };
-        tx.send(Message::Run(ticket, Box::new(job)))
-            .map_err(|_| Closed)
+        }
+        let queue = state.queues.entry(key).or_insert_with(|| Queue {
+            jobs: VecDeque::new(),
+            scheduled: false,
+        });
+        queue.jobs.push_back((ticket, Box::new(job)));
+        if !queue.scheduled {
+            queue.scheduled = true;
+            state.ready.push_back(key);
+            self.shared.work.notify_one();
+        }
+        Ok(())
     }
 
     /// Every result finished since the last call, in the order they finished.
@@ -123,37 +150,62 @@ impl<R: Send + 'static> IoPool<R> {
         std::mem::take(&mut *lock(&self.shared.done))
     }
 
-    /// `count` threads from now on: more start at once, fewer end once the
-    /// jobs queued before are taken.
+    /// `count` threads from now on: more start at once, fewer end as they
+    /// finish the job in hand.
     pub fn resize(&self, count: usize) -> io::Result<()> {
-        let sender = lock(&self.sender);
-        let Some(tx) = sender.as_ref() else {
-            return Ok(());
+        let mut handles = lock(&self.handles);
+        let start = {
+            let mut state = lock(&self.shared.state);
+            if state.closed {
+                return Ok(());
+            }
+            let live = state.threads - state.to_end;
+            if count < live {
+                state.to_end += live - count;
+                self.shared.work.notify_all();
+                0
+            } else {
+                // Threads asked to end that have not yet are kept instead.
+                let kept = state.to_end.min(count - live);
+                state.to_end -= kept;
+                let start = count - live - kept;
+                state.threads += start;
+                start
+            }
         };
-        let mut threads = lock(&self.threads);
-        threads.retain(|t| !t.is_finished());
-        let before = self.count.swap(count, Ordering::AcqRel);
-        for _ in count..before {
-            let _ = tx.send(Message::Exit);
-        }
-        for i in before..count {
+        handles.retain(|t| !t.is_finished());
+        for _ in 0..start {
             let shared = self.shared.clone();
             let t = thread::Builder::new()
-                .name(format!("{}-{i}", self.name))
+                .name(format!("{}-{}", self.name, handles.len()))
                 .spawn(move || work(&shared))?;
-            threads.push(t);
+            handles.push(t);
         }
         Ok(())
     }
 
     /// Lets the jobs submitted run, then ends the threads; later submits
-    /// fail with [`Closed`].
+    /// fail with [`Closed`]. With no thread left, the jobs still queued run
+    /// here.
     pub fn close(&self) {
-        let tx = lock(&self.sender).take();
-        drop(tx); // the threads end when the queue is empty and closed
-        self.count.store(0, Ordering::Release);
-        let threads = std::mem::take(&mut *lock(&self.threads));
-        for t in threads {
+        let threads = {
+            let mut state = lock(&self.shared.state);
+            state.closed = true;
+            self.shared.work.notify_all();
+            state.threads - state.to_end
+        };
+        if threads == 0 {
+            let mut state = lock(&self.shared.state);
+            loop {
+                let ran;
+                (state, ran) = run_one(&self.shared, state);
+                if !ran {
+                    break;
+                }
+            }
+        }
+        let handles = std::mem::take(&mut *lock(&self.handles));
+        for t in handles {
             let _ = t.join();
         }
     }
@@ -165,68 +217,67 @@ impl<R: Send + 'static> Drop for IoPool<R> {
     }
 }
 
-/// Turns handed out in order and taken in that order, whichever threads
-/// take them: a job that was issued turn `n` runs only after turn `n - 1`
-/// ran. A thread waiting for its turn waits for a job that was queued
-/// before its own, so already running: the wait always ends.
-#[derive(Default)]
-pub struct Turns {
-    issued: AtomicU64,
-    next: Mutex<u64>,
-    changed: Condvar,
-}
-
-impl Turns {
-    /// The next turn (issue them in the order the jobs are submitted).
-    pub fn issue(&self) -> u64 {
-        self.issued.fetch_add(1, Ordering::AcqRel)
+/// Runs the next ready key's next job, the state unlocked meanwhile;
+/// false when no key is ready.
+fn run_one<'a, R>(
+    shared: &'a Shared<R>,
+    mut state: MutexGuard<'a, State<R>>,
+) -> (MutexGuard<'a, State<R>>, bool) {
+    let Some(key) = state.ready.pop_front() else {
+        return (state, false);
+    };
+    let queue = state.queues.get_mut(&key).expect("a ready key has a queue");
+    let (ticket, job) = queue.jobs.pop_front().expect("a ready key has a job");
+    drop(state);
+    let result = job();
+    let announce = {
+        let mut done = lock(&shared.done);
+        done.push((ticket, result));
+        done.len() == 1
+    };
+    if announce {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a local u64 to our own eventfd.
+        unsafe {
+            libc::write(
+                shared.event.as_raw_fd(),
+                &one as *const u64 as *const libc::c_void,
+                8,
+            )
+        };
     }
-
-    /// Runs `job` in turn `turn`, then lets the next turn go (also when
-    /// `job` panics).
-    pub fn take<T>(&self, turn: u64, job: impl FnOnce() -> T) -> T {
-        {
-            let mut next = lock(&self.next);
-            while *next != turn {
-                next = self.changed.wait(next).unwrap_or_else(|p| p.into_inner());
-            }
-        }
-        struct Pass<'a>(&'a Turns);
-        impl Drop for Pass<'_> {
-            fn drop(&mut self) {
-                *lock(&self.0.next) += 1;
-                self.0.changed.notify_all();
-            }
-        }
-        let _pass = Pass(self);
-        job()
+    let mut state = lock(&shared.state);
+    let queue = state
+        .queues
+        .get_mut(&key)
+        .expect("a running key keeps its queue");
+    if queue.jobs.is_empty() {
+        state.queues.remove(&key);
+    } else {
+        state.ready.push_back(key); // its next job waits for the other keys' turns
+        shared.work.notify_one();
     }
+    (state, true)
 }
 
 fn work<R>(shared: &Shared<R>) {
+    let mut state = lock(&shared.state);
     loop {
-        let message = lock(&shared.jobs).recv();
-        let (ticket, job) = match message {
-            Ok(Message::Run(ticket, job)) => (ticket, job),
-            Ok(Message::Exit) | Err(_) => return,
-        };
-        let result = job();
-        let announce = {
-            let mut done = lock(&shared.done);
-            done.push((ticket, result));
-            done.len() == 1
-        };
-        if announce {
-            let one = 1u64;
-            // SAFETY: writes 8 bytes from a local u64 to our own eventfd.
-            unsafe {
-                libc::write(
-                    shared.event.as_raw_fd(),
-                    &one as *const u64 as *const libc::c_void,
-                    8,
-                )
-            };
+        if state.to_end > 0 {
+            state.to_end -= 1;
+            state.threads -= 1;
+            return;
         }
+        let ran;
+        (state, ran) = run_one(shared, state);
+        if ran {
+            continue;
+        }
+        if state.closed {
+            state.threads -= 1;
+            return;
+        }
+        state = shared.work.wait(state).unwrap_or_else(|p| p.into_inner());
     }
 }
 
@@ -262,7 +313,7 @@ mod tests {
     fn every_result_comes_back_under_its_ticket_and_the_event_says_so() {
         let pool = IoPool::new(3, "t").unwrap();
         for t in 0..100u64 {
-            pool.submit(t, move || t * 2).unwrap();
+            pool.submit(t % 7, t, move || t * 2).unwrap();
         }
         let mut got = collect(&pool, 100);
         got.sort();
@@ -271,39 +322,51 @@ mod tests {
     }
 
     #[test]
-    fn a_blocked_job_holds_up_only_itself() {
-        let pool = IoPool::new(2, "t").unwrap();
-        let (release, wait) = mpsc::channel::<()>();
-        pool.submit(1, move || {
-            wait.recv_timeout(Duration::from_secs(10)).unwrap();
-            1
-        })
-        .unwrap();
-        pool.submit(2, || 2).unwrap();
-        assert_eq!(collect(&pool, 1), [(2, 2)]);
-        release.send(()).unwrap();
-        assert_eq!(collect(&pool, 1), [(1, 1)]);
-    }
-
-    #[test]
-    fn turns_run_in_the_order_issued_on_any_thread() {
+    fn a_keys_jobs_run_one_at_a_time_in_order_on_any_thread() {
         let pool = IoPool::new(4, "t").unwrap();
-        let turns = Arc::new(Turns::default());
         let order = Arc::new(Mutex::new(Vec::new()));
         for t in 0..200u64 {
-            let turn = turns.issue();
-            let (turns, order) = (turns.clone(), order.clone());
-            pool.submit(t, move || {
+            let order = order.clone();
+            pool.submit(t % 2, t, move || {
+                order.lock().unwrap().push((t % 2, t, true));
                 if t % 7 == 0 {
                     thread::sleep(Duration::from_millis(1));
                 }
-                turns.take(turn, || order.lock().unwrap().push(t));
+                order.lock().unwrap().push((t % 2, t, false));
                 t
             })
             .unwrap();
         }
         assert_eq!(collect(&pool, 200).len(), 200);
-        assert_eq!(*order.lock().unwrap(), (0..200).collect::<Vec<_>>());
+        let order = order.lock().unwrap();
+        for key in 0..2 {
+            let mine: Vec<_> = order.iter().filter(|(k, ..)| *k == key).collect();
+            // start, end, start, end... in ticket order: never two at once.
+            for (i, pair) in mine.chunks(2).enumerate() {
+                let t = key + 2 * i as u64;
+                assert_eq!(pair, [&(key, t, true), &(key, t, false)]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_blocked_key_holds_up_only_its_own_jobs() {
+        let pool = IoPool::new(2, "t").unwrap();
+        let (release, wait) = mpsc::channel::<()>();
+        pool.submit(1, 1, move || {
+            wait.recv_timeout(Duration::from_secs(10)).unwrap();
+            1
+        })
+        .unwrap();
+        for t in 2..20 {
+            pool.submit(1, t, move || t).unwrap(); // behind the blocked one
+        }
+        pool.submit(2, 100, || 100).unwrap();
+        assert_eq!(collect(&pool, 1), [(100, 100)]);
+        assert!(pool.take_done().is_empty());
+        release.send(()).unwrap();
+        let got = collect(&pool, 19);
+        assert_eq!(got, (1..20).map(|t| (t, t)).collect::<Vec<_>>());
     }
 
     #[test]
@@ -311,13 +374,15 @@ mod tests {
         let pool = IoPool::new(0, "t").unwrap();
         assert_eq!(pool.count(), 0);
         pool.resize(2).unwrap();
-        pool.submit(7, || 7).unwrap();
+        assert_eq!(pool.count(), 2);
+        pool.submit(0, 7, || 7).unwrap();
         assert_eq!(collect(&pool, 1), [(7, 7)]);
         pool.resize(1).unwrap();
-        pool.submit(8, || 8).unwrap();
+        assert_eq!(pool.count(), 1);
+        pool.submit(0, 8, || 8).unwrap();
         assert_eq!(collect(&pool, 1), [(8, 8)]);
         for t in 0..10 {
-            pool.submit(t, move || {
+            pool.submit(t % 3, t, move || {
                 thread::sleep(Duration::from_millis(2));
                 t
             })
@@ -325,6 +390,18 @@ mod tests {
         }
         pool.close(); // the jobs submitted run first
         assert_eq!(pool.take_done().len(), 10);
-        assert!(pool.submit(99, || 99).is_err());
+        assert!(pool.submit(0, 99, || 99).is_err());
+        assert_eq!(pool.count(), 0);
+    }
+
+    #[test]
+    fn a_pool_shrunk_to_nothing_runs_what_is_left_when_closed() {
+        let pool = IoPool::new(1, "t").unwrap();
+        pool.resize(0).unwrap();
+        for t in 0..5 {
+            pool.submit(t, t, move || t).unwrap();
+        }
+        pool.close();
+        assert_eq!(pool.take_done().len(), 5);
     }
 }

@@ -869,14 +869,17 @@ struct IoPool {
 }
 
 impl IoPool {
+    /// Queues `write` behind the earlier writes to the log whose address is
+    /// `key` (the job holds the log, so no other log has it meanwhile).
     fn queue(
         &self,
+        key: u64,
         ticket: u64,
         batches: ByteView,
         write: impl FnOnce(&[u8]) -> crate::Result<CoreAppendInfo> + Send + 'static,
     ) -> PyResult<()> {
         self.inner
-            .submit(ticket, move || (write(batches.as_slice()), batches))
+            .submit(key, ticket, move || (write(batches.as_slice()), batches))
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 }
@@ -909,7 +912,7 @@ impl IoPool {
         py.detach(|| self.inner.close())
     }
 
-    /// `Log.append` on a pool thread, after the appends to `log` queued
+    /// `Log.append` on a pool thread, after the writes to `log` queued
     /// before it. `batches` must not change until its ticket is taken (the
     /// broker never changes a request's bytes).
     #[pyo3(signature = (ticket, log, batches, leader_epoch, log_append_time_ms, now_ms))]
@@ -922,11 +925,9 @@ impl IoPool {
         log_append_time_ms: Option<i64>,
         now_ms: i64,
     ) -> PyResult<()> {
-        let (turns, turn, log) = (log.turns.clone(), log.turns.issue(), log.inner.clone());
-        self.queue(ticket, batches, move |data| {
-            turns.take(turn, || {
-                log.append(data, leader_epoch, log_append_time_ms, now_ms)
-            })
+        let log = log.inner.clone();
+        self.queue(Arc::as_ptr(&log) as u64, ticket, batches, move |data| {
+            log.append(data, leader_epoch, log_append_time_ms, now_ms)
         })
     }
 
@@ -938,9 +939,9 @@ impl IoPool {
         batches: ByteView,
         now_ms: i64,
     ) -> PyResult<()> {
-        let (turns, turn, log) = (log.turns.clone(), log.turns.issue(), log.inner.clone());
-        self.queue(ticket, batches, move |data| {
-            turns.take(turn, || log.append_as_follower(data, now_ms))
+        let log = log.inner.clone();
+        self.queue(Arc::as_ptr(&log) as u64, ticket, batches, move |data| {
+            log.append_as_follower(data, now_ms)
         })
     }
 
@@ -1013,8 +1014,6 @@ impl LogSlice {
 #[pyclass(frozen, module = "kbroker._kbroker")]
 struct Log {
     inner: Arc<CoreLog>,
-    // The order of this log's appends on an IoPool's threads.
-    turns: Arc<crate::io_pool::Turns>,
 }
 
 #[pymethods]
@@ -1025,7 +1024,6 @@ impl Log {
         let log = py.detach(|| CoreLog::open(Path::new(dir), cfg, now_ms))?;
         Ok(Log {
             inner: Arc::new(log),
-            turns: Arc::default(),
         })
     }
 

@@ -2,8 +2,8 @@
 (deploy/build-wheel.sh): the abi3 wheel, the sdist it was built from, and what the
 command printed (auditwheel's report among it).
 
-The build needs cargo. It compiles in target/dist: the dependencies once (a minute or
-more on two cores), kbroker's crate every time (10 to 20 s).
+The build needs cargo. It compiles in target/, beside the development build whose
+dependencies it reuses: kbroker's crate every time (10 to 20 s).
 """
 
 from __future__ import annotations

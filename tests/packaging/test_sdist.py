@@ -33,10 +33,10 @@ def test_sdist_holds_the_crate_and_the_package(release: Release) -> None:
 
 def test_sdist_builds_into_a_wheel(release: Release, tmp_path: Path) -> None:
     """pip builds the sdist as a user's pip would: in an isolated build environment with
-    the maturin pyproject.toml asks for. It builds in the release build's target/dist, so
+    the maturin pyproject.toml asks for. It builds in the release build's target/, so
     cargo takes kbroker's crate as the release build has just compiled it from this same
     sdist (the fixture failed if it did not compile) and this takes seconds."""
-    env = dict(os.environ, CARGO_TARGET_DIR=str(ROOT / "target" / "dist"))
+    env = dict(os.environ, CARGO_TARGET_DIR=str(ROOT / "target"))
     cargo_bin = Path.home() / ".cargo" / "bin"
     env["PATH"] = os.pathsep.join([env.get("PATH", ""), str(cargo_bin)])
     built = subprocess.run(
