@@ -480,7 +480,6 @@ class Partition:
 
         def finish(prepared: tuple[int, int], appended: AppendInfo) -> ProduceResult:
             self._check_unchanged(prepared[0])
-            self._applied_end = appended.last_offset + 1
             if idempotent:
                 info = infos[0]
                 self.producers.update(
@@ -492,13 +491,7 @@ class Partition:
                     appended.max_timestamp,  # the append time on LogAppendTime topics
                     transactional=info.is_transactional,
                 )
-            self._after_append()
-            return ProduceResult(
-                appended.first_offset,
-                appended.log_append_time,
-                self.log.log_start_offset,
-                appended.last_offset + 1,
-            )
+            return self._written_as_leader(appended)
 
         return prepare, write, finish
 
@@ -580,7 +573,6 @@ class Partition:
 
         def finish(prepared: tuple[int, int], appended: AppendInfo) -> ProduceResult:
             self._check_unchanged(prepared[0])
-            self._applied_end = appended.last_offset + 1
             self.producers.append_marker(
                 producer_id,
                 producer_epoch,
@@ -590,15 +582,20 @@ class Partition:
                 committed,
                 self._index_abort,
             )
-            self._after_append()
-            return ProduceResult(
-                appended.first_offset,
-                appended.log_append_time,
-                self.log.log_start_offset,
-                appended.last_offset + 1,
-            )
+            return self._written_as_leader(appended)
 
         return prepare, write, finish
+
+    def _written_as_leader(self, appended: AppendInfo) -> ProduceResult:
+        """A leader's write is in its producer's state: the rest follows, and its answer."""
+        self._applied_end = appended.last_offset + 1
+        self._after_append()
+        return ProduceResult(
+            appended.first_offset,
+            appended.log_append_time,
+            self.log.log_start_offset,
+            appended.last_offset + 1,
+        )
 
     def _append(
         self, inline: bool, batches: bytes | memoryview, leader_epoch: int, log_append_time: bool
