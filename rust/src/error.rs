@@ -40,6 +40,8 @@ pub enum Error {
     InvalidArgument(String),
     /// A leader append in an epoch below the latest the log knows.
     StaleLeaderEpoch { epoch: i32, latest: i32 },
+    /// A write prepared before its log's owner moved the log's fence.
+    Fenced { prepared: u64, now: u64 },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -104,6 +106,11 @@ impl fmt::Display for Error {
             ),
             Error::Varint(m) => write!(f, "bad varint: {m}"),
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
+            Error::Fenced { prepared, now } => write!(
+                f,
+                "the write was prepared under fence {prepared}, the log's is {now} (its \
+                 partition changed hands or was truncated meanwhile)"
+            ),
             Error::StaleLeaderEpoch { epoch, latest } => write!(
                 f,
                 "leader epoch {epoch} is below the log's latest epoch {latest}"

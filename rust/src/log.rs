@@ -237,6 +237,10 @@ struct Writer {
     /// the bytes it was taken with, or fewer, never batches written since
     /// at the same positions.
     active_was_cut: bool,
+    /// Set by whoever owns the log (the partition) whenever what it writes
+    /// changes meaning (a leadership change, a truncation): a write
+    /// prepared under another value is refused ([`Error::Fenced`]).
+    fence: u64,
 }
 
 pub struct Log {
@@ -626,6 +630,7 @@ impl Log {
                 last_flush_ms: now_ms,
                 scratch: Vec::new(),
                 active_was_cut: false,
+                fence: 0,
             }),
             flushing: Mutex::new(()),
             truncations: AtomicU64::new(0),
@@ -858,7 +863,7 @@ impl Log {
             epoch: partition_leader_epoch,
             append_time: log_append_time_ms,
         };
-        self.append_inner(batches, mode, now_ms)
+        self.append_inner(batches, mode, now_ms, None)
     }
 
     /// Appends batches as a follower, byte for byte as the leader wrote
@@ -871,12 +876,50 @@ impl Log {
     /// it is: the leader's cleaner leaves gaps where it removed batches.
     /// The batches' leader epochs go into the epoch cache.
     pub fn append_as_follower(&self, batches: &[u8], now_ms: i64) -> Result<AppendInfo> {
-        self.append_inner(batches, Mode::Follower, now_ms)
+        self.append_inner(batches, Mode::Follower, now_ms, None)
     }
 
-    fn append_inner(&self, batches: &[u8], mode: Mode, now_ms: i64) -> Result<AppendInfo> {
+    /// The log's fence from now on, once the write in progress is done: a
+    /// write prepared under an older value and run later (on another
+    /// thread) is refused ([`Log::append_fenced`]).
+    pub fn set_fence(&self, fence: u64) {
+        self.lock_writer().fence = fence;
+    }
+
+    /// [`Log::append`] (`leader` is (epoch, append time)) or
+    /// [`Log::append_as_follower`] (`leader` None), only while the log's
+    /// fence is still `fence`.
+    pub fn append_fenced(
+        &self,
+        batches: &[u8],
+        leader: Option<(i32, Option<i64>)>,
+        now_ms: i64,
+        fence: u64,
+    ) -> Result<AppendInfo> {
+        let mode = match leader {
+            Some((epoch, append_time)) => Mode::Leader { epoch, append_time },
+            None => Mode::Follower,
+        };
+        self.append_inner(batches, mode, now_ms, Some(fence))
+    }
+
+    fn append_inner(
+        &self,
+        batches: &[u8],
+        mode: Mode,
+        now_ms: i64,
+        fence: Option<u64>,
+    ) -> Result<AppendInfo> {
         let mut w = self.lock_writer();
         self.check_open()?;
+        if let Some(fence) = fence {
+            if fence != w.fence {
+                return Err(Error::Fenced {
+                    prepared: fence,
+                    now: w.fence,
+                });
+            }
+        }
         let max_segment = w.config.max_segment_bytes();
 
         // Check every batch before touching anything.

@@ -151,7 +151,9 @@ impl From<Error> for PyErr {
                 log_end,
             } => UnexpectedAppendOffsetError::new_err((msg, first_offset, last_offset, log_end)),
             Error::InvalidArgument(_) => PyValueError::new_err(msg),
-            Error::StaleLeaderEpoch { .. } => StaleLeaderEpochError::new_err(msg),
+            Error::StaleLeaderEpoch { .. } | Error::Fenced { .. } => {
+                StaleLeaderEpochError::new_err(msg)
+            }
         }
     }
 }
@@ -913,9 +915,11 @@ impl IoPool {
     }
 
     /// `Log.append` on a pool thread, after the writes to `log` queued
-    /// before it. `batches` must not change until its ticket is taken (the
-    /// broker never changes a request's bytes).
-    #[pyo3(signature = (ticket, log, batches, leader_epoch, log_append_time_ms, now_ms))]
+    /// before it, refused (StaleLeaderEpochError) if the log's fence is no
+    /// longer `fence` by then. `batches` must not change until its ticket is
+    /// taken (the broker never changes a request's bytes).
+    #[pyo3(signature = (ticket, log, batches, leader_epoch, log_append_time_ms, now_ms, fence))]
+    #[allow(clippy::too_many_arguments)]
     fn append(
         &self,
         ticket: u64,
@@ -924,24 +928,31 @@ impl IoPool {
         leader_epoch: i32,
         log_append_time_ms: Option<i64>,
         now_ms: i64,
+        fence: u64,
     ) -> PyResult<()> {
         let log = log.inner.clone();
         self.queue(Arc::as_ptr(&log) as u64, ticket, batches, move |data| {
-            log.append(data, leader_epoch, log_append_time_ms, now_ms)
+            log.append_fenced(
+                data,
+                Some((leader_epoch, log_append_time_ms)),
+                now_ms,
+                fence,
+            )
         })
     }
 
-    /// `Log.append_as_follower` on a pool thread.
+    /// `Log.append_as_follower` on a pool thread, fenced as `append` is.
     fn append_as_follower(
         &self,
         ticket: u64,
         log: &Log,
         batches: ByteView,
         now_ms: i64,
+        fence: u64,
     ) -> PyResult<()> {
         let log = log.inner.clone();
         self.queue(Arc::as_ptr(&log) as u64, ticket, batches, move |data| {
-            log.append_as_follower(data, now_ms)
+            log.append_fenced(data, None, now_ms, fence)
         })
     }
 
@@ -1180,6 +1191,12 @@ impl Log {
             self.inner
                 .maybe_assign_epoch_start_offset(epoch, start_offset)
         })?)
+    }
+
+    /// The log's fence from now on, once the write in progress is done
+    /// (writes queued under an older one are refused).
+    fn set_fence(&self, py: Python<'_>, fence: u64) {
+        py.detach(|| self.inner.set_fence(fence))
     }
 
     /// Starts `epoch` at the log end once appends in progress are written;

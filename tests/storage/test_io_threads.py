@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kbroker._kbroker import AppendInfo, CorruptRecordError, build_batch
+from kbroker._kbroker import AppendInfo, CorruptRecordError, StaleLeaderEpochError, build_batch
 from kbroker.log import Log, LogConfig, TopicPartition
 from kbroker.log.io_threads import IoThreads, IoThreadsClosed, OrderedWrites, Ready
 
@@ -44,7 +44,7 @@ class Counted:
             return self.next
 
         def write(expected: int) -> asyncio.Future[AppendInfo]:
-            return self.io.append(self.log, batch(records, str(expected)), 0, False)
+            return self.io.append(self.log, batch(records, str(expected)), 0, False, 0)
 
         def finish(expected: int, appended: AppendInfo) -> int:
             assert appended.first_offset == expected == self.next
@@ -87,17 +87,17 @@ def test_a_failing_step_fails_its_write_and_the_next_goes_on(tmp_path: Path) -> 
         corrupt[-1] ^= 1  # the CRC no longer matches
 
         def write_corrupt(_: object) -> asyncio.Future[AppendInfo]:
-            return io.append(log.log, bytes(corrupt), 0, False)
+            return io.append(log.log, bytes(corrupt), 0, False, 0)
 
         failed_prepare = writes.submit(boom, write_corrupt, boom)
         failed_write = writes.submit(lambda: None, write_corrupt, lambda _, w: w)
         failed_finish = writes.submit(
-            lambda: 0, lambda p: io.append(log.log, batch(1, "f"), 0, False), boom
+            lambda: 0, lambda p: io.append(log.log, batch(1, "f"), 0, False, 0), boom
         )
         ready = writes.submit(lambda: Ready("duplicate"), write_corrupt, boom)
         fine = writes.submit(
             lambda: None,
-            lambda _: io.append(log.log, batch(1, "ok"), 0, False),
+            lambda _: io.append(log.log, batch(1, "ok"), 0, False, 0),
             lambda _, w: w.first_offset,
         )
         with pytest.raises(OSError, match="No space"):
@@ -191,9 +191,34 @@ def test_close_lets_submitted_writes_finish_and_refuses_later_ones(tmp_path: Pat
         for o in outcomes[4:]:
             assert isinstance(o, IoThreadsClosed), o
         with pytest.raises(IoThreadsClosed):
-            io.append(logs[0].log, batch(1, "late"), 0, False)
+            io.append(logs[0].log, batch(1, "late"), 0, False, 0)
         for log in logs:
             assert log.log.log_end_offset == 50
             log.log.close()
+
+    asyncio.run(main())
+
+
+def test_a_write_queued_under_an_older_fence_is_refused(tmp_path: Path) -> None:
+    async def main() -> None:
+        io = IoThreads(2)
+        log = Log.open(tmp_path, TopicPartition("t", 0), LogConfig())
+        log.set_fence(3)
+        assert (await io.append(log, batch(2, "a"), 0, False, 3)).first_offset == 0
+        # Queued, then the partition changed hands before the thread took it.
+        stale = [io.append(log, batch(1, f"s{i}"), 0, False, 3) for i in range(200)]
+        log.set_fence(4)
+        outcomes = await asyncio.gather(*stale, return_exceptions=True)
+        refused = [o for o in outcomes if isinstance(o, StaleLeaderEpochError)]
+        assert refused, "every stale write ran"
+        assert all(isinstance(o, AppendInfo | StaleLeaderEpochError) for o in outcomes)
+        # Those refused wrote nothing: the log holds exactly the ones that ran.
+        assert log.log_end_offset == 2 + len(outcomes) - len(refused)
+        follower = await asyncio.gather(
+            io.append_as_follower(log, batch(1, "f"), 3), return_exceptions=True
+        )
+        assert isinstance(follower[0], StaleLeaderEpochError)
+        io.close()
+        log.close()
 
     asyncio.run(main())

@@ -80,9 +80,15 @@ class IoThreads:
         self._pool.resize(count)
 
     def append(
-        self, log_: Log, batches: bytes | memoryview, leader_epoch: int, log_append_time: bool
+        self,
+        log_: Log,
+        batches: bytes | memoryview,
+        leader_epoch: int,
+        log_append_time: bool,
+        fence: int,
     ) -> asyncio.Future[AppendInfo]:
-        """`Log.append` on an I/O thread."""
+        """`Log.append` on an I/O thread, refused (StaleLeaderEpochError) when the log's
+        fence (`Log.set_fence`) is no longer ``fence`` by the time it runs."""
         now = now_ms()
         self._check_open()
         if self.count == 0:
@@ -95,18 +101,25 @@ class IoThreads:
                 leader_epoch=leader_epoch,
                 log_append_time_ms=now if log_append_time else None,
                 now_ms=now,
+                fence=fence,
             )
         )
 
     def append_as_follower(
-        self, log_: Log, batches: bytes | memoryview
+        self, log_: Log, batches: bytes | memoryview, fence: int
     ) -> asyncio.Future[AppendInfo]:
-        """`Log.append_as_follower` on an I/O thread."""
+        """`Log.append_as_follower` on an I/O thread, fenced as `append` is."""
         self._check_open()
         if self.count == 0:
             return written_now(log_.append_as_follower, batches)
         return self._submit(
-            partial(self._pool.append_as_follower, log=log_.core, batches=batches, now_ms=now_ms())
+            partial(
+                self._pool.append_as_follower,
+                log=log_.core,
+                batches=batches,
+                now_ms=now_ms(),
+                fence=fence,
+            )
         )
 
     def _check_open(self) -> None:

@@ -316,6 +316,11 @@ class Log:
         """Notes that ``epoch`` starts at ``start_offset`` (a new leader: its log end)."""
         self._log.maybe_assign_epoch_start_offset(epoch, start_offset)
 
+    def set_fence(self, fence: int) -> None:
+        """The log's fence from now on, once the write in progress is done: a write the
+        I/O threads were given under another fence is refused when its turn comes."""
+        self._log.set_fence(fence)
+
     def start_epoch_at_log_end(self, epoch: int) -> int:
         """A new leader's first act: ``epoch`` starts at the log end as it is once every
         append in progress is written (when the log holds anything). Returns that end."""

@@ -41,6 +41,7 @@ of the ISR, is what DeleteRecords waits for.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -69,6 +70,9 @@ from kbroker.replication.producer_state import (
 from kbroker.replication.txn import AppendOrigin
 
 log = logging.getLogger(__name__)
+
+# Every log fence this process hands out (`Partition._move_fence`).
+_FENCES = itertools.count(1)
 
 # Producer batches read per call while rebuilding producer state.
 _SCAN_BATCHES = 4096
@@ -127,6 +131,7 @@ class Partition:
         # Moves with every truncation and leadership change: a write that sees it move
         # between its prepare and its finish cannot trust what it prepared.
         self._log_changes = 0
+        self._move_fence()
         self.closed = False
         # The end of what the producer state has taken from the log (each write's
         # finish moves it; writes started after may already be in the log).
@@ -194,7 +199,7 @@ class Partition:
 
     def become_leader(self, state: PartitionState) -> None:
         """This broker leads from ``state.leader_epoch`` on."""
-        self._log_changes += 1
+        self._move_fence()
         self.state = state
         self.fenced = False
         self._start_leading(monotonic_ms())
@@ -214,7 +219,7 @@ class Partition:
 
     def become_follower(self, state: PartitionState) -> None:
         """Another broker leads; this one stops answering reads and writes."""
-        self._log_changes += 1
+        self._move_fence()
         self.state = state
         self.fenced = False
         self.followers = {}
@@ -476,7 +481,7 @@ class Partition:
             return self._log_changes, self.state.leader_epoch
 
         def write(prepared: tuple[int, int]) -> Any:
-            return self._append(inline, batches, prepared[1], log_append_time)
+            return self._append(inline, batches, prepared, log_append_time)
 
         def finish(prepared: tuple[int, int], appended: AppendInfo) -> ProduceResult:
             self._check_unchanged(prepared[0])
@@ -569,7 +574,7 @@ class Partition:
             batch = end_txn_marker_batch(
                 producer_id, producer_epoch, coordinator_epoch, committed, wall_ms()
             )
-            return self._append(inline, batch, prepared[1], log_append_time)
+            return self._append(inline, batch, prepared, log_append_time)
 
         def finish(prepared: tuple[int, int], appended: AppendInfo) -> ProduceResult:
             self._check_unchanged(prepared[0])
@@ -598,14 +603,30 @@ class Partition:
         )
 
     def _append(
-        self, inline: bool, batches: bytes | memoryview, leader_epoch: int, log_append_time: bool
+        self,
+        inline: bool,
+        batches: bytes | memoryview,
+        prepared: tuple[int, int],
+        log_append_time: bool,
     ) -> Any:
-        """A leader's write: written now (``inline``), or its future (an I/O thread's)."""
+        """A leader's write, prepared under (fence, leader epoch): written now
+        (``inline``), or its future (an I/O thread's)."""
+        fence, leader_epoch = prepared
         if inline:
             return self.log.append(batches, leader_epoch, log_append_time)
         if self.io is not None:
-            return self.io.append(self.log, batches, leader_epoch, log_append_time)
+            return self.io.append(self.log, batches, leader_epoch, log_append_time, fence)
         return written_now(self.log.append, batches, leader_epoch, log_append_time)
+
+    def _move_fence(self) -> None:
+        """The partition changed hands or is cut: writes prepared before cannot trust
+        what they checked. Those still queued on the I/O threads are refused by the log
+        (waiting here for the one being written); those written meanwhile see
+        ``_log_changes`` moved when they finish."""
+        # Fences are unique in the process: a log outlives the Partition objects that
+        # serve it one after another.
+        self._log_changes = next(_FENCES)
+        self.log.set_fence(self._log_changes)
 
     def _check_unchanged(self, log_changes: int) -> None:
         """A leader's write whose partition was truncated or changed hands while it was
@@ -680,11 +701,11 @@ class Partition:
         def prepare() -> int:
             return self._log_changes
 
-        def write(_: int) -> Any:
+        def write(fence: int) -> Any:
             if inline:
                 return self.log.append_as_follower(batches)
             if self.io is not None:
-                return self.io.append_as_follower(self.log, batches)
+                return self.io.append_as_follower(self.log, batches, fence)
             return written_now(self.log.append_as_follower, batches)
 
         def finish(log_changes: int, appended: AppendInfo) -> AppendInfo:
@@ -737,7 +758,7 @@ class Partition:
 
     def truncate_to(self, offset: int) -> None:
         """Drops this replica's records from ``offset`` on (they diverge from the leader's)."""
-        self._log_changes += 1
+        self._move_fence()
         if offset >= self.log.log_end_offset:
             # No record goes, but an epoch this replica began at its log end as a leader
             # that wrote nothing does (the log drops it): fetching with it, the leader
@@ -768,7 +789,7 @@ class Partition:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empties this replica and starts it at ``offset`` (the leader's log start)."""
-        self._log_changes += 1
+        self._move_fence()
         log.info("%s: emptied to start at the leader's log start %d", self.tp, offset)
         self.log.truncate_fully_and_start_at(offset)
         self._applied_end = offset
@@ -818,7 +839,7 @@ class Partition:
         return self.log.delete_records_before(offset)
 
     def close(self) -> None:
-        self._log_changes += 1
+        self._move_fence()
         self.closed = True
         self._snapshot_producers()
 
