@@ -822,11 +822,14 @@ class Partition:
     def last_stable_offset(self) -> int:
         """The offset read_committed consumers read up to: the high watermark, or the
         first offset of the earliest transaction still open or whose marker is not
-        replicated yet (never below the log start)."""
+        replicated yet (never below the log start). Never past what the producer state
+        has taken either: a write still finishing may open a transaction the state does
+        not know yet, though its records are in the log and replicated."""
+        upper = min(self.high_watermark, max(self._applied_end, self.log.log_start_offset))
         first = self.producers.first_unstable_offset
         if first is None:
-            return self.high_watermark
-        return min(self.high_watermark, max(first, self.log.log_start_offset))
+            return upper
+        return min(upper, max(first, self.log.log_start_offset))
 
     # -- maintenance -------------------------------------------------------
 
