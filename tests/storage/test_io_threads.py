@@ -4,11 +4,19 @@ threads, failures kept to their own write, resizing, inline writes, and closing.
 from __future__ import annotations
 
 import asyncio
+import select
+import time
 from pathlib import Path
 
 import pytest
 
-from kbroker._kbroker import AppendInfo, CorruptRecordError, StaleLeaderEpochError, build_batch
+from kbroker._kbroker import (
+    AppendInfo,
+    CorruptRecordError,
+    IoPool,
+    StaleLeaderEpochError,
+    build_batch,
+)
 from kbroker.log import Log, LogConfig, TopicPartition
 from kbroker.log.io_threads import IoThreads, IoThreadsClosed, OrderedWrites, Ready
 
@@ -200,25 +208,26 @@ def test_close_lets_submitted_writes_finish_and_refuses_later_ones(tmp_path: Pat
 
 
 def test_a_write_queued_under_an_older_fence_is_refused(tmp_path: Path) -> None:
-    async def main() -> None:
-        io = IoThreads(2)
-        log = Log.open(tmp_path, TopicPartition("t", 0), LogConfig())
-        log.set_fence(3)
-        assert (await io.append(log, batch(2, "a"), 0, False, 3)).first_offset == 0
-        # Queued, then the partition changed hands before the thread took it.
-        stale = [io.append(log, batch(1, f"s{i}"), 0, False, 3) for i in range(200)]
-        log.set_fence(4)
-        outcomes = await asyncio.gather(*stale, return_exceptions=True)
-        refused = [o for o in outcomes if isinstance(o, StaleLeaderEpochError)]
-        assert refused, "every stale write ran"
-        assert all(isinstance(o, AppendInfo | StaleLeaderEpochError) for o in outcomes)
-        # Those refused wrote nothing: the log holds exactly the ones that ran.
-        assert log.log_end_offset == 2 + len(outcomes) - len(refused)
-        follower = await asyncio.gather(
-            io.append_as_follower(log, batch(1, "f"), 3), return_exceptions=True
-        )
-        assert isinstance(follower[0], StaleLeaderEpochError)
-        io.close()
-        log.close()
-
-    asyncio.run(main())
+    log = Log.open(tmp_path, TopicPartition("t", 0), LogConfig())
+    log.set_fence(3)
+    # A pool with no thread yet: the writes wait in its queue, deterministically.
+    pool = IoPool(0)
+    pool.append(0, log.core, batch(2, "a"), 0, None, 1, 3)
+    pool.resize(1)
+    done: list[tuple[int, object]] = []
+    deadline = time.monotonic() + 10
+    while not done and time.monotonic() < deadline:
+        select.select([pool.fileno()], [], [], 0.5)
+        done += pool.take_done()
+    assert isinstance(done[0][1], AppendInfo) and done[0][1].first_offset == 0
+    pool.resize(0)
+    for ticket in range(1, 6):
+        pool.append(ticket, log.core, batch(1, f"s{ticket}"), 0, None, 1, 3)
+    pool.append_as_follower(6, log.core, batch(1, "f"), 1, 3)
+    log.set_fence(4)  # the partition changed hands meanwhile
+    pool.close()  # runs what is queued, here, now
+    outcomes = pool.take_done()
+    assert [t for t, _ in outcomes] == [1, 2, 3, 4, 5, 6]
+    assert all(isinstance(o, StaleLeaderEpochError) for _, o in outcomes), outcomes
+    assert log.log_end_offset == 2  # the refused writes wrote nothing
+    log.close()
