@@ -48,6 +48,9 @@ def written_now(write: Callable[..., T], *args: Any) -> asyncio.Future[T]:
     return done
 
 
+_CLOSED = "the broker's I/O threads are closed: it is stopping"
+
+
 class IoThreadsClosed(RuntimeError):
     """A write submitted after the I/O threads closed (the broker is stopping)."""
 
@@ -124,7 +127,7 @@ class IoThreads:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise IoThreadsClosed("the broker's I/O threads are closed: it is stopping")
+            raise IoThreadsClosed(_CLOSED)
 
     def _submit(self, queue: Callable[..., None]) -> asyncio.Future[AppendInfo]:
         loop = self._loop
@@ -134,8 +137,8 @@ class IoThreads:
         ticket = next(self._tickets)
         try:
             queue(ticket=ticket)
-        except RuntimeError:
-            raise IoThreadsClosed("the broker's I/O threads are closed: it is stopping") from None
+        except RuntimeError:  # the Rust pool closed meanwhile
+            raise IoThreadsClosed(_CLOSED) from None
         done: asyncio.Future[AppendInfo] = loop.create_future()
         self._waiting[ticket] = done
         return done

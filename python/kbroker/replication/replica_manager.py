@@ -799,19 +799,29 @@ class ReplicaManager:
             guard,
             self._verifier is not None and self._verification_enabled(),
         )
-        size, records = len(data), sum(i.records for i in infos)
+        return self._answer_when_written(tp, written, (len(data), sum(i.records for i in infos)))
+
+    def _answer_when_written(
+        self,
+        tp: TopicPartition,
+        written: asyncio.Future[ProduceResult],
+        counted: tuple[int, int] | None = None,
+    ) -> Written:
+        """A partition's answer to an append as leader, now if its write is done, else once
+        it is. ``counted``: (bytes, records) for the topic's metrics (a client's data)."""
         if written.done():
-            return self._leader_append_result(tp, written, size, records)
+            return self._append_result(tp, written, counted)
         answer: asyncio.Future[AppendResult] = written.get_loop().create_future()
-        written.add_done_callback(
-            lambda f: answer.set_result(self._leader_append_result(tp, f, size, records))
-        )
+        written.add_done_callback(lambda f: answer.set_result(self._append_result(tp, f, counted)))
         return answer
 
-    def _leader_append_result(
-        self, tp: TopicPartition, written: asyncio.Future[ProduceResult], size: int, records: int
+    def _append_result(
+        self,
+        tp: TopicPartition,
+        written: asyncio.Future[ProduceResult],
+        counted: tuple[int, int] | None,
     ) -> AppendResult:
-        """A partition's answer to a client's (or coordinator's) append, from its write."""
+        """A partition's answer to an append as leader, from its finished write."""
         try:
             result = written.result()
         except KafkaError as exc:
@@ -829,8 +839,8 @@ class ReplicaManager:
                 ErrorCode.KAFKA_STORAGE_ERROR, f"the broker could not write to its disk: {exc}"
             )
         self.logs.errors.succeeded("append to", tp)
-        if self.metrics is not None:
-            self.metrics.appended(tp.topic, size, records)
+        if self.metrics is not None and counted is not None:
+            self.metrics.appended(tp.topic, *counted)
         return AppendResult(
             ErrorCode.NONE,
             None,
@@ -889,35 +899,7 @@ class ReplicaManager:
             config.get_int("min.insync.replicas"),
             config.get_str("message.timestamp.type") == "LogAppendTime",
         )
-        if written.done():
-            return self._marker_result(tp, written)
-        answer: asyncio.Future[AppendResult] = written.get_loop().create_future()
-        written.add_done_callback(lambda f: answer.set_result(self._marker_result(tp, f)))
-        return answer
-
-    def _marker_result(
-        self, tp: TopicPartition, written: asyncio.Future[ProduceResult]
-    ) -> AppendResult:
-        try:
-            result = written.result()
-        except KafkaError as exc:
-            return AppendResult(exc.code, str(exc))
-        except (StaleLeaderEpochError, IoThreadsClosed) as exc:
-            return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, str(exc))
-        except OSError as exc:
-            self.logs.errors.write_failed("append to", tp, exc)
-            return AppendResult(
-                ErrorCode.KAFKA_STORAGE_ERROR, f"the broker could not write to its disk: {exc}"
-            )
-        self.logs.errors.succeeded("append to", tp)
-        return AppendResult(
-            ErrorCode.NONE,
-            None,
-            result.base_offset,
-            result.log_append_time,
-            result.log_start_offset,
-            result.end_offset,
-        )
+        return self._answer_when_written(tp, written)
 
     # -- reads -----------------------------------------------------------------
 
