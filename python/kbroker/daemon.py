@@ -9,7 +9,10 @@ notifications, and with ``metrics.listeners`` the metrics listener.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import logging
+import os
 import resource
 import signal
 from collections.abc import Iterable
@@ -39,6 +42,44 @@ def raise_open_files_limit() -> None:
             log.warning("cannot raise the open files limit from %d to %d: %s", soft, hard, exc)
             return
         log.info("raised the open files limit from %d to %d", soft, hard)
+
+
+# glibc's mallopt parameters, and the values the broker takes (see `keep_request_memory`).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_MALLOC_SETTINGS = (
+    (_M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_", 16 << 20),
+    (_M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_", 64 << 20),
+)
+
+
+def keep_request_memory() -> list[str]:
+    """Keeps the memory of requests in the process between requests (glibc only).
+
+    A request frame (hundreds of KiB of record batches) is a malloc of its own. By
+    default glibc serves those from fresh mmaps or trims the heap's top once they are
+    freed, so while several frames are held at once (pipelined requests whose writes
+    are on the I/O threads) nearly every frame's memory comes back zeroed by the kernel
+    through page faults: measured, over a third of the event loop's time per MB under
+    full-rate produce. Frames up to 16 MiB come from the heap, and up to 64 MiB of free
+    heap stays mapped. A ``MALLOC_*_`` variable the user set is left to glibc. Returns
+    what was set, as ``NAME=value``.
+    """
+    path = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(path) if path else None
+        mallopt = libc.mallopt if libc is not None else None
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return []
+    if mallopt is None:
+        return []
+    done = []
+    for param, variable, value in _MALLOC_SETTINGS:
+        if variable in os.environ:
+            continue
+        if mallopt(ctypes.c_int(param), ctypes.c_int(value)) == 1:
+            done.append(f"{variable}={value}")
+    return done
 
 
 def _metrics_address(text: str) -> tuple[str, int]:
@@ -106,6 +147,9 @@ def run_broker(config: BrokerConfig, log_level: str = "INFO", log_format: str = 
     setup_logging(log_level, log_format)
 
     raise_open_files_limit()
+    tuned = keep_request_memory()
+    if tuned:
+        log.debug("malloc: %s", " ".join(tuned))
 
     async def main() -> int:
         metrics_at = config.get_optional_str("metrics.listeners")
