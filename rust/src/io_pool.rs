@@ -8,9 +8,16 @@
 //! together make one wakeup.
 //!
 //! One key's jobs run one at a time, in the order submitted. The keys with
-//! jobs take turns, one job each: a key whose jobs each block (a log with
-//! `flush.messages=1` fsyncing every append) holds up its own jobs and one
-//! thread, never the jobs of the other keys queued behind it.
+//! jobs take turns, one job each: a key whose jobs each block holds up its
+//! own jobs and one thread, never the jobs of the other keys queued behind
+//! it.
+//!
+//! A job may end in a second step ([`Step::Then`]: the fdatasync that
+//! `flush.messages` asks after an append), which runs on the pool's other
+//! lane: threads of their own, one key's second steps in order, its result
+//! under the first step's ticket. So the appends of every log go on while
+//! some logs wait for their disk, and a thread never waits for a sync that
+//! one before it is doing (the log coalesces them).
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -18,7 +25,19 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 
-type Job<R> = Box<dyn FnOnce() -> R + Send>;
+/// What a job's run gives: its result, or a second step to run on the
+/// sync lane whose result is the job's.
+pub enum Step<R> {
+    Done(R),
+    Then(Box<dyn FnOnce() -> R + Send>),
+}
+
+type Job<R> = Box<dyn FnOnce() -> Step<R> + Send>;
+
+/// The lanes: first steps, and the second steps they leave.
+const FIRST: usize = 0;
+const SECOND: usize = 1;
+const LANES: [usize; 2] = [FIRST, SECOND];
 
 /// A job submitted to a pool that is closed.
 #[derive(Debug)]
@@ -38,19 +57,69 @@ struct Queue<R> {
     scheduled: bool,
 }
 
-struct State<R> {
+/// One lane's jobs and threads.
+struct Lane<R> {
     queues: HashMap<u64, Queue<R>>,
     /// Keys with a job to run, in turn.
     ready: VecDeque<u64>,
     threads: usize,
     /// Threads still to end (the pool shrank).
     to_end: usize,
+    /// Jobs being run now.
+    running: usize,
+}
+
+impl<R> Lane<R> {
+    fn new() -> Self {
+        Lane {
+            queues: HashMap::new(),
+            ready: VecDeque::new(),
+            threads: 0,
+            to_end: 0,
+            running: 0,
+        }
+    }
+
+    fn push(&mut self, key: u64, ticket: u64, job: Job<R>) -> bool {
+        let queue = self.queues.entry(key).or_insert_with(|| Queue {
+            jobs: VecDeque::new(),
+            scheduled: false,
+        });
+        queue.jobs.push_back((ticket, job));
+        if queue.scheduled {
+            return false;
+        }
+        queue.scheduled = true;
+        self.ready.push_back(key);
+        true
+    }
+
+    fn live(&self) -> usize {
+        self.threads - self.to_end
+    }
+}
+
+struct State<R> {
+    lanes: [Lane<R>; 2],
     closed: bool,
+}
+
+impl<R> State<R> {
+    /// A closed pool's thread of `lane` ends once nothing more can come to
+    /// it: no job queued there, and for the second lane none queued or
+    /// running on the first.
+    fn drained(&self, lane: usize) -> bool {
+        let first = &self.lanes[FIRST];
+        let mine = &self.lanes[lane];
+        mine.ready.is_empty() && (lane == FIRST || (first.ready.is_empty() && first.running == 0))
+    }
 }
 
 struct Shared<R> {
     state: Mutex<State<R>>,
-    work: Condvar,
+    work: [Condvar; 2],
+    /// Told when a job ends in a closed pool (for a close with no thread).
+    ended: Condvar,
     done: Mutex<Vec<(u64, R)>>,
     event: OwnedFd,
 }
@@ -66,7 +135,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<R: Send + 'static> IoPool<R> {
-    /// A pool of `count` threads named `name-N` (0: none until `resize`).
+    /// A pool of `count` threads on each lane, named `name-N` and
+    /// `name-fN` (0: none until `resize`).
     pub fn new(count: usize, name: &str) -> io::Result<Self> {
         // SAFETY: eventfd has no memory arguments; the result is checked.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
@@ -78,13 +148,11 @@ impl<R: Send + 'static> IoPool<R> {
         let pool = IoPool {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
-                    queues: HashMap::new(),
-                    ready: VecDeque::new(),
-                    threads: 0,
-                    to_end: 0,
+                    lanes: [Lane::new(), Lane::new()],
                     closed: false,
                 }),
-                work: Condvar::new(),
+                work: [Condvar::new(), Condvar::new()],
+                ended: Condvar::new(),
                 done: Mutex::new(Vec::new()),
                 event,
             }),
@@ -105,7 +173,7 @@ impl<R: Send + 'static> IoPool<R> {
         if state.closed {
             0
         } else {
-            state.threads - state.to_end
+            state.lanes[FIRST].live()
         }
     }
 
@@ -117,19 +185,22 @@ impl<R: Send + 'static> IoPool<R> {
         ticket: u64,
         job: impl FnOnce() -> R + Send + 'static,
     ) -> Result<(), Closed> {
+        self.submit_steps(key, ticket, move || Step::Done(job()))
+    }
+
+    /// [`IoPool::submit`] for a job that may leave a second step.
+    pub fn submit_steps(
+        &self,
+        key: u64,
+        ticket: u64,
+        job: impl FnOnce() -> Step<R> + Send + 'static,
+    ) -> Result<(), Closed> {
         let mut state = lock(&self.shared.state);
         if state.closed {
             return Err(Closed);
         }
-        let queue = state.queues.entry(key).or_insert_with(|| Queue {
-            jobs: VecDeque::new(),
-            scheduled: false,
-        });
-        queue.jobs.push_back((ticket, Box::new(job)));
-        if !queue.scheduled {
-            queue.scheduled = true;
-            state.ready.push_back(key);
-            self.shared.work.notify_one();
+        if state.lanes[FIRST].push(key, ticket, Box::new(job)) {
+            self.shared.work[FIRST].notify_one();
         }
         Ok(())
     }
@@ -150,58 +221,84 @@ impl<R: Send + 'static> IoPool<R> {
         std::mem::take(&mut *lock(&self.shared.done))
     }
 
-    /// `count` threads from now on: more start at once, fewer end as they
-    /// finish the job in hand.
+    /// `count` threads on each lane from now on: more start at once, fewer
+    /// end as they finish the job in hand.
     pub fn resize(&self, count: usize) -> io::Result<()> {
         let mut handles = lock(&self.handles);
-        let start = {
+        let starts = {
             let mut state = lock(&self.shared.state);
             if state.closed {
                 return Ok(());
             }
-            let live = state.threads - state.to_end;
-            if count < live {
-                state.to_end += live - count;
-                self.shared.work.notify_all();
-                0
-            } else {
-                // Threads asked to end that have not yet are kept instead.
-                let kept = state.to_end.min(count - live);
-                state.to_end -= kept;
-                let start = count - live - kept;
-                state.threads += start;
-                start
-            }
+            LANES.map(|lane| {
+                let l = &mut state.lanes[lane];
+                let live = l.live();
+                if count < live {
+                    l.to_end += live - count;
+                    self.shared.work[lane].notify_all();
+                    0
+                } else {
+                    // Threads asked to end that have not yet are kept instead.
+                    let kept = l.to_end.min(count - live);
+                    l.to_end -= kept;
+                    let start = count - live - kept;
+                    l.threads += start;
+                    start
+                }
+            })
         };
         handles.retain(|t| !t.is_finished());
-        for _ in 0..start {
-            let shared = self.shared.clone();
-            let t = thread::Builder::new()
-                .name(format!("{}-{}", self.name, handles.len()))
-                .spawn(move || work(&shared))?;
-            handles.push(t);
+        for lane in LANES {
+            for n in 0..starts[lane] {
+                let shared = self.shared.clone();
+                let name = match lane {
+                    FIRST => format!("{}-{}", self.name, handles.len()),
+                    _ => format!("{}-f{}", self.name, n),
+                };
+                let t = thread::Builder::new()
+                    .name(name)
+                    .spawn(move || work(&shared, lane))?;
+                handles.push(t);
+            }
         }
         Ok(())
     }
 
-    /// Lets the jobs submitted run, then ends the threads; later submits
-    /// fail with [`Closed`]. With no thread left, the jobs still queued run
-    /// here.
+    /// Lets the jobs submitted run (and their second steps), then ends the
+    /// threads; later submits fail with [`Closed`]. With no thread left,
+    /// the jobs still queued run here.
     pub fn close(&self) {
         let threads = {
             let mut state = lock(&self.shared.state);
             state.closed = true;
-            self.shared.work.notify_all();
-            state.threads - state.to_end
+            for lane in LANES {
+                self.shared.work[lane].notify_all();
+            }
+            state.lanes[FIRST].live() + state.lanes[SECOND].live()
         };
         if threads == 0 {
+            // A thread that was asked to end may still be finishing a job
+            // (and its key's jobs queued meanwhile wait for it): wait for it.
             let mut state = lock(&self.shared.state);
             loop {
                 let ran;
-                (state, ran) = run_one(&self.shared, state);
-                if !ran {
+                (state, ran) = run_one(&self.shared, state, FIRST);
+                if ran {
+                    continue;
+                }
+                let ran;
+                (state, ran) = run_one(&self.shared, state, SECOND);
+                if ran {
+                    continue;
+                }
+                if state.lanes.iter().all(|l| l.running == 0) {
                     break;
                 }
+                state = self
+                    .shared
+                    .ended
+                    .wait(state)
+                    .unwrap_or_else(|p| p.into_inner());
             }
         }
         let handles = std::mem::take(&mut *lock(&self.handles));
@@ -217,25 +314,66 @@ impl<R: Send + 'static> Drop for IoPool<R> {
     }
 }
 
-/// Runs the next ready key's next job, the state unlocked meanwhile;
-/// false when no key is ready.
-fn run_one<'a, R>(
+/// Runs the next ready key's next job on `lane`, the state unlocked
+/// meanwhile; false when no key is ready there.
+fn run_one<'a, R: 'static>(
     shared: &'a Shared<R>,
     mut state: MutexGuard<'a, State<R>>,
+    lane: usize,
 ) -> (MutexGuard<'a, State<R>>, bool) {
-    let Some(key) = state.ready.pop_front() else {
+    let l = &mut state.lanes[lane];
+    let Some(key) = l.ready.pop_front() else {
         return (state, false);
     };
-    let queue = state.queues.get_mut(&key).expect("a ready key has a queue");
+    let queue = l.queues.get_mut(&key).expect("a ready key has a queue");
     let (ticket, job) = queue.jobs.pop_front().expect("a ready key has a job");
+    l.running += 1;
     drop(state);
-    let result = job();
-    let announce = {
+    let step = job();
+    let then = match step {
+        Step::Done(result) => {
+            announce(shared, ticket, result);
+            None
+        }
+        Step::Then(next) => Some(next),
+    };
+    let mut state = lock(&shared.state);
+    if let Some(next) = then {
+        let next: Job<R> = Box::new(move || Step::Done(next()));
+        if state.lanes[SECOND].push(key, ticket, next) {
+            shared.work[SECOND].notify_one();
+        }
+    }
+    let l = &mut state.lanes[lane];
+    l.running -= 1;
+    let queue = l
+        .queues
+        .get_mut(&key)
+        .expect("a running key keeps its queue");
+    if queue.jobs.is_empty() {
+        l.queues.remove(&key);
+    } else {
+        l.ready.push_back(key); // its next job waits for the other keys' turns
+        shared.work[lane].notify_one();
+    }
+    if state.closed {
+        shared.ended.notify_all();
+        if lane == FIRST && state.drained(FIRST) {
+            shared.work[SECOND].notify_all(); // nothing more can come to them
+        }
+    }
+    (state, true)
+}
+
+/// Queues a finished job's result and makes the eventfd readable if it
+/// was not already.
+fn announce<R>(shared: &Shared<R>, ticket: u64, result: R) {
+    let first = {
         let mut done = lock(&shared.done);
         done.push((ticket, result));
         done.len() == 1
     };
-    if announce {
+    if first {
         let one = 1u64;
         // SAFETY: writes 8 bytes from a local u64 to our own eventfd.
         unsafe {
@@ -246,38 +384,29 @@ fn run_one<'a, R>(
             )
         };
     }
-    let mut state = lock(&shared.state);
-    let queue = state
-        .queues
-        .get_mut(&key)
-        .expect("a running key keeps its queue");
-    if queue.jobs.is_empty() {
-        state.queues.remove(&key);
-    } else {
-        state.ready.push_back(key); // its next job waits for the other keys' turns
-        shared.work.notify_one();
-    }
-    (state, true)
 }
 
-fn work<R>(shared: &Shared<R>) {
+fn work<R: 'static>(shared: &Shared<R>, lane: usize) {
     let mut state = lock(&shared.state);
     loop {
-        if state.to_end > 0 {
-            state.to_end -= 1;
-            state.threads -= 1;
+        let l = &mut state.lanes[lane];
+        if l.to_end > 0 {
+            l.to_end -= 1;
+            l.threads -= 1;
             return;
         }
         let ran;
-        (state, ran) = run_one(shared, state);
+        (state, ran) = run_one(shared, state, lane);
         if ran {
             continue;
         }
-        if state.closed {
-            state.threads -= 1;
+        if state.closed && state.drained(lane) {
+            state.lanes[lane].threads -= 1;
             return;
         }
-        state = shared.work.wait(state).unwrap_or_else(|p| p.into_inner());
+        state = shared.work[lane]
+            .wait(state)
+            .unwrap_or_else(|p| p.into_inner());
     }
 }
 
@@ -400,6 +529,80 @@ mod tests {
         pool.resize(0).unwrap();
         for t in 0..5 {
             pool.submit(t, t, move || t).unwrap();
+        }
+        pool.close();
+        assert_eq!(pool.take_done().len(), 5);
+    }
+
+    #[test]
+    fn a_second_step_waits_on_its_own_lane_and_holds_up_no_first_step() {
+        let pool = IoPool::new(1, "t").unwrap();
+        let (release, wait) = mpsc::channel::<()>();
+        let wait = Arc::new(Mutex::new(wait));
+        let w = wait.clone();
+        pool.submit_steps(1, 1, move || {
+            Step::Then(Box::new(move || {
+                w.lock()
+                    .unwrap()
+                    .recv_timeout(Duration::from_secs(10))
+                    .unwrap();
+                1
+            }))
+        })
+        .unwrap();
+        // The same key's next job and another key's run while the first one's
+        // second step waits (one thread on each lane).
+        pool.submit(1, 2, || 2).unwrap();
+        pool.submit(2, 3, || 3).unwrap();
+        let mut got = collect(&pool, 2);
+        got.sort();
+        assert_eq!(got, [(2, 2), (3, 3)]);
+        release.send(()).unwrap();
+        assert_eq!(collect(&pool, 1), [(1, 1)]);
+    }
+
+    #[test]
+    fn one_keys_second_steps_run_in_order_and_close_waits_for_them() {
+        let pool = IoPool::new(3, "t").unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        for t in 0..50u64 {
+            let order = order.clone();
+            pool.submit_steps(7, t, move || {
+                Step::Then(Box::new(move || {
+                    thread::sleep(Duration::from_micros(200));
+                    order.lock().unwrap().push(t);
+                    t
+                }))
+            })
+            .unwrap();
+        }
+        pool.close();
+        assert_eq!(*order.lock().unwrap(), (0..50).collect::<Vec<_>>());
+        assert_eq!(pool.take_done().len(), 50);
+    }
+
+    #[test]
+    fn a_pool_with_no_thread_runs_second_steps_when_closed() {
+        let pool = IoPool::new(0, "t").unwrap();
+        for t in 0..4u64 {
+            pool.submit_steps(t % 2, t, move || Step::Then(Box::new(move || t + 10)))
+                .unwrap();
+        }
+        pool.close();
+        let mut got = pool.take_done();
+        got.sort();
+        assert_eq!(got, [(0, 10), (1, 11), (2, 12), (3, 13)]);
+    }
+
+    #[test]
+    fn shrunk_to_nothing_after_running_then_closed() {
+        let pool = IoPool::new(0, "t").unwrap();
+        pool.submit(0, 0, || 0).unwrap();
+        pool.resize(1).unwrap();
+        assert_eq!(collect(&pool, 1), [(0, 0)]);
+        pool.resize(0).unwrap();
+        for t in 1..6 {
+            pool.submit(0, t, move || t).unwrap();
         }
         pool.close();
         assert_eq!(pool.take_done().len(), 5);

@@ -218,6 +218,15 @@ impl LogSlice {
     }
 }
 
+/// What an append does when `flush.messages` asks for a flush.
+#[derive(Clone, Copy)]
+enum FlushDue {
+    /// Syncs before it returns, under the writer lock.
+    Now,
+    /// Returns the offset the flush must reach, for the caller to sync.
+    Tell,
+}
+
 enum Mode {
     Leader {
         epoch: i32,
@@ -863,7 +872,9 @@ impl Log {
             epoch: partition_leader_epoch,
             append_time: log_append_time_ms,
         };
-        self.append_inner(batches, mode, now_ms, None)
+        Ok(self
+            .append_inner(batches, mode, now_ms, None, FlushDue::Now)?
+            .0)
     }
 
     /// Appends batches as a follower, byte for byte as the leader wrote
@@ -876,7 +887,9 @@ impl Log {
     /// it is: the leader's cleaner leaves gaps where it removed batches.
     /// The batches' leader epochs go into the epoch cache.
     pub fn append_as_follower(&self, batches: &[u8], now_ms: i64) -> Result<AppendInfo> {
-        self.append_inner(batches, Mode::Follower, now_ms, None)
+        Ok(self
+            .append_inner(batches, Mode::Follower, now_ms, None, FlushDue::Now)?
+            .0)
     }
 
     /// The log's fence from now on, once the write in progress is done: a
@@ -888,19 +901,41 @@ impl Log {
 
     /// [`Log::append`] (`leader` is (epoch, append time)) or
     /// [`Log::append_as_follower`] (`leader` None), only while the log's
-    /// fence is still `fence`.
+    /// fence is still `fence`. The flush that `flush.messages` asks for is
+    /// left to the caller, who gets the offset it must reach (see
+    /// [`Log::flush_through`]): another thread can sync while this one goes
+    /// on appending to other logs.
     pub fn append_fenced(
         &self,
         batches: &[u8],
         leader: Option<(i32, Option<i64>)>,
         now_ms: i64,
         fence: u64,
-    ) -> Result<AppendInfo> {
+    ) -> Result<(AppendInfo, Option<i64>)> {
         let mode = match leader {
             Some((epoch, append_time)) => Mode::Leader { epoch, append_time },
             None => Mode::Follower,
         };
-        self.append_inner(batches, mode, now_ms, Some(fence))
+        self.append_inner(batches, mode, now_ms, Some(fence), FlushDue::Tell)
+    }
+
+    /// Syncs everything written if the recovery point is below `end` (one
+    /// flush serves the appends before it: those that asked meanwhile find
+    /// it done). Appends go on during its fdatasyncs.
+    pub fn flush_through(&self, end: i64, now_ms: i64) -> Result<()> {
+        if self.recovery_point() >= end {
+            return Ok(());
+        }
+        let (end, truncations) = {
+            let mut w = self.lock_writer();
+            self.check_open()?;
+            w.last_flush_ms = now_ms;
+            (
+                self.log_end_offset(),
+                self.truncations.load(Ordering::Acquire),
+            )
+        };
+        self.sync_up_to(end, truncations)
     }
 
     fn append_inner(
@@ -909,7 +944,8 @@ impl Log {
         mode: Mode,
         now_ms: i64,
         fence: Option<u64>,
-    ) -> Result<AppendInfo> {
+        flush_due: FlushDue,
+    ) -> Result<(AppendInfo, Option<i64>)> {
         let mut w = self.lock_writer();
         self.check_open()?;
         if let Some(fence) = fence {
@@ -1167,10 +1203,15 @@ impl Log {
 
         let unflushed = next - self.recovery_point.load(Ordering::Acquire).max(0);
         if w.config.flush_messages != u64::MAX && unflushed as u64 >= w.config.flush_messages {
-            self.flush_locked(&mut w)?;
-            w.last_flush_ms = now_ms;
+            match flush_due {
+                FlushDue::Now => {
+                    self.flush_locked(&mut w)?;
+                    w.last_flush_ms = now_ms;
+                }
+                FlushDue::Tell => return Ok((info, Some(next))),
+            }
         }
-        Ok(info)
+        Ok((info, None))
     }
 
     // -- reads ----------------------------------------------------------------

@@ -871,17 +871,31 @@ struct IoPool {
 }
 
 impl IoPool {
-    /// Queues `write` behind the earlier writes to the log whose address is
-    /// `key` (the job holds the log, so no other log has it meanwhile).
+    /// Queues an append to `log` behind its earlier writes (the pool's key
+    /// is the log's address: the job holds the log, so no other log has it
+    /// meanwhile). The flush `flush.messages` asks for runs on the pool's
+    /// sync lane, the append's answer after it.
     fn queue(
         &self,
-        key: u64,
+        log: Arc<CoreLog>,
         ticket: u64,
         batches: ByteView,
-        write: impl FnOnce(&[u8]) -> crate::Result<CoreAppendInfo> + Send + 'static,
+        now_ms: i64,
+        write: impl FnOnce(&CoreLog, &[u8]) -> crate::Result<(CoreAppendInfo, Option<i64>)>
+            + Send
+            + 'static,
     ) -> PyResult<()> {
+        use crate::io_pool::Step;
         self.inner
-            .submit(key, ticket, move || (write(batches.as_slice()), batches))
+            .submit_steps(Arc::as_ptr(&log) as u64, ticket, move || {
+                match write(&log, batches.as_slice()) {
+                    Ok((info, Some(end))) => Step::Then(Box::new(move || {
+                        (log.flush_through(end, now_ms).map(|()| info), batches)
+                    })),
+                    Ok((info, None)) => Step::Done((Ok(info), batches)),
+                    Err(e) => Step::Done((Err(e), batches)),
+                }
+            })
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 }
@@ -930,15 +944,20 @@ impl IoPool {
         now_ms: i64,
         fence: u64,
     ) -> PyResult<()> {
-        let log = log.inner.clone();
-        self.queue(Arc::as_ptr(&log) as u64, ticket, batches, move |data| {
-            log.append_fenced(
-                data,
-                Some((leader_epoch, log_append_time_ms)),
-                now_ms,
-                fence,
-            )
-        })
+        self.queue(
+            log.inner.clone(),
+            ticket,
+            batches,
+            now_ms,
+            move |log, data| {
+                log.append_fenced(
+                    data,
+                    Some((leader_epoch, log_append_time_ms)),
+                    now_ms,
+                    fence,
+                )
+            },
+        )
     }
 
     /// `Log.append_as_follower` on a pool thread, fenced as `append` is.
@@ -950,10 +969,13 @@ impl IoPool {
         now_ms: i64,
         fence: u64,
     ) -> PyResult<()> {
-        let log = log.inner.clone();
-        self.queue(Arc::as_ptr(&log) as u64, ticket, batches, move |data| {
-            log.append_fenced(data, None, now_ms, fence)
-        })
+        self.queue(
+            log.inner.clone(),
+            ticket,
+            batches,
+            now_ms,
+            move |log, data| log.append_fenced(data, None, now_ms, fence),
+        )
     }
 
     /// (ticket, AppendInfo or the exception the append raised) of each write

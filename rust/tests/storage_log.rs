@@ -574,6 +574,45 @@ fn flush_messages_and_flush_ms_move_the_recovery_point() {
 }
 
 #[test]
+fn a_fenced_append_leaves_the_flush_it_asks_for_to_its_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(
+        dir.path(),
+        LogConfig {
+            flush_messages: 5,
+            ..config()
+        },
+    );
+    log.set_fence(1);
+    let (_, due) = log
+        .append_fenced(&simple(3, 1, 10), Some((0, None)), 1_000, 1)
+        .unwrap();
+    assert_eq!(due, None);
+    let (_, due) = log
+        .append_fenced(&simple(3, 1, 10), Some((0, None)), 1_000, 1)
+        .unwrap();
+    assert_eq!(due, Some(6));
+    assert_eq!(log.recovery_point(), 0); // not synced by the append
+                                         // Appended meanwhile, and also due: one flush serves both.
+    let (_, later) = log
+        .append_fenced(&simple(2, 1, 10), Some((0, None)), 1_000, 1)
+        .unwrap();
+    assert_eq!(later, Some(8));
+    log.flush_through(6, 2_000).unwrap();
+    assert_eq!(log.recovery_point(), 8);
+    let text = std::fs::read_to_string(dir.path().join("recovery-point")).unwrap();
+    assert_eq!(text.trim(), "8");
+    log.flush_through(8, 2_000).unwrap(); // nothing left to sync
+    assert_eq!(log.recovery_point(), 8);
+    // A write prepared under another fence appends nothing.
+    assert!(matches!(
+        log.append_fenced(&simple(1, 1, 10), Some((0, None)), 1_000, 2),
+        Err(Error::Fenced { .. })
+    ));
+    assert_eq!(log.log_end_offset(), 8);
+}
+
+#[test]
 fn reopen_after_close_continues() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), small_segments());

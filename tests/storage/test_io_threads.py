@@ -27,14 +27,19 @@ def batch(n: int, tag: str) -> bytes:
     return build_batch([(b"k", f"{tag}-{i}".encode(), []) for i in range(n)], 0, 0, 0)
 
 
-def io_thread_names() -> list[str]:
+def all_thread_names() -> list[str]:
     names = []
     for task in Path("/proc/self/task").iterdir():
         try:
             names.append((task / "comm").read_text().strip())
         except OSError:
             continue  # ended meanwhile
-    return [n for n in names if n.startswith("kbroker-io")]
+    return names
+
+
+def io_thread_names() -> list[str]:
+    """The names of the pool's append threads (its flush threads are ``kbroker-io-fN``)."""
+    return [n for n in all_thread_names() if n.startswith("kbroker-io-") and n[11:].isdigit()]
 
 
 class Counted:
@@ -231,3 +236,27 @@ def test_a_write_queued_under_an_older_fence_is_refused(tmp_path: Path) -> None:
     assert all(isinstance(o, StaleLeaderEpochError) for _, o in outcomes), outcomes
     assert log.log_end_offset == 2  # the refused writes wrote nothing
     log.close()
+
+
+def test_a_write_that_asks_for_a_flush_is_answered_once_synced(tmp_path: Path) -> None:
+    """flush.messages: the sync runs on the pool's flush threads, and the append is
+    answered only once the recovery point covers it (as when the append syncs itself)."""
+
+    async def main() -> None:
+        io = IoThreads(2)
+        flushed = Log.open(tmp_path, TopicPartition("f", 0), LogConfig(flush_messages=1))
+        plain = Log.open(tmp_path, TopicPartition("p", 0), LogConfig())
+        for i in range(20):
+            a = io.append(flushed, batch(3, f"f{i}"), 0, False, 0)
+            b = io.append(plain, batch(3, f"p{i}"), 0, False, 0)
+            info = await a
+            assert flushed.recovery_point >= info.last_offset + 1
+            await b
+        assert {"kbroker-io-f0", "kbroker-io-f1"} <= set(all_thread_names())
+        assert flushed.recovery_point == flushed.log_end_offset == 60
+        assert plain.recovery_point == 0  # never asked to sync
+        io.close()
+        flushed.close()
+        plain.close()
+
+    asyncio.run(main())
