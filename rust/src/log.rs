@@ -46,6 +46,11 @@ use crate::statefile::{read_state_file, remove_if_present, sync_dir};
 use crate::txn_index::{AbortedTxn, Collected, TXN_INDEX_SUFFIX};
 
 pub const RECOVERY_POINT_FILE: &str = "recovery-point";
+/// How often at most a flush that `flush.messages` asks for rewrites the
+/// `recovery-point` file (two more syncs of their own: it and its
+/// directory). Truncation, close, `Log::flush` and the `flush.ms` pass
+/// write it at once.
+pub const RECOVERY_POINT_CHECKPOINT_MS: i64 = 1_000;
 pub const LOG_START_OFFSET_FILE: &str = "log-start-offset";
 pub const CLEAN_SHUTDOWN_FILE: &str = ".clean-shutdown";
 const TMP_SUFFIX: &str = ".tmp";
@@ -267,6 +272,13 @@ pub struct Log {
     log_start: AtomicI64,
     log_end: AtomicI64,
     recovery_point: AtomicI64,
+    /// What the `recovery-point` file says, and when it was written (both
+    /// changed with `flushing` held). The file may lag the recovery point:
+    /// a flush that `flush.messages` asks for leaves it to the next write
+    /// at least [`RECOVERY_POINT_CHECKPOINT_MS`] later, which a crash
+    /// before costs only a longer recovery scan.
+    checkpointed: AtomicI64,
+    checkpointed_ms: AtomicI64,
     closed: AtomicBool,
     /// The log cleaner's checkpoint (see `cleaner.rs`): offsets below it
     /// were cleaned; and the earliest delete horizon of a kept tombstone.
@@ -651,6 +663,8 @@ impl Log {
             } else {
                 -1
             })),
+            checkpointed: AtomicI64::new(checkpoint_rp.unwrap_or(i64::MIN)),
+            checkpointed_ms: AtomicI64::new(now_ms),
             closed: AtomicBool::new(false),
             cleaner_first_dirty: AtomicI64::new(cleaner_first_dirty),
             cleaner_horizon: AtomicI64::new(cleaner_horizon),
@@ -793,20 +807,40 @@ impl Log {
     /// [`Log::flush`].
     fn flush_locked(&self, _w: &mut Writer) -> Result<()> {
         let _f = self.lock_flushing();
-        self.sync_and_checkpoint()
+        self.sync_and_checkpoint(None)
     }
 
     /// [`Log::flush_locked`]'s work; the caller holds both locks.
-    fn sync_and_checkpoint(&self) -> Result<()> {
+    /// ``lazy_now``: the time, when the file may lag (see `checkpointed`).
+    fn sync_and_checkpoint(&self, lazy_now: Option<i64>) -> Result<()> {
         let end = self.log_end_offset();
         for seg in self.snapshot().iter() {
             seg.flush()?;
         }
-        if self.recovery_point.load(Ordering::Acquire) != end {
-            write_checkpoint(&self.dir, RECOVERY_POINT_FILE, end)?;
-            self.recovery_point.store(end, Ordering::Release);
+        let lagging_allowed = lazy_now.is_some_and(|now| !self.checkpoint_due(now))
+            && self.checkpointed.load(Ordering::Acquire) <= end;
+        if self.checkpointed.load(Ordering::Acquire) != end && !lagging_allowed {
+            self.checkpoint_recovery_point(end, lazy_now)?;
+        }
+        self.recovery_point.store(end, Ordering::Release);
+        Ok(())
+    }
+
+    /// Writes `value` to the `recovery-point` file (`flushing` held; what
+    /// it names is synced). ``now_ms``: when, if known.
+    fn checkpoint_recovery_point(&self, value: i64, now_ms: Option<i64>) -> Result<()> {
+        write_checkpoint(&self.dir, RECOVERY_POINT_FILE, value)?;
+        self.checkpointed.store(value, Ordering::Release);
+        if let Some(now) = now_ms {
+            self.checkpointed_ms.store(now, Ordering::Release);
         }
         Ok(())
+    }
+
+    /// Whether a lazy checkpoint may be written at `now_ms`.
+    fn checkpoint_due(&self, now_ms: i64) -> bool {
+        now_ms.saturating_sub(self.checkpointed_ms.load(Ordering::Acquire))
+            >= RECOVERY_POINT_CHECKPOINT_MS
     }
 
     /// A flush that lets appends go on during its fdatasyncs: the log end
@@ -815,8 +849,9 @@ impl Log {
     /// is synced. Segments are listed after the flushing lock is taken (what
     /// was deleted meanwhile needs no sync, and nothing is deleted while it
     /// is held). A truncation meanwhile leaves the recovery point to the
-    /// truncation's own flush.
-    fn sync_up_to(&self, end: i64, truncations: u64) -> Result<()> {
+    /// truncation's own flush. ``lazy_now``: the time, when the file may
+    /// lag (see `checkpointed`); None writes it now.
+    fn sync_up_to(&self, end: i64, truncations: u64, lazy_now: Option<i64>) -> Result<()> {
         let _f = self.lock_flushing();
         if self.is_closed() {
             return Ok(()); // close flushed, or delete removed the files
@@ -829,7 +864,10 @@ impl Log {
         if self.truncations.load(Ordering::Acquire) == truncations
             && self.recovery_point.load(Ordering::Acquire) < end
         {
-            write_checkpoint(&self.dir, RECOVERY_POINT_FILE, end)?;
+            match lazy_now {
+                Some(now) if !self.checkpoint_due(now) => {}
+                _ => self.checkpoint_recovery_point(end, lazy_now)?,
+            }
             self.recovery_point.store(end, Ordering::Release);
         }
         Ok(())
@@ -935,7 +973,7 @@ impl Log {
                 self.truncations.load(Ordering::Acquire),
             )
         };
-        self.sync_up_to(end, truncations)
+        self.sync_up_to(end, truncations, Some(now_ms))
     }
 
     fn append_inner(
@@ -1205,7 +1243,8 @@ impl Log {
         if w.config.flush_messages != u64::MAX && unflushed as u64 >= w.config.flush_messages {
             match flush_due {
                 FlushDue::Now => {
-                    self.flush_locked(&mut w)?;
+                    let _f = self.lock_flushing();
+                    self.sync_and_checkpoint(Some(now_ms))?;
                     w.last_flush_ms = now_ms;
                 }
                 FlushDue::Tell => return Ok((info, Some(next))),
@@ -1388,7 +1427,7 @@ impl Log {
             self.drop_epochs_from(new_end)?;
         }
         // Make the cut durable and move the recovery point back to the end.
-        self.sync_and_checkpoint()
+        self.sync_and_checkpoint(None)
     }
 
     /// Empties the log and starts it again at `offset` (any offset, below,
@@ -1408,7 +1447,7 @@ impl Log {
         self.truncations.fetch_add(1, Ordering::AcqRel);
         self.lower_cleaner_checkpoint(offset)?;
         self.start_empty_at(&mut w, offset)?;
-        self.sync_and_checkpoint()
+        self.sync_and_checkpoint(None)
     }
 
     /// Data the cleaner called clean at or after `offset` is about to go
@@ -1551,7 +1590,8 @@ impl Log {
     }
 
     /// Flushes when flush.ms has passed since the last flush and there is
-    /// something to flush. Returns whether it flushed.
+    /// something to flush. Returns whether it flushed. Writes the
+    /// `recovery-point` file if it lags (see `checkpointed`).
     pub fn maybe_flush(&self, now_ms: i64) -> Result<bool> {
         let (end, truncations) = {
             let mut w = self.lock_writer();
@@ -1559,10 +1599,14 @@ impl Log {
             if w.config.flush_ms == i64::MAX
                 || now_ms.saturating_sub(w.last_flush_ms) < w.config.flush_ms
             {
+                drop(w);
+                self.checkpoint_if_lagging(now_ms)?;
                 return Ok(false);
             }
             w.last_flush_ms = now_ms;
             if self.recovery_point() == self.log_end_offset() {
+                drop(w);
+                self.checkpoint_if_lagging(now_ms)?;
                 return Ok(false);
             }
             (
@@ -1570,8 +1614,26 @@ impl Log {
                 self.truncations.load(Ordering::Acquire),
             )
         };
-        self.sync_up_to(end, truncations)?;
+        self.sync_up_to(end, truncations, None)?;
         Ok(true)
+    }
+
+    /// Writes the recovery point the file lags behind, once it may.
+    fn checkpoint_if_lagging(&self, now_ms: i64) -> Result<()> {
+        if self.checkpointed.load(Ordering::Acquire) == self.recovery_point()
+            || !self.checkpoint_due(now_ms)
+        {
+            return Ok(());
+        }
+        let _f = self.lock_flushing();
+        if self.is_closed() {
+            return Ok(());
+        }
+        let rp = self.recovery_point();
+        if rp >= 0 && self.checkpointed.load(Ordering::Acquire) != rp {
+            self.checkpoint_recovery_point(rp, Some(now_ms))?;
+        }
+        Ok(())
     }
 
     /// fdatasync of everything written; advances the recovery point. Appends
@@ -1585,7 +1647,7 @@ impl Log {
                 self.truncations.load(Ordering::Acquire),
             )
         };
-        self.sync_up_to(end, truncations)
+        self.sync_up_to(end, truncations, None)
     }
 
     /// Flushes, seals the active segment's indexes and leaves the

@@ -557,20 +557,27 @@ fn flush_messages_and_flush_ms_move_the_recovery_point() {
     assert_eq!(log.recovery_point(), 0);
     log.append(&simple(3, 1, 10), 0, None, 1_000).unwrap();
     assert_eq!(log.recovery_point(), 6);
-    let text = std::fs::read_to_string(dir.path().join("recovery-point")).unwrap();
-    assert_eq!(text.trim(), "6");
+    let checkpoint = || {
+        let text = std::fs::read_to_string(dir.path().join("recovery-point")).unwrap();
+        text.trim().parse::<i64>().unwrap()
+    };
+    // A flush that flush.messages asks for writes the file at most once a
+    // second (the log was opened at 1_000).
+    assert_eq!(checkpoint(), 0);
+    log.append(&simple(5, 1, 10), 0, None, 2_000).unwrap();
+    assert_eq!((log.recovery_point(), checkpoint()), (11, 11));
     log.set_config(LogConfig {
         flush_ms: 100,
         ..config()
     });
-    log.append(&simple(1, 1, 10), 0, None, 1_000).unwrap();
-    assert!(!log.maybe_flush(1_050).unwrap());
-    assert!(log.maybe_flush(1_100).unwrap());
-    assert_eq!(log.recovery_point(), 7);
+    log.append(&simple(1, 1, 10), 0, None, 2_000).unwrap();
+    assert!(!log.maybe_flush(2_050).unwrap());
+    assert!(log.maybe_flush(2_100).unwrap());
+    assert_eq!((log.recovery_point(), checkpoint()), (12, 12));
     assert!(!log.maybe_flush(5_000).unwrap()); // nothing new
-    log.append(&simple(1, 1, 10), 0, None, 1_000).unwrap();
+    log.append(&simple(1, 1, 10), 0, None, 5_000).unwrap();
     log.flush().unwrap();
-    assert_eq!(log.recovery_point(), 8);
+    assert_eq!((log.recovery_point(), checkpoint()), (13, 13));
 }
 
 #[test]
@@ -598,18 +605,66 @@ fn a_fenced_append_leaves_the_flush_it_asks_for_to_its_caller() {
         .append_fenced(&simple(2, 1, 10), Some((0, None)), 1_000, 1)
         .unwrap();
     assert_eq!(later, Some(8));
-    log.flush_through(6, 2_000).unwrap();
+    let checkpoint = || {
+        std::fs::read_to_string(dir.path().join("recovery-point"))
+            .map(|t| t.trim().to_string())
+            .unwrap_or_default()
+    };
+    log.flush_through(6, 1_500).unwrap();
     assert_eq!(log.recovery_point(), 8);
-    let text = std::fs::read_to_string(dir.path().join("recovery-point")).unwrap();
-    assert_eq!(text.trim(), "8");
-    log.flush_through(8, 2_000).unwrap(); // nothing left to sync
+    // The file is written at most once a second (opened at 1_000).
+    assert_eq!(checkpoint(), "0");
+    log.flush_through(8, 1_500).unwrap(); // nothing left to sync
     assert_eq!(log.recovery_point(), 8);
+    let (_, due) = log
+        .append_fenced(&simple(5, 1, 10), Some((0, None)), 2_000, 1)
+        .unwrap();
+    log.flush_through(due.unwrap(), 2_000).unwrap();
+    assert_eq!((log.recovery_point(), checkpoint().as_str()), (13, "13"));
+    let (_, due) = log
+        .append_fenced(&simple(5, 1, 10), Some((0, None)), 2_100, 1)
+        .unwrap();
+    log.flush_through(due.unwrap(), 2_100).unwrap();
+    assert_eq!((log.recovery_point(), checkpoint().as_str()), (18, "13"));
+    // The background pass writes what lags, once it may.
+    assert!(!log.maybe_flush(2_500).unwrap());
+    assert_eq!(checkpoint(), "13");
+    assert!(!log.maybe_flush(3_000).unwrap());
+    assert_eq!(checkpoint(), "18");
     // A write prepared under another fence appends nothing.
     assert!(matches!(
         log.append_fenced(&simple(1, 1, 10), Some((0, None)), 1_000, 2),
         Err(Error::Fenced { .. })
     ));
-    assert_eq!(log.log_end_offset(), 8);
+    assert_eq!(log.log_end_offset(), 18);
+}
+
+#[test]
+fn a_crash_with_the_recovery_point_file_lagging_recovers_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = open(
+            dir.path(),
+            LogConfig {
+                flush_messages: 1,
+                ..config()
+            },
+        );
+        log.set_fence(1);
+        for i in 0..20 {
+            let (_, due) = log
+                .append_fenced(&simple(2, i, 10), Some((0, None)), 1_000 + i, 1)
+                .unwrap();
+            log.flush_through(due.unwrap(), 1_000 + i).unwrap();
+        }
+        assert_eq!(log.recovery_point(), 40);
+        // Dropped without close: no clean-shutdown marker, as after kill -9.
+    }
+    let text = std::fs::read_to_string(dir.path().join("recovery-point")).unwrap_or_default();
+    assert_ne!(text.trim(), "40", "the file should lag for this test");
+    let log = open(dir.path(), config());
+    assert_eq!(log.log_end_offset(), 40);
+    assert_eq!(read_all(&log, 0).len(), 20);
 }
 
 #[test]
