@@ -67,6 +67,9 @@ struct Lane<R> {
     to_end: usize,
     /// Jobs being run now.
     running: usize,
+    /// Threads waiting for a job (only those need waking: a busy thread
+    /// looks for the next job itself before it waits).
+    idle: usize,
 }
 
 impl<R> Lane<R> {
@@ -77,6 +80,7 @@ impl<R> Lane<R> {
             threads: 0,
             to_end: 0,
             running: 0,
+            idle: 0,
         }
     }
 
@@ -199,7 +203,12 @@ impl<R: Send + 'static> IoPool<R> {
         if state.closed {
             return Err(Closed);
         }
-        if state.lanes[FIRST].push(key, ticket, Box::new(job)) {
+        let first = &mut state.lanes[FIRST];
+        let wake = first.push(key, ticket, Box::new(job)) && first.idle > 0;
+        // Woken after the lock is let go, so that the thread does not wake
+        // only to wait for it.
+        drop(state);
+        if wake {
             self.shared.work[FIRST].notify_one();
         }
         Ok(())
@@ -340,7 +349,8 @@ fn run_one<'a, R: 'static>(
     let mut state = lock(&shared.state);
     if let Some(next) = then {
         let next: Job<R> = Box::new(move || Step::Done(next()));
-        if state.lanes[SECOND].push(key, ticket, next) {
+        let second = &mut state.lanes[SECOND];
+        if second.push(key, ticket, next) && second.idle > 0 {
             shared.work[SECOND].notify_one();
         }
     }
@@ -353,8 +363,9 @@ fn run_one<'a, R: 'static>(
     if queue.jobs.is_empty() {
         l.queues.remove(&key);
     } else {
-        l.ready.push_back(key); // its next job waits for the other keys' turns
-        shared.work[lane].notify_one();
+        // Its next job waits for the other keys' turns (this thread goes on
+        // with the next ready key: no other needs waking).
+        l.ready.push_back(key);
     }
     if state.closed {
         shared.ended.notify_all();
@@ -404,9 +415,11 @@ fn work<R: 'static>(shared: &Shared<R>, lane: usize) {
             state.lanes[lane].threads -= 1;
             return;
         }
+        state.lanes[lane].idle += 1;
         state = shared.work[lane]
             .wait(state)
             .unwrap_or_else(|p| p.into_inner());
+        state.lanes[lane].idle -= 1;
     }
 }
 
