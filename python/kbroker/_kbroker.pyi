@@ -313,13 +313,15 @@ class LogSlice:
 class IoPool:
     """Threads that append to logs off the event loop without the GIL: ``append`` and
     ``append_as_follower`` queue a write under a ticket; when ``fileno()`` is readable,
-    ``take_done()`` gives each finished ticket with its AppendInfo or its exception."""
+    ``take_done()`` gives each finished ticket with its AppendInfo or its exception.
+    A write queued with ``wake=False`` waits for a thread until ``wake()``."""
 
     def __new__(cls, threads: int, name: str = "kbroker-io") -> IoPool: ...
     def fileno(self) -> int: ...
     @property
     def threads(self) -> int: ...
     def resize(self, threads: int) -> None: ...
+    def wake(self) -> None: ...
     def close(self) -> None: ...
     def append(
         self,
@@ -330,6 +332,7 @@ class IoPool:
         log_append_time_ms: int | None,
         now_ms: int,
         fence: int,
+        wake: bool = True,
     ) -> None: ...
     def append_as_follower(
         self,
@@ -338,6 +341,7 @@ class IoPool:
         batches: bytes | bytearray | memoryview,
         now_ms: int,
         fence: int,
+        wake: bool = True,
     ) -> None: ...
     def take_done(self) -> list[tuple[int, AppendInfo | BaseException]]: ...
 

@@ -199,19 +199,41 @@ impl<R: Send + 'static> IoPool<R> {
         ticket: u64,
         job: impl FnOnce() -> Step<R> + Send + 'static,
     ) -> Result<(), Closed> {
+        self.queue_steps(key, ticket, job)?;
+        self.wake();
+        Ok(())
+    }
+
+    /// [`IoPool::submit_steps`] without waking a thread: for a submitter
+    /// that queues several jobs and then calls [`IoPool::wake`] once (a
+    /// wakeup is a system call, and a context switch on a small machine).
+    pub fn queue_steps(
+        &self,
+        key: u64,
+        ticket: u64,
+        job: impl FnOnce() -> Step<R> + Send + 'static,
+    ) -> Result<(), Closed> {
         let mut state = lock(&self.shared.state);
         if state.closed {
             return Err(Closed);
         }
-        let first = &mut state.lanes[FIRST];
-        let wake = first.push(key, ticket, Box::new(job)) && first.idle > 0;
-        // Woken after the lock is let go, so that the thread does not wake
-        // only to wait for it.
-        drop(state);
+        state.lanes[FIRST].push(key, ticket, Box::new(job));
+        Ok(())
+    }
+
+    /// Wakes a waiting thread if jobs are ready; a thread that takes a job
+    /// while more are ready wakes the next.
+    pub fn wake(&self) {
+        let wake = {
+            let state = lock(&self.shared.state);
+            let first = &state.lanes[FIRST];
+            !first.ready.is_empty() && first.idle > 0
+        };
+        // After the lock is let go, so that the thread does not wake only to
+        // wait for it.
         if wake {
             self.shared.work[FIRST].notify_one();
         }
-        Ok(())
     }
 
     /// Every result finished since the last call, in the order they finished.
@@ -337,7 +359,11 @@ fn run_one<'a, R: 'static>(
     let queue = l.queues.get_mut(&key).expect("a ready key has a queue");
     let (ticket, job) = queue.jobs.pop_front().expect("a ready key has a job");
     l.running += 1;
+    let wake_next = !l.ready.is_empty() && l.idle > 0;
     drop(state);
+    if wake_next {
+        shared.work[lane].notify_one();
+    }
     let step = job();
     let then = match step {
         Step::Done(result) => {
@@ -619,5 +645,41 @@ mod tests {
         }
         pool.close();
         assert_eq!(pool.take_done().len(), 5);
+    }
+
+    #[test]
+    fn queued_jobs_wait_for_one_wake_and_the_woken_thread_wakes_the_next() {
+        let pool = IoPool::new(2, "t").unwrap();
+        thread::sleep(Duration::from_millis(50)); // both threads waiting
+        let (release, wait) = mpsc::channel::<()>();
+        let wait = Arc::new(Mutex::new(wait));
+        let (started, starts) = mpsc::channel::<u64>();
+        for key in 0..2u64 {
+            let (wait, started) = (wait.clone(), started.clone());
+            pool.queue_steps(key, key, move || {
+                started.send(key).unwrap();
+                if key == 0 {
+                    // Holds its thread: key 1 needs the other one.
+                    let w = wait.lock().unwrap();
+                    w.recv_timeout(Duration::from_secs(10)).unwrap();
+                }
+                Step::Done(key)
+            })
+            .unwrap();
+        }
+        assert!(
+            starts.recv_timeout(Duration::from_millis(200)).is_err(),
+            "a queued job ran before wake"
+        );
+        pool.wake();
+        let mut began = vec![
+            starts.recv_timeout(Duration::from_secs(10)).unwrap(),
+            starts.recv_timeout(Duration::from_secs(10)).unwrap(),
+        ];
+        began.sort();
+        assert_eq!(began, [0, 1]);
+        assert_eq!(collect(&pool, 1), [(1, 1)]);
+        release.send(()).unwrap();
+        assert_eq!(collect(&pool, 1), [(0, 0)]);
     }
 }

@@ -874,20 +874,23 @@ impl IoPool {
     /// Queues an append to `log` behind its earlier writes (the pool's key
     /// is the log's address: the job holds the log, so no other log has it
     /// meanwhile). The flush `flush.messages` asks for runs on the pool's
-    /// sync lane, the append's answer after it.
+    /// sync lane, the append's answer after it. ``wake``: wake a thread
+    /// (else the caller calls `wake` once it has queued its writes).
+    #[allow(clippy::too_many_arguments)]
     fn queue(
         &self,
         log: Arc<CoreLog>,
         ticket: u64,
         batches: ByteView,
         now_ms: i64,
+        wake: bool,
         write: impl FnOnce(&CoreLog, &[u8]) -> crate::Result<(CoreAppendInfo, Option<i64>)>
             + Send
             + 'static,
     ) -> PyResult<()> {
         use crate::io_pool::Step;
         self.inner
-            .submit_steps(Arc::as_ptr(&log) as u64, ticket, move || {
+            .queue_steps(Arc::as_ptr(&log) as u64, ticket, move || {
                 match write(&log, batches.as_slice()) {
                     Ok((info, Some(end))) => Step::Then(Box::new(move || {
                         (log.flush_through(end, now_ms).map(|()| info), batches)
@@ -896,7 +899,11 @@ impl IoPool {
                     Err(e) => Step::Done((Err(e), batches)),
                 }
             })
-            .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        if wake {
+            self.inner.wake();
+        }
+        Ok(())
     }
 }
 
@@ -923,6 +930,11 @@ impl IoPool {
         Ok(self.inner.resize(threads)?)
     }
 
+    /// Wakes a thread for the writes queued with ``wake=False``.
+    fn wake(&self) {
+        self.inner.wake()
+    }
+
     /// Lets the queued writes finish, then ends the threads.
     fn close(&self, py: Python<'_>) {
         py.detach(|| self.inner.close())
@@ -932,7 +944,7 @@ impl IoPool {
     /// before it, refused (StaleLeaderEpochError) if the log's fence is no
     /// longer `fence` by then. `batches` must not change until its ticket is
     /// taken (the broker never changes a request's bytes).
-    #[pyo3(signature = (ticket, log, batches, leader_epoch, log_append_time_ms, now_ms, fence))]
+    #[pyo3(signature = (ticket, log, batches, leader_epoch, log_append_time_ms, now_ms, fence, wake=true))]
     #[allow(clippy::too_many_arguments)]
     fn append(
         &self,
@@ -943,12 +955,14 @@ impl IoPool {
         log_append_time_ms: Option<i64>,
         now_ms: i64,
         fence: u64,
+        wake: bool,
     ) -> PyResult<()> {
         self.queue(
             log.inner.clone(),
             ticket,
             batches,
             now_ms,
+            wake,
             move |log, data| {
                 log.append_fenced(
                     data,
@@ -961,6 +975,7 @@ impl IoPool {
     }
 
     /// `Log.append_as_follower` on a pool thread, fenced as `append` is.
+    #[pyo3(signature = (ticket, log, batches, now_ms, fence, wake=true))]
     fn append_as_follower(
         &self,
         ticket: u64,
@@ -968,12 +983,14 @@ impl IoPool {
         batches: ByteView,
         now_ms: i64,
         fence: u64,
+        wake: bool,
     ) -> PyResult<()> {
         self.queue(
             log.inner.clone(),
             ticket,
             batches,
             now_ms,
+            wake,
             move |log, data| log.append_fenced(data, None, now_ms, fence),
         )
     }

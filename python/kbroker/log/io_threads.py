@@ -70,6 +70,7 @@ class IoThreads:
         self._tickets = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._wake_pending = False
 
     @property
     def count(self) -> int:
@@ -105,6 +106,7 @@ class IoThreads:
                 log_append_time_ms=now if log_append_time else None,
                 now_ms=now,
                 fence=fence,
+                wake=False,
             )
         )
 
@@ -122,6 +124,7 @@ class IoThreads:
                 batches=batches,
                 now_ms=now_ms(),
                 fence=fence,
+                wake=False,
             )
         )
 
@@ -141,7 +144,17 @@ class IoThreads:
             raise IoThreadsClosed(_CLOSED) from None
         done: asyncio.Future[AppendInfo] = loop.create_future()
         self._waiting[ticket] = done
+        if not self._wake_pending:
+            # One wakeup for the writes queued in this pass of the loop (a produce
+            # request's partitions, several connections' requests): each is a system
+            # call and a context switch, which cost the loop more than the writes.
+            self._wake_pending = True
+            loop.call_soon(self._wake)
         return done
+
+    def _wake(self) -> None:
+        self._wake_pending = False
+        self._pool.wake()
 
     def _deliver(self) -> None:
         for ticket, outcome in self._pool.take_done():
