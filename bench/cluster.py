@@ -11,7 +11,8 @@ For each system, on a fresh ZooKeeper and fresh data directories:
 - ``controller_elected_s`` / ``controller_usable_s``: kill -9 of the
   controller, until another broker holds /controller, and until a topic
   created afterwards takes an acks=all write (ZooKeeper session timeout
-  ``--session-timeout-ms``).
+  ``--session-timeout-ms``); ``survivors_cpu_s``: the CPU seconds each surviving
+  broker spent meanwhile.
 
 Kafka is 3.9.1 in ZooKeeper mode (bench/kafka/fetch.sh 3.9.1) with the JVM
 options of its start script. Results print as a table and append as JSON lines
