@@ -10,6 +10,7 @@ stopped.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -249,3 +250,34 @@ def test_a_new_controller_takes_over_many_partitions_in_few_requests(
                 await controller.stop()
 
     run(main(), timeout=120)
+
+
+def test_a_topic_created_among_many_is_taken_in_few_requests(
+    zk_settings: ZkSettings, zookeeper: ZooKeeperServer
+) -> None:
+    """With 300 topics known, a new one is picked up (its partition led) after a handful of
+    ZooKeeper requests: the controller reads every topic again in multiRead requests, not
+    one get each."""
+
+    async def main() -> None:
+        async with ZkClient(zk_settings) as zk, ZkClient(zk_settings) as brokers:
+            await register(brokers, 1)
+            await asyncio.gather(*(create_topic(zk, f"t{i}", {0: [1]}) for i in range(300)))
+            epoch = await try_become_controller(zk, 100)
+            assert epoch is not None
+            controller = Controller(zk, 100, epoch, settings=ControllerSettings(False))
+            await controller.start()
+            try:
+                await controller.idle()
+                assert len(controller.ctx.states) == 300
+                late = TopicPartition("late", 0)
+                before = zookeeper.packets_received()
+                await create_topic(zk, "late", {0: [1]})
+                await until(lambda: late in controller.ctx.states, "the new topic's leader")
+                sent = zookeeper.packets_received() - before
+                assert (await state(zk, late)).leader == 1
+                assert sent < 60, f"{sent} requests to take one new topic among 300"
+            finally:
+                await controller.stop()
+
+    run(main(), timeout=60)

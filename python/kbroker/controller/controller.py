@@ -533,12 +533,12 @@ class Controller:
         ]
 
     async def _topics_changed(self) -> None:
-        names = set(await self.zk.get_children(zd.TOPICS_PATH))
+        names = sorted(set(await self.zk.get_children(zd.TOPICS_PATH)))
         created: list[TopicPartition] = []
-        for name in sorted(names):
-            topic = await self._read_topic(name)
-            if topic is None:
-                continue
+        new: list[TopicAssignment] = []
+        # Every topic read together (a few multiRead requests, not a round trip each).
+        for topic in await self._read_topics(names):
+            name = topic.name
             known = self.ctx.topics.get(name)
             if known is not None and known.topic_id == topic.topic_id:
                 added = [p for p in topic.partitions if p not in known.partitions]
@@ -548,9 +548,12 @@ class Controller:
             if known is not None:
                 continue  # a topic made again under the same name: its deletion comes first
             self.ctx.topics[name] = topic
-            await self._read_states([topic])
-            await self._follow_topic(name)
-            fresh = [TopicPartition(name, p) for p in topic.partitions]
+            new.append(topic)
+        # The new topics' states (a previous controller may have written some) and watches.
+        await self._read_states(new)
+        await asyncio.gather(*(self._follow_topic(t.name) for t in new))
+        for topic in new:
+            fresh = [TopicPartition(topic.name, p) for p in topic.partitions]
             created += [tp for tp in fresh if tp not in self.ctx.states]
         if created:
             log.info("controller: %d new partitions", len(created))
