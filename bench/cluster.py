@@ -11,7 +11,8 @@ For each system, on a fresh ZooKeeper and fresh data directories:
 - ``controller_elected_s`` / ``controller_usable_s``: kill -9 of the
   controller, until another broker holds /controller, and until a topic
   created afterwards takes an acks=all write (ZooKeeper session timeout
-  ``--session-timeout-ms``).
+  ``--session-timeout-ms``); ``survivors_cpu_s``: the CPU seconds each surviving
+  broker spent meanwhile.
 
 Kafka is 3.9.1 in ZooKeeper mode (bench/kafka/fetch.sh 3.9.1) with the JVM
 options of its start script. Results print as a table and append as JSON lines
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -201,6 +203,13 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def cpu_s(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` so far (its threads included)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def controller_id(zk: str) -> int | None:
     from kazoo.client import KazooClient
 
@@ -343,7 +352,7 @@ def run_system(system: str, args: argparse.Namespace, root: Path) -> dict[str, o
     from confluent_kafka import Producer
 
     out: dict[str, object] = {"system": system, "partitions": args.partitions}
-    with three_brokers(system, root, args.session_timeout_ms) as cluster:
+    with three_brokers(system, root, args.session_timeout_ms, log_dir=args.log_dir) as cluster:
         zk, procs, addresses, bootstrap = (
             cluster.zk,
             cluster.procs,
@@ -378,6 +387,8 @@ def run_system(system: str, args: argparse.Namespace, root: Path) -> dict[str, o
 
         old = controller_id(zk)
         assert old is not None
+        survivors = [i for i in procs if i != old]
+        cpu_before = {i: cpu_s(procs[i].pid) for i in survivors}
         procs[old].kill()
         procs[old].wait()
         start = time.monotonic()
@@ -411,11 +422,17 @@ def run_system(system: str, args: argparse.Namespace, root: Path) -> dict[str, o
 
         _wait(produced, "a write to a topic created after the failover", 120, 0.1)
         out["controller_usable_s"] = round(time.monotonic() - start, 2)
+        # CPU time the surviving brokers spent from the kill until then (less affected by
+        # a busy machine than the wall time).
+        out["survivors_cpu_s"] = {
+            str(i): round(cpu_s(procs[i].pid) - cpu_before[i], 2) for i in survivors
+        }
         out["session_timeout_ms"] = args.session_timeout_ms
         print(
             f"[{system}] controller {old} killed: another elected after "
             f"{out['controller_elected_s']} s, a new topic took writes after "
-            f"{out['controller_usable_s']} s"
+            f"{out['controller_usable_s']} s; CPU seconds of the survivors meanwhile: "
+            f"{out['survivors_cpu_s']}"
         )
     return out
 
@@ -427,6 +444,12 @@ def main() -> None:
     parser.add_argument("--total", type=int, default=10000)
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
     parser.add_argument("--dir", type=Path, default=None, help="where data goes [a temp dir]")
+    parser.add_argument(
+        "--log-dir",
+        type=Path,
+        default=None,
+        help="keep each broker's output in LOG_DIR/SYSTEM-ID.log [dropped with the data]",
+    )
     args = parser.parse_args()
     if not ZOOKEEPER_JAR.exists():
         sys.exit("bench.cluster: needs ZooKeeper (deploy/setup.sh cluster)")

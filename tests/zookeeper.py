@@ -106,6 +106,12 @@ class ZooKeeperServer:
                 return line.removeprefix("Mode: ").strip()
         return None
 
+    def packets_received(self) -> int:
+        """Requests the server has taken so far, from every client (``srvr``'s count, pings
+        included)."""
+        answer = _four_letter(self.port, b"srvr").decode(errors="replace")
+        return int(answer.split("Received:")[1].split()[0])
+
     def wait_serving(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while self.mode() is None:

@@ -10,6 +10,7 @@ stopped.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -17,7 +18,7 @@ import pytest
 
 from kbroker.cluster import zk_data as zd
 from kbroker.cluster.controller_election import try_become_controller
-from kbroker.cluster.zk import ZkClient, ZkSettings
+from kbroker.cluster.zk import CreateOp, ZkClient, ZkSettings
 from kbroker.controller.controller import Controller, ControllerSettings
 from kbroker.controller.leader_election import ElectionType
 from kbroker.log import TopicPartition
@@ -26,6 +27,7 @@ from kbroker.protocol import ErrorCode
 from kbroker.protocol.errors import KafkaError
 from tests.cluster.conftest import run, until
 from tests.helpers import free_port
+from tests.zookeeper import ZooKeeperServer
 
 P0, P1 = TopicPartition("t", 0), TopicPartition("t", 1)
 G0 = TopicPartition("g", 0)
@@ -158,5 +160,124 @@ def test_rebalance_on_a_timer_and_shutting_down_until_registered_again(
             with pytest.raises(KafkaError) as moved:
                 await controller.elect_preferred_leaders([P0])
             assert moved.value.code is ErrorCode.NOT_CONTROLLER
+
+    run(main(), timeout=60)
+
+
+def test_a_new_controller_takes_over_many_partitions_in_few_requests(
+    zk_settings: ZkSettings, zookeeper: ZooKeeperServer
+) -> None:
+    """1,100 partitions left by a previous controller, half led by broker 2, which is gone:
+    the new controller reads them all and writes their new states (leaders elected, broker
+    2 out of the ISRs) in a handful of ZooKeeper requests (multiRead, multis of many
+    states). A state changed behind its back (a leader's ISR update) fails its batch,
+    whose other states are then written one by one: only that one is left, and read
+    again."""
+    count = 1100
+    tps = [TopicPartition("big", p) for p in range(count)]
+
+    async def main() -> None:
+        async with ZkClient(zk_settings) as zk, ZkClient(zk_settings) as brokers:
+            for b in (1, 3):
+                await register(brokers, b)
+            await create_topic(zk, "big", {tp.partition: [1, 2] for tp in tps})
+            ops: list[CreateOp] = [CreateOp(zd.partitions_path("big"))]
+            for tp in tps:
+                left = PartitionState([1, 2], 1 + tp.partition % 2, 0, [1, 2], 0)
+                ops.append(CreateOp(zd.partition_path("big", tp.partition)))
+                ops.append(
+                    CreateOp(
+                        zd.partition_state_path("big", tp.partition),
+                        zd.encode_partition_state(zd.LeaderAndIsr.from_partition_state(left)),
+                    )
+                )
+            for i in range(0, len(ops), 500):
+                await zk.multi(ops[i : i + 500])
+            epoch = await try_become_controller(zk, 100)
+            assert epoch is not None
+            settings = ControllerSettings(auto_leader_rebalance=False)
+            controller = Controller(zk, 100, epoch, settings=settings)
+
+            async def states() -> list[zd.LeaderAndIsr]:
+                found = await zk.get_many([zd.partition_state_path("big", p) for p in range(count)])
+                return [zd.decode_partition_state(f[0], f[1].version) for f in found if f]
+
+            await zk.get_many(["/brokers"])  # (the servers' versions, asked once)
+            before = zookeeper.packets_received()
+            await controller.start()
+            try:
+                await controller.idle()
+                sent = zookeeper.packets_received() - before
+                # Broker 2's partitions elect broker 1, broker 1's lose broker 2 from the ISR.
+                expected = (1, 1, (1,), epoch.epoch, 1)
+                written = await states()
+                assert {
+                    (s.leader, s.leader_epoch, s.isr, s.controller_epoch, s.zk_version)
+                    for s in written
+                } == {expected}
+                assert len(written) == count
+                assert {controller.ctx.states[tp].version for tp in tps} == {1}
+                assert sent < 100, f"{sent} requests to take over {count} partitions"
+
+                # Partition 5's state changes behind the controller's back, then broker 1
+                # leaves: every partition goes leaderless (its ISR keeps broker 1, its last
+                # member) but partition 5, whose write is refused.
+                p5 = TopicPartition("big", 5)
+                outsider = PartitionState([1, 2], 1, 1, [1], epoch.epoch)
+                await brokers.set(
+                    zd.partition_state_path("big", 5),
+                    zd.encode_partition_state(zd.LeaderAndIsr.from_partition_state(outsider)),
+                    version=1,
+                )
+                await brokers.delete(zd.broker_path(1))
+                await until(lambda: 1 not in controller.ctx.live, "broker 1 gone")
+                await controller.idle()
+                after = await states()
+                assert after[5] == zd.LeaderAndIsr(1, 1, (1,), epoch.epoch, zk_version=2)
+                others = {
+                    (s.leader, s.leader_epoch, s.isr, s.zk_version)
+                    for i, s in enumerate(after)
+                    if i != 5
+                }
+                assert others == {(-1, 2, (1,), 2)}
+                # What the controller knows is what ZooKeeper holds, partition 5 read again.
+                assert [(s.leader, s.zk_version) for s in after] == [
+                    (controller.ctx.states[tp].leader, controller.ctx.states[tp].version)
+                    for tp in tps
+                ]
+                assert controller.ctx.states[p5].leader == 1
+            finally:
+                await controller.stop()
+
+    run(main(), timeout=120)
+
+
+def test_a_topic_created_among_many_is_taken_in_few_requests(
+    zk_settings: ZkSettings, zookeeper: ZooKeeperServer
+) -> None:
+    """With 300 topics known, a new one is picked up (its partition led) after a handful of
+    ZooKeeper requests: the controller reads every topic again in multiRead requests, not
+    one get each."""
+
+    async def main() -> None:
+        async with ZkClient(zk_settings) as zk, ZkClient(zk_settings) as brokers:
+            await register(brokers, 1)
+            await asyncio.gather(*(create_topic(zk, f"t{i}", {0: [1]}) for i in range(300)))
+            epoch = await try_become_controller(zk, 100)
+            assert epoch is not None
+            controller = Controller(zk, 100, epoch, settings=ControllerSettings(False))
+            await controller.start()
+            try:
+                await controller.idle()
+                assert len(controller.ctx.states) == 300
+                late = TopicPartition("late", 0)
+                before = zookeeper.packets_received()
+                await create_topic(zk, "late", {0: [1]})
+                await until(lambda: late in controller.ctx.states, "the new topic's leader")
+                sent = zookeeper.packets_received() - before
+                assert (await state(zk, late)).leader == 1
+                assert sent < 60, f"{sent} requests to take one new topic among 300"
+            finally:
+                await controller.stop()
 
     run(main(), timeout=60)

@@ -133,6 +133,71 @@ def test_multi_is_all_or_nothing_and_names_the_failed_op(zk_settings: ZkSettings
     run(main())
 
 
+async def _many_znodes(zk: ZkClient, count: int) -> list[str]:
+    """``count`` znodes under /many, the i-th holding b"v<i>" and written i % 3 times more."""
+    paths = [f"/many/n{i}" for i in range(count)]
+    await zk.ensure_path("/many")
+    await asyncio.gather(*(zk.create(p, b"first") for p in paths))
+    for i, p in enumerate(paths):
+        for _ in range(i % 3):
+            await zk.set(p, b"again")
+        await zk.set(p, f"v{i}".encode())
+    return paths
+
+
+def test_get_many_reads_in_multi_read_requests(
+    zk_settings: ZkSettings, zookeeper: ZooKeeperServer
+) -> None:
+    """ZooKeeper 3.8 says its version (srvr): 60 reads in batches of 25 are 3 requests,
+    each znode answered as get answers it, a missing one None, in the order asked."""
+
+    async def main() -> None:
+        async with ZkClient(zk_settings) as zk:
+            paths = await _many_znodes(zk, 60)
+            asked = [*paths[:30], "/many/missing", *paths[30:], "/nowhere/at/all"]
+            one_by_one = [await zk.get(p) for p in paths]
+            await zk.get_many(["/many"])  # the servers' versions are asked once, here
+            before = zookeeper.packets_received()
+            found = await zk.get_many(asked, batch=25)
+            sent = zookeeper.packets_received() - before
+            assert found == [*one_by_one[:30], None, *one_by_one[30:], None]
+            assert [f[0] for f in found[:3] if f] == [b"v0", b"v1", b"v2"]
+            assert [f[1].version for f in found[:3] if f] == [1, 2, 3]
+            assert sent < 10, f"{sent} requests for 62 reads"
+            assert await zk.get_many([]) == []
+            with pytest.raises(ZkError, match="not a znode path"):
+                await zk.get_many(["/many/n0", "bad"])
+
+    run(main())
+
+
+def test_get_many_reads_one_by_one_when_a_server_does_not_say_its_version(
+    zk_settings: ZkSettings, zookeeper: ZooKeeperServer
+) -> None:
+    """A server of the connect string that does not answer srvr (down, or too old for a
+    multiRead, which would close the session) means one get per znode: the same answers."""
+    silent = f"127.0.0.1:{free_port()}"
+    settings = ZkSettings.parse(
+        f"{zk_settings.hosts},{silent}{zk_settings.chroot}",
+        session_timeout_ms=zk_settings.session_timeout_ms,
+        connection_timeout_ms=10000,
+        request_timeout_ms=10000,
+    )
+
+    async def main() -> None:
+        async with ZkClient(zk_settings) as writer:
+            paths = await _many_znodes(writer, 40)
+            one_by_one = [await writer.get(p) for p in paths]
+        async with ZkClient(settings) as zk:
+            before = zookeeper.packets_received()
+            found = await zk.get_many([*paths, "/many/missing"], batch=25)
+            sent = zookeeper.packets_received() - before
+            assert found == [*one_by_one, None]
+            assert sent >= 41, f"{sent} requests for 41 reads"
+
+    run(main())
+
+
 def test_watches_fire_on_the_loop(zk_settings: ZkSettings) -> None:
     async def main() -> None:
         async with ZkClient(zk_settings) as zk:

@@ -29,9 +29,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +41,7 @@ from typing import Any
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.states import EventType
 from kazoo.retry import KazooRetry
 
@@ -55,12 +58,24 @@ from kbroker.cluster.errors import (
     ZkSessionExpiredError,
     ZkTimeoutError,
 )
+from kbroker.cluster.zk_multi_read import (
+    MultiRead,
+    ReadFailed,
+    multi_read_supported,
+    server_versions,
+)
 
 log = logging.getLogger(__name__)
 
 # Kafka's defaults (zookeeper.session.timeout.ms; zookeeper.connection.timeout.ms
 # falls back to the session timeout).
 DEFAULT_SESSION_TIMEOUT_MS = 18000
+
+# Reads per multiRead request: Kafka's partition state znodes answer in well under 1 MiB
+# (ZooKeeper's default jute.maxbuffer) at this count.
+MULTI_READ_BATCH = 1000
+# How often servers whose versions could not all be had are asked again.
+MULTI_READ_PROBE_INTERVAL_S = 60.0
 
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-_]+):([0-9]{1,5})$")
 _BAD_PATH = re.compile(r"//|\x00|/\.{1,2}(/|$)")
@@ -313,6 +328,9 @@ class ZkClient:
         self._session_id: int | None = None
         self._state: SessionEvent | None = None
         self._watches: set[PersistentWatch] = set()
+        # Whether the servers have multiRead (None: not known yet), and when they were asked.
+        self._multi_read: bool | None = None
+        self._multi_read_probed = float("-inf")
 
     # -- life cycle --
 
@@ -522,6 +540,73 @@ class ZkClient:
             "get", path, lambda: client.get_async(path, self._watcher(watch))
         )
         return data or b"", Stat._of(stat)
+
+    async def get_many(
+        self, paths: Sequence[str], batch: int = MULTI_READ_BATCH
+    ) -> list[tuple[bytes, Stat] | None]:
+        """The data and stat of each znode of ``paths``, in order (None: it does not exist).
+
+        With servers that have multiRead (ZooKeeper 3.6+, see `kbroker.cluster.zk_multi_read`),
+        as multiRead requests of at most ``batch`` reads each, all in flight together; with
+        others (or while their versions cannot be had), one get each, all in flight."""
+        checked = [check_path(p) for p in paths]
+        if not checked:
+            return []
+        if not await self._multi_read_supported():
+            return list(await asyncio.gather(*(self._get_or_none(p) for p in checked)))
+        client = self._client()
+        chunks = [checked[i : i + max(1, batch)] for i in range(0, len(checked), max(1, batch))]
+
+        def start(chunk: list[str]) -> Any:
+            pending = client.handler.async_result()
+            # kazoo has no multiRead of its own; its connection sends any request object.
+            client._call(MultiRead([_prefix_root(client.chroot, p) for p in chunk]), pending)
+            return pending
+
+        answers = await asyncio.gather(
+            *(
+                self._call("multi read", chunk[0], functools.partial(start, chunk))
+                for chunk in chunks
+            )
+        )
+        out: list[tuple[bytes, Stat] | None] = []
+        for chunk, answer in zip(chunks, answers, strict=True):
+            for path, read in zip(chunk, answer, strict=True):
+                if isinstance(read, ReadFailed):
+                    if isinstance(read.error, kz.NoNodeError):
+                        out.append(None)
+                        continue
+                    raise _translate(read.error, path)
+                out.append((read[0], Stat._of(read[1])))
+        return out
+
+    async def _get_or_none(self, path: str) -> tuple[bytes, Stat] | None:
+        try:
+            return await self.get(path)
+        except ZkNoNodeError:
+            return None
+
+    async def _multi_read_supported(self) -> bool:
+        """Whether every server of the connect string runs ZooKeeper 3.6 or later: asked once
+        (again at most every `MULTI_READ_PROBE_INTERVAL_S` while some server does not say)."""
+        if self._multi_read is not None:
+            return self._multi_read
+        now = time.monotonic()
+        if now < self._multi_read_probed + MULTI_READ_PROBE_INTERVAL_S:
+            return False
+        self._multi_read_probed = now
+        versions = await asyncio.to_thread(
+            server_versions, self.settings.hosts, min(2.0, self.settings.connection_timeout_s)
+        )
+        supported = multi_read_supported(versions)
+        if supported or all(v is not None for v in versions):
+            self._multi_read = supported
+        log.info(
+            "ZooKeeper server versions %s: %s",
+            ", ".join("unknown" if v is None else f"{v[0]}.{v[1]}" for v in versions),
+            "reads in multiRead requests" if supported else "one read per request",
+        )
+        return supported
 
     async def exists(self, path: str, watch: WatchCallback | None = None) -> Stat | None:
         """The znode's stat, None when missing; a watch fires on create, delete or change."""

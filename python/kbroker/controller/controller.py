@@ -9,6 +9,10 @@ znodes (``/admin/delete_topics``, ``/admin/preferred_replica_election``,
 the context (no I/O), write them to ZooKeeper fenced by the controller epoch and
 each state's version, record what was written, and only then tell the brokers
 (LeaderAndIsr to the partitions' replicas, UpdateMetadata to every live broker).
+Reads and writes of many partitions go in few requests: a new controller reads every
+state through `ZkClient.get_many` (multiRead), and updated states are written in multis
+of many states each (a batch refused as a whole is written again state by state). The
+start logs how long each of its phases took.
 
 What it handles: brokers joining (full metadata to them; their partitions' orders;
 offline partitions elected) and leaving (their partitions elected elsewhere from
@@ -39,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -84,8 +89,13 @@ from kbroker.security.client import InterBrokerLink
 
 log = logging.getLogger(__name__)
 
-# Topics read together when a controller starts.
-STARTUP_READ_BATCH = 64
+# Topic znodes per multiRead request (a topic of thousands of partitions is tens of KiB).
+TOPIC_READ_BATCH = 16
+# Partition states updated in one multi (Kafka's state znodes: well under ZooKeeper's
+# default 1 MiB request limit).
+STATE_WRITE_BATCH = 500
+# Topic watches set together when a controller starts.
+STARTUP_WATCH_BATCH = 64
 
 T = TypeVar("T")
 Event = Callable[[], Awaitable[None]]
@@ -129,6 +139,58 @@ class ControllerSettings:
 
 
 UNCLEAN_ELECTION = "unclean.leader.election.enable"
+
+
+def _topic_assignment(name: str, data: bytes) -> TopicAssignment | None:
+    """A topic znode's assignment as the controller keeps it; None (logged) when it cannot
+    be read or names no topic id."""
+    try:
+        assignment = zd.decode_topic_assignment(data)
+    except ZkDataError as exc:
+        log.warning("controller: skipping topic %r: %s", name, exc)
+        return None
+    if assignment.topic_id is None:
+        log.warning("controller: topic %r has no topic id; skipped", name)
+        return None
+    return TopicAssignment(
+        name,
+        assignment.topic_id,
+        assignment.replicas(),
+        {a.partition: list(a.adding_replicas) for a in assignment.partitions if a.adding_replicas},
+        {
+            a.partition: list(a.removing_replicas)
+            for a in assignment.partitions
+            if a.removing_replicas
+        },
+    )
+
+
+def _log_written(t: Transition) -> None:
+    log.info(
+        "controller: %s: leader %d, epoch %d, isr %s (%s)",
+        t.tp,
+        t.state.leader,
+        t.state.leader_epoch,
+        t.state.isr,
+        t.why,
+    )
+
+
+class _PhaseTimer:
+    """Seconds spent in each phase of a long piece of work, for one log line."""
+
+    def __init__(self) -> None:
+        self._start = self._last = time.monotonic()
+        self._laps: list[tuple[str, float]] = []
+
+    def lap(self, phase: str) -> None:
+        now = time.monotonic()
+        self._laps.append((phase, now - self._last))
+        self._last = now
+
+    def __str__(self) -> str:
+        phases = ", ".join(f"{phase} {s:.3f}" for phase, s in self._laps)
+        return f"{self._last - self._start:.3f} s ({phases})"
 
 
 class Controller:
@@ -327,48 +389,38 @@ class Controller:
     async def _read_topic(self, name: str) -> TopicAssignment | None:
         try:
             data, _ = await self.zk.get(zd.topic_path(name))
-            assignment = zd.decode_topic_assignment(data)
         except ZkNoNodeError:
             return None
-        except ZkDataError as exc:
-            log.warning("controller: skipping topic %r: %s", name, exc)
-            return None
-        if assignment.topic_id is None:
-            log.warning("controller: topic %r has no topic id; skipped", name)
-            return None
-        return TopicAssignment(
-            name,
-            assignment.topic_id,
-            assignment.replicas(),
-            {
-                a.partition: list(a.adding_replicas)
-                for a in assignment.partitions
-                if a.adding_replicas
-            },
-            {
-                a.partition: list(a.removing_replicas)
-                for a in assignment.partitions
-                if a.removing_replicas
-            },
+        return _topic_assignment(name, data)
+
+    async def _read_topics(self, names: Sequence[str]) -> list[TopicAssignment]:
+        """The assignments of the topics ``names`` that exist and can be read, read together
+        (a few multiRead requests, not one round trip each)."""
+        found = await self.zk.get_many(
+            [zd.topic_path(name) for name in names], batch=TOPIC_READ_BATCH
         )
+        topics = []
+        for name, got in zip(names, found, strict=True):
+            topic = None if got is None else _topic_assignment(name, got[0])
+            if topic is not None:
+                topics.append(topic)
+        return topics
 
-    async def _read_states(self, topic: TopicAssignment) -> None:
-        """Reads the state of every partition of ``topic`` (all requests in flight at once:
-        a controller taking over thousands of partitions waits one round trip, not
+    async def _read_states(self, topics: Iterable[TopicAssignment]) -> None:
+        """Reads the state of every partition of ``topics`` into the context, all together (a
+        controller taking over thousands of partitions waits a few round trips, not
         thousands)."""
-
-        async def read(p: int) -> tuple[bytes, Stat] | None:
-            try:
-                return await self.zk.get(zd.partition_state_path(topic.name, p))
-            except ZkNoNodeError:
-                return None
-
-        partitions = list(topic.partitions.items())
-        found = await asyncio.gather(*(read(p) for p, _ in partitions))
-        for (p, replicas), got in zip(partitions, found, strict=True):
+        wanted = [
+            (TopicPartition(topic.name, p), replicas)
+            for topic in topics
+            for p, replicas in topic.partitions.items()
+        ]
+        found = await self.zk.get_many(
+            [zd.partition_state_path(tp.topic, tp.partition) for tp, _ in wanted]
+        )
+        for (tp, replicas), got in zip(wanted, found, strict=True):
             if got is None:
                 continue
-            tp = TopicPartition(topic.name, p)
             try:
                 state = zd.decode_partition_state(got[0], got[1].version)
             except ZkDataError as exc:
@@ -379,27 +431,32 @@ class Controller:
     # -- events ------------------------------------------------------------------
 
     async def _startup(self) -> None:
+        timer = _PhaseTimer()
         self.ctx.live = await self._read_brokers()
         try:
             await ensure_feature_znode(self.zk, self.epoch, self._broker_support())
         except ZkMultiError as exc:  # /feature written meanwhile (by whom, it is theirs)
             log.warning("controller %d: /feature left as found: %s", self.ctx.controller_id, exc)
-        names = await self.zk.get_children(zd.TOPICS_PATH)
-        # Topics in rounds of requests in flight together (not one round trip each).
-        for start in range(0, len(names), STARTUP_READ_BATCH):
-            batch = names[start : start + STARTUP_READ_BATCH]
-            topics = await asyncio.gather(*(self._read_topic(name) for name in batch))
-            found = [t for t in topics if t is not None]
-            for topic in found:
-                self.ctx.topics[topic.name] = topic
-            await asyncio.gather(*(self._read_states(t) for t in found))
-            await asyncio.gather(*(self._follow_topic(t.name) for t in found))
+        timer.lap("brokers and features")
+        found = await self._read_topics(await self.zk.get_children(zd.TOPICS_PATH))
+        for topic in found:
+            self.ctx.topics[topic.name] = topic
+        timer.lap("topics")
+        await self._read_states(found)
+        timer.lap("partition states")
+        # Each topic's watch, in rounds of requests in flight together.
+        for start in range(0, len(found), STARTUP_WATCH_BATCH):
+            batch = found[start : start + STARTUP_WATCH_BATCH]
+            await asyncio.gather(*(self._follow_topic(t.name) for t in batch))
+        timer.lap("topic watches")
         for b in self.ctx.live.values():
             self.channel.add_broker(b)
         self._send_update_metadata(self.ctx.live, list(self.ctx.partitions()))
         for b in self.ctx.live.values():
             self._send_leader_and_isr_to(b, self._served_by(b.broker_id))
+        timer.lap("orders queued")
         await self._bring_online(self.ctx.offline_partitions())
+        timer.lap("offline elections")
         # Brokers that died before this controller started (a previous controller may
         # not have recorded it): their replicas leave the ISR, their partitions with no
         # one to elect go without a leader (in a new leader epoch), as for brokers
@@ -407,12 +464,22 @@ class Controller:
         dead = {r for tp in self.ctx.states for r in self.ctx.replicas(tp)} - set(self.ctx.live)
         if dead:
             self._announce(await self._write(self.ctx.plan_remove_from_isr(dead)))
+        timer.lap("dead replicas out of the ISR")
         await self._deletions_changed()
         await self._preferred_election_requested()
         # Reassignments asked for through ZooKeeper while no controller was there, then
         # those in progress (their topics' znodes list them): each goes on.
         started = await self._zk_reassignment_requested()
         await self._resume_reassignments(lambda tp, _a: tp not in started)
+        timer.lap("admin requests")
+        log.info(
+            "controller %d: took over %d topics, %d partitions (%d with a state) in %s",
+            self.ctx.controller_id,
+            len(self.ctx.topics),
+            sum(len(t.partitions) for t in self.ctx.topics.values()),
+            len(self.ctx.states),
+            timer,
+        )
 
     async def _brokers_changed(self) -> None:
         now = await self._read_brokers()
@@ -466,12 +533,12 @@ class Controller:
         ]
 
     async def _topics_changed(self) -> None:
-        names = set(await self.zk.get_children(zd.TOPICS_PATH))
+        names = sorted(set(await self.zk.get_children(zd.TOPICS_PATH)))
         created: list[TopicPartition] = []
-        for name in sorted(names):
-            topic = await self._read_topic(name)
-            if topic is None:
-                continue
+        new: list[TopicAssignment] = []
+        # Every topic read together (a few multiRead requests, not a round trip each).
+        for topic in await self._read_topics(names):
+            name = topic.name
             known = self.ctx.topics.get(name)
             if known is not None and known.topic_id == topic.topic_id:
                 added = [p for p in topic.partitions if p not in known.partitions]
@@ -481,9 +548,12 @@ class Controller:
             if known is not None:
                 continue  # a topic made again under the same name: its deletion comes first
             self.ctx.topics[name] = topic
-            await self._read_states(topic)
-            await self._follow_topic(name)
-            fresh = [TopicPartition(name, p) for p in topic.partitions]
+            new.append(topic)
+        # The new topics' states (a previous controller may have written some) and watches.
+        await self._read_states(new)
+        await asyncio.gather(*(self._follow_topic(t.name) for t in new))
+        for topic in new:
+            fresh = [TopicPartition(topic.name, p) for p in topic.partitions]
             created += [tp for tp in fresh if tp not in self.ctx.states]
         if created:
             log.info("controller: %d new partitions", len(created))
@@ -1239,12 +1309,17 @@ class Controller:
             if state is not None and not any(self.ctx.is_electable(r) for r in state.isr):
                 topics.add(tp.topic)
         stored: dict[str, bool] = {}
-        for topic in sorted(topics):
+
+        async def read(topic: str) -> str | None:
             try:
-                value = (await read_topic_configs(self.zk, topic)).get(UNCLEAN_ELECTION)
+                return (await read_topic_configs(self.zk, topic)).get(UNCLEAN_ELECTION)
             except (ZkDataError, ZkNoNodeError) as exc:
                 log.warning("controller: the configs of topic %s cannot be read: %s", topic, exc)
-                continue
+                return None
+
+        # (All in flight together: a new controller may find thousands of such topics.)
+        names = sorted(topics)
+        for topic, value in zip(names, await asyncio.gather(*map(read, names)), strict=True):
             if value is None:
                 continue
             try:
@@ -1255,14 +1330,70 @@ class Controller:
         return lambda topic: stored.get(topic, self.allow_unclean(topic))
 
     async def _write(self, transitions: list[Transition]) -> list[Transition]:
-        """Writes each transition's state (fenced); records and returns those written."""
-        versions = await asyncio.gather(*(self._write_one(t) for t in transitions))
+        """Writes each transition's state (fenced); records and returns those written.
+
+        Updates of existing states go in multis of up to `STATE_WRITE_BATCH` (each fenced by
+        the controller epoch and every state's version: all of a batch or none), in flight
+        together; a batch refused because a state changed meanwhile (a leader's ISR update)
+        is written again one state at a time, so each stands or falls on its own."""
+        updates = [i for i, t in enumerate(transitions) if not t.new]
+        if len(updates) < 2:
+            updates = []
+        groups = [
+            updates[i : i + STATE_WRITE_BATCH] for i in range(0, len(updates), STATE_WRITE_BATCH)
+        ]
+        groups += [[i] for i, t in enumerate(transitions) if t.new or not updates]
+        results = await asyncio.gather(
+            *(
+                self._write_batch([transitions[i] for i in group])
+                if len(group) > 1
+                else self._write_alone(transitions[group[0]])
+                for group in groups
+            )
+        )
+        versions = {
+            i: version
+            for group, found in zip(groups, results, strict=True)
+            for i, version in zip(group, found, strict=True)
+        }
         written = []
-        for t, version in zip(transitions, versions, strict=True):
+        for i, t in enumerate(transitions):
+            version = versions[i]
             if version is not None:
                 self.ctx.apply(t, version)
                 written.append(t)
         return written
+
+    async def _write_batch(self, batch: list[Transition]) -> list[int | None]:
+        """Writes the updated states of ``batch`` in one fenced multi; each one's znode version
+        now, or None for those not written."""
+        ops = [
+            SetDataOp(
+                zd.partition_state_path(t.tp.topic, t.tp.partition),
+                zd.encode_partition_state(zd.LeaderAndIsr.from_partition_state(t.state)),
+                t.state.version,
+            )
+            for t in batch
+        ]
+        try:
+            stats = await fenced_multi(self.zk, self.epoch, ops)
+        except ZkMultiError as exc:
+            # Nothing of the batch was written: each state on its own (re-read if it changed).
+            log.info(
+                "controller: %d partition states not written together (%s); one at a time",
+                len(batch),
+                exc,
+            )
+            return list(await asyncio.gather(*(self._write_one(t) for t in batch)))
+        versions: list[int | None] = []
+        for t, stat in zip(batch, stats, strict=True):
+            assert isinstance(stat, Stat)
+            _log_written(t)
+            versions.append(stat.version)
+        return versions
+
+    async def _write_alone(self, t: Transition) -> list[int | None]:
+        return [await self._write_one(t)]
 
     async def _write_one(self, t: Transition) -> int | None:
         """Writes one transition's state; its znode's version now, or None if not written."""
@@ -1284,16 +1415,9 @@ class Controller:
             log.info("controller: %s not written (%s); re-reading its state", tp, exc)
             topic = self.ctx.topics.get(tp.topic)
             if topic is not None:
-                await self._read_states(topic)
+                await self._read_states([topic])
             return None
-        log.info(
-            "controller: %s: leader %d, epoch %d, isr %s (%s)",
-            tp,
-            t.state.leader,
-            t.state.leader_epoch,
-            t.state.isr,
-            t.why,
-        )
+        _log_written(t)
         return version
 
     def _announce(
