@@ -161,7 +161,7 @@ def test_pool_grants_whole_frames_in_turn_so_it_cannot_deadlock() -> None:
         # The rest of every body arrives as each connection reads again.
         for _ in range(10):
             for (conn, transport), body in zip(conns, bodies, strict=True):
-                if not transport.paused and conn._buf:
+                if not transport.paused and conn.buffered:
                     conn.data_received(frame(body)[300:])
             await settle()
         return paused, used, answered, server.pool.used
@@ -254,7 +254,7 @@ def test_a_large_frame_across_many_reads_is_assembled_whole_and_in_order() -> No
             conn.data_received(stream[i : i + 250_000])
             await settle()
         await settle()
-        assert not conn._buf
+        assert not conn.buffered
         return transport.written, conn._server.pool.used
 
     written, used = asyncio.run(run())
@@ -288,3 +288,46 @@ def test_a_muted_connection_reads_nothing_until_its_time_is_up() -> None:
         assert not transport.paused
 
     asyncio.run(run())
+
+
+def test_frames_cut_anywhere_across_reads_reach_dispatch_whole_and_in_order() -> None:
+    """Reads cut the stream at every kind of place (inside a size, at a frame's end, in a
+    body, several frames in one read, a frame over many reads): each frame reaches the
+    dispatcher whole, once, in order, and nothing stays buffered."""
+    import random
+
+    rng = random.Random(7)
+
+    def bodies_of(sizes: tuple[int, ...], n: int) -> list[bytes]:
+        return [rng.randbytes(rng.choice(sizes)) for _ in range(n)]
+
+    async def run(bodies: list[bytes], cut_sizes: tuple[int, ...]) -> list[bytes]:
+        stream = b"".join(frame(b) for b in bodies)
+        seen: list[bytes] = []
+
+        def dispatch(data: memoryview, ctx: ConnectionContext) -> Any:
+            seen.append(bytes(data))
+            return frame(b"ok")
+
+        conn, _ = connect(dispatch, max_request_bytes=100_000, max_queued_request_bytes=1 << 22)
+        at = 0
+        while at < len(stream):
+            step = rng.choice(cut_sizes)
+            conn.data_received(stream[at : at + step])
+            at += step
+            if rng.random() < 0.2:
+                await settle()
+        await settle()
+        assert conn.buffered == 0
+        return seen
+
+    small = bodies_of((1, 3, 17, 300), 40)
+    large = bodies_of((1, 700, 5000, 70_000), 40)
+    for bodies, cut_sizes in (
+        (small, (1, 2, 3, 5)),
+        (small, (4, 4, 4, 9)),
+        (large, (3000, 1)),
+        (large, (65_536,)),
+        (large, (100_003, 7)),
+    ):
+        assert asyncio.run(run(bodies, cut_sizes)) == bodies, cut_sizes

@@ -259,11 +259,15 @@ class KafkaConnection(asyncio.BaseProtocol):
         # Record bytes go out with sendfile only where nothing stands between the file and
         # the socket (not through TLS, where they go in chunks).
         self._zero_copy = server.security.ssl_context is None
-        # Bytes received and not yet cut into frames.
-        self._buf = bytearray()
-        # Pool memory granted to the frame at the head of self._buf.
+        # Bytes received and not yet dispatched: the reads as they came (or what is
+        # left of them), and how many bytes they hold.
+        self._chunks: collections.deque[bytes | memoryview] = collections.deque()
+        self._chunks_len = 0
+        # Frames the current pass may still dispatch (ServerLimits.max_frames_per_slice).
+        self._budget = 0
+        # Pool memory granted to the frame at the head of self._chunks.
         self._reserved = 0
-        # Frames may be waiting in self._buf (a slice ended, a bound was hit).
+        # Frames may be waiting in self._chunks (a slice ended, a bound was hit).
         self._backlog = False
         self._waiting_for_pool = False
         self._resume_handle: asyncio.Handle | None = None
@@ -324,7 +328,8 @@ class KafkaConnection(asyncio.BaseProtocol):
         if self._reserved:
             self._server.pool.release(self._reserved)
             self._reserved = 0
-        self._buf = bytearray()
+        self._chunks.clear()
+        self._chunks_len = 0
         for item in self._pending:
             if isinstance(item, asyncio.Future) and not item.done():
                 item.cancel()
@@ -348,19 +353,19 @@ class KafkaConnection(asyncio.BaseProtocol):
             self._write_resumed.set()
         self._update_reading()
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet dispatched."""
+        return self._chunks_len
+
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
         self.last_active = time.monotonic()
         self.ctx.received_ns = time.monotonic_ns()
-        # Frames wholly inside `data` are handed on as slices of it (no copy);
-        # only a frame split across reads, or frames left for later, are kept
-        # in self._buf.
-        if self._buf:
-            self._buf += data
-            self._take_frames(self._buf)
-        else:
-            self._take_frames(data)
+        self._chunks.append(data)
+        self._chunks_len += len(data)
+        self._take_chunks()
 
     def pool_released(self) -> None:
         """The request memory pool has memory again: try the waiting frame."""
@@ -370,25 +375,70 @@ class KafkaConnection(asyncio.BaseProtocol):
     def _resume(self) -> None:
         self._resume_handle = None
         if not self._closed:
-            self._take_frames(self._buf)
+            self._take_chunks()
 
-    def _take_frames(self, source: bytes | bytearray) -> None:
-        """Dispatches the whole frames at the start of ``source`` as far as the
-        bounds allow, and keeps the rest in ``self._buf``."""
-        limits = self._server.limits
-        pool = self._server.pool
+    def _take_chunks(self) -> None:
+        """Dispatches the whole frames received, as far as the bounds allow.
+
+        A frame inside one read is handed on as a view of it (no copy). A frame that
+        continues in later reads (any frame larger than a read) is joined into one
+        piece once all of it is here: one copy, never a buffer grown read by read.
+        """
+        chunks = self._chunks
         self._backlog = False
-        budget = limits.max_frames_per_slice
+        self._budget = self._server.limits.max_frames_per_slice
+        while chunks and not self._closed:
+            head = chunks[0]
+            if len(head) < 4 and len(chunks) > 1:
+                # A frame's size split between two reads (rare, and never large).
+                first = chunks.popleft()
+                chunks[0] = b"".join((first, chunks[0]))
+                continue
+            taken = self._take_frames(head)
+            if self._closed:
+                return
+            self._chunks_len -= taken
+            if taken == len(head):
+                chunks.popleft()
+                continue
+            if taken:
+                head = chunks[0] = memoryview(head)[taken:]
+            if self._backlog or len(head) < 4:
+                break
+            (size,) = _SIZE.unpack_from(head)
+            need = 4 + size
+            if self._chunks_len < need:
+                break  # the rest of the frame at the head is still to come
+            pieces: list[bytes | memoryview] = []
+            while need:
+                chunk = chunks[0]
+                if len(chunk) <= need:
+                    pieces.append(chunks.popleft())
+                    need -= len(chunk)
+                else:
+                    view = memoryview(chunk)
+                    pieces.append(view[:need])
+                    chunks[0] = view[need:]
+                    need = 0
+            # Exactly the frame: the next turn dispatches it.
+            chunks.appendleft(b"".join(pieces))
+        if not self._closed:
+            self._update_reading()
+
+    def _take_frames(self, source: bytes | memoryview) -> int:
+        """Dispatches the whole frames at the start of ``source`` as far as the bounds
+        allow; returns how many bytes it took."""
+        pool = self._server.pool
         pos = 0
         end = len(source)
         view = memoryview(source)
         while end - pos >= 4 and not self._closed:
-            if budget == 0 or self._must_wait():
+            if self._budget == 0 or self._must_wait():
                 self._backlog = True
                 break
             (size,) = _SIZE.unpack_from(source, pos)
             if self._refuse_frame_size(size):
-                return
+                return pos
             if not self._reserved:
                 # Whole frames only: memory is granted before the body is read.
                 if not pool.try_reserve(size):
@@ -399,31 +449,12 @@ class KafkaConnection(asyncio.BaseProtocol):
             frame_end = pos + 4 + size
             if frame_end > end:
                 break
-            if source is not self._buf:
-                frame = view[pos + 4 : frame_end]
-                pos = frame_end
-            elif pos == 0 and size >= end - frame_end:
-                # A large frame at the head of the buffer: hand the buffer
-                # over and copy what follows it instead.
-                frame = view[4:frame_end]
-                source = self._buf = bytearray(view[frame_end:])
-                view = memoryview(source)
-                end = len(source)
-            else:
-                frame = memoryview(bytes(view[pos + 4 : frame_end]))
-                pos = frame_end
+            frame = view[pos + 4 : frame_end]
+            pos = frame_end
             reserved, self._reserved = self._reserved, 0
-            budget -= 1
+            self._budget -= 1
             self._submit(frame, reserved)
-        if self._closed:
-            return
-        if source is self._buf:
-            view.release()
-            if pos:
-                del self._buf[:pos]
-        elif pos < end:
-            self._buf = bytearray(view[pos:])
-        self._update_reading()
+        return pos
 
     def _largest_frame(self) -> int:
         return self.ctx.security.max_frame(self._server.limits.max_request_bytes)
