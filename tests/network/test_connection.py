@@ -14,6 +14,7 @@ from tests.helpers import frame
 class FakeTransport:
     def __init__(self) -> None:
         self.written: list[bytes] = []
+        self.writes_of_several = 0
         self.paused = False
         self.pauses = 0
         self.closed = False
@@ -29,6 +30,11 @@ class FakeTransport:
 
     def write(self, data: bytes) -> None:
         self.written.append(bytes(data))
+
+    def writelines(self, items: Any) -> None:
+        self.writes_of_several += 1
+        for data in items:
+            self.write(data)
 
     def pause_reading(self) -> None:
         self.paused = True
@@ -331,3 +337,35 @@ def test_frames_cut_anywhere_across_reads_reach_dispatch_whole_and_in_order() ->
         (large, (100_003, 7)),
     ):
         assert asyncio.run(run(bodies, cut_sizes)) == bodies, cut_sizes
+
+
+def test_answers_ready_together_go_out_in_one_write_in_request_order() -> None:
+    async def run() -> tuple[list[bytes], int]:
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[bytes]] = []
+
+        def dispatch(data: memoryview, ctx: ConnectionContext) -> Any:
+            fut: asyncio.Future[bytes] = loop.create_future()
+            futures.append(fut)
+            body = bytes(data)
+
+            async def answer() -> bytes:
+                return frame(await fut + body)
+
+            return answer()
+
+        conn, transport = connect(dispatch)
+        conn.data_received(b"".join(frame(bytes([65 + i])) for i in range(6)))
+        await settle()
+        # The last five finish together, before the first: then all six are ready.
+        for fut in futures[1:]:
+            fut.set_result(b"=")
+        await settle()
+        assert transport.written == []
+        futures[0].set_result(b"=")
+        await settle()
+        return transport.written, transport.writes_of_several
+
+    written, several = asyncio.run(run())
+    assert written == [frame(b"=" + bytes([65 + i])) for i in range(6)]
+    assert several == 1
