@@ -395,9 +395,11 @@ fn run_one<'a, R: 'static>(
     }
     if state.closed {
         shared.ended.notify_all();
-        if lane == FIRST && state.drained(FIRST) {
-            shared.work[SECOND].notify_all(); // nothing more can come to them
-        }
+    }
+    if lane == FIRST && (state.closed || state.lanes[SECOND].to_end > 0) && state.drained(FIRST) {
+        // Nothing more can come to the second lane: those of its threads
+        // that are to end may.
+        shared.work[SECOND].notify_all();
     }
     (state, true)
 }
@@ -426,8 +428,11 @@ fn announce<R>(shared: &Shared<R>, ticket: u64, result: R) {
 fn work<R: 'static>(shared: &Shared<R>, lane: usize) {
     let mut state = lock(&shared.state);
     loop {
+        // The last thread of a lane shrunk to none ends only once the jobs
+        // already queued for it are done: nothing else would run them.
+        let last_with_work = state.lanes[lane].threads == 1 && !state.drained(lane);
         let l = &mut state.lanes[lane];
-        if l.to_end > 0 {
+        if l.to_end > 0 && !last_with_work {
             l.to_end -= 1;
             l.threads -= 1;
             return;
@@ -571,6 +576,27 @@ mod tests {
         }
         pool.close();
         assert_eq!(pool.take_done().len(), 5);
+    }
+
+    #[test]
+    fn the_last_thread_of_a_pool_shrunk_to_nothing_finishes_the_queued_jobs() {
+        let pool = IoPool::new(1, "t").unwrap();
+        let (release, wait) = mpsc::channel::<()>();
+        pool.submit_steps(1, 0, move || {
+            wait.recv_timeout(Duration::from_secs(10)).unwrap();
+            Step::Then(Box::new(|| 0))
+        })
+        .unwrap();
+        for t in 1..4 {
+            pool.submit(1, t, move || t).unwrap(); // behind the running one
+        }
+        pool.resize(0).unwrap();
+        release.send(()).unwrap();
+        // Not left for close: the threads asked to end run them first.
+        let mut got = collect(&pool, 4);
+        got.sort();
+        assert_eq!(got, [(0, 0), (1, 1), (2, 2), (3, 3)]);
+        assert_eq!(pool.count(), 0);
     }
 
     #[test]

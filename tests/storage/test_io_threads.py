@@ -216,7 +216,7 @@ def test_a_write_queued_under_an_older_fence_is_refused(tmp_path: Path) -> None:
     log = Log.open(tmp_path, TopicPartition("t", 0), LogConfig())
     log.set_fence(3)
     # A pool with no thread yet: the writes wait in its queue, deterministically.
-    pool = IoPool(0)
+    pool = IoPool(0, "fence-test")
     pool.append(0, log.core, batch(2, "a"), 0, None, 1, 3)
     pool.resize(1)
     done: list[tuple[int, object]] = []
@@ -226,6 +226,10 @@ def test_a_write_queued_under_an_older_fence_is_refused(tmp_path: Path) -> None:
         done += pool.take_done()
     assert isinstance(done[0][1], AppendInfo) and done[0][1].first_offset == 0
     pool.resize(0)
+    # Its threads gone (one still there would take the writes below at once).
+    while any(n.startswith("fence-test") for n in all_thread_names()):
+        assert time.monotonic() < deadline, all_thread_names()
+        time.sleep(0.01)
     for ticket in range(1, 6):
         pool.append(ticket, log.core, batch(1, f"s{ticket}"), 0, None, 1, 3)
     pool.append_as_follower(6, log.core, batch(1, "f"), 1, 3)
