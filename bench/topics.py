@@ -6,7 +6,8 @@ For each system: one broker; a probe producer sends one record every 5 ms
 (acks=1) and records each one's delivery latency; then N topics are created
 in one CreateTopics request, and N more in N requests (one topic each, sent
 together: librdkafka pipelines them). Prints, per phase, the wall time until
-every topic is created and the probe's p50/p99/max latency during it, and
+every topic is created, the broker's CPU seconds (all threads; user, system,
+and its main thread's) and the probe's p50/p99/max latency during it, and
 writes them as JSON lines to bench/results/topics.jsonl.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import threading
@@ -27,6 +29,24 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench.systems import kafka_available, launcher
 
 RESULTS = Path(__file__).parent / "results" / "topics.jsonl"
+
+
+def cpu_times(pid: int) -> dict[str, float]:
+    """A process's user and system CPU seconds (all threads), and its main thread's
+    (the event loop's, for kbroker); {} once it has gone."""
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            every = f.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/task/{pid}/stat") as f:
+            main = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return {}
+    return {
+        "broker_user_s": int(every[11]) / tick,
+        "broker_sys_s": int(every[12]) / tick,
+        "main_thread_cpu_s": (int(main[11]) + int(main[12])) / tick,
+    }
 
 
 class Probe(threading.Thread):
@@ -115,11 +135,18 @@ def run_system(system: str, topics: int, data_root: Path) -> list[dict[str, Any]
             ),
         ]
         for phase, send in phases:
+            cpu_before = node.usage().get("cpu_s", 0.0)
+            times_before = cpu_times(node.proc.pid)
             start = time.monotonic()
             batches = send()
             errors: list[str] = []
             failed = sum(_wait(b, 600, errors) for b in batches)
             end = time.monotonic()
+            cpu = node.usage().get("cpu_s", 0.0) - cpu_before
+            times = {
+                k: round(v - times_before.get(k, 0.0), 2)
+                for k, v in cpu_times(node.proc.pid).items()
+            }
             time.sleep(0.5)
             row = {
                 "system": system,
@@ -128,6 +155,8 @@ def run_system(system: str, topics: int, data_root: Path) -> list[dict[str, Any]
                 "topics": topics,
                 "failed": failed,
                 "seconds": round(end - start, 2),
+                "broker_cpu_s": round(cpu, 2),
+                **times,
                 **probe.window(start, end),
                 **({"first_errors": errors} if errors else {}),
             }
@@ -158,12 +187,15 @@ def main() -> None:
         for r in rows:
             out.write(json.dumps({"at": time.strftime("%Y-%m-%dT%H:%M:%S"), **r}) + "\n")
     print(
-        f"{'system':8} {'phase':22} {'seconds':>8} {'failed':>6} "
+        f"{'system':8} {'phase':22} {'seconds':>8} {'cpu s':>6} {'sys s':>6} {'main s':>6} "
+        f"{'failed':>6} "
         f"{'p50 ms':>7} {'p99 ms':>7} {'max ms':>7}"
     )
     for r in rows:
         print(
-            f"{r['system']:8} {r['phase']:22} {r['seconds']:8.2f} {r['failed']:6d} "
+            f"{r['system']:8} {r['phase']:22} {r['seconds']:8.2f} "
+            f"{r.get('broker_cpu_s', 0):6.2f} {r.get('broker_sys_s', 0):6.2f} "
+            f"{r.get('main_thread_cpu_s', 0):6.2f} {r['failed']:6d} "
             f"{r.get('probe_p50_ms', 0):7.2f} {r.get('probe_p99_ms', 0):7.2f} "
             f"{r.get('probe_max_ms', 0):7.2f}"
         )

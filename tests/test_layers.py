@@ -231,6 +231,7 @@ ROOM_LAYERS: tuple[tuple[str, ...], ...] = (
         "kbroker.protocol",
         "kbroker.errors",
         "kbroker.futures",
+        "kbroker.heap",
         "kbroker.config",
         "kbroker.kafka_settings",
     ),

@@ -42,6 +42,7 @@ from kbroker.controller.controller import ControllerSettings
 from kbroker.coordinator import GroupCoordinator
 from kbroker.coordinator.group_configs import GroupConfigs
 from kbroker.errors import ErrorCode, TopicError
+from kbroker.heap import LongLivedObjects
 from kbroker.log import LogConfig, LogManager, TopicPartition, log_config_from_topic
 from kbroker.log.cleaner import CleanerSettings, LogCleaner
 from kbroker.log.log import Log, illegal_topic_name
@@ -92,6 +93,18 @@ from kbroker.txn.verifier import CoordinatorVerifier
 log = logging.getLogger("kbroker")
 
 T = TypeVar("T")
+
+
+# Partitions whose logs one call into the storage core makes (at least one request's):
+# requests of a burst wait for their batch, then go on together.
+LOG_BATCH_PARTITIONS = 256
+# Requests resumed together once their batch's logs are made, between the loop's other work.
+RESUME_EVERY = 8
+
+# New topics' ids and logs by name, or the error that refused each.
+OpenedLogs = dict[str, tuple[uuid.UUID, list[Log]] | TopicError]
+# Topics waiting for their logs, and the answer they wait on.
+QueuedCreation = tuple[list[NewTopic], asyncio.Future[OpenedLogs]]
 
 
 class Broker:
@@ -152,8 +165,13 @@ class Broker:
         # Topics whose logs are being created, and their partitions (not yet in the
         # replica manager).
         self._creating: set[str] = set()
+        # Creations waiting for their logs, and the task making them (`_open_new_topic_logs`).
+        self._logs_to_open: list[QueuedCreation] = []
+        self._opening_logs: asyncio.Future[None] | None = None
         self._reserved_partitions = 0
         self._admin_thread = ThreadPoolExecutor(1, thread_name_prefix="topic-admin")
+        # The objects of every topic: the garbage collector skips them once made.
+        self.long_lived = LongLivedObjects()
         # collision_key(name) -> name, of every topic
         self._collisions: dict[str, str] = {}
         # Set once the logs are open.
@@ -497,6 +515,7 @@ class Broker:
             self.open_cluster_storage()
         else:
             self.open_storage()
+        self.long_lived.settled()  # the objects of every topic found on disk
         # Before the listener: early group requests see the load in progress.
         await self.coordinator.start()
         await self.txn_coordinator.start()
@@ -574,6 +593,7 @@ class Broker:
             task.cancel()
         await self.replica_manager.stop_replication()
         await asyncio.to_thread(self._admin_thread.shutdown)
+        self.long_lived.close()
         await asyncio.to_thread(self.logs.close)
         if self.cluster is None:
             await asyncio.to_thread(self.metadata.close)
@@ -787,7 +807,7 @@ class Broker:
             self._topic_configs[t.name] = t.parsed  # the logs open with the topic's settings
             ready.append(t)
         try:
-            opened = await self._in_admin_thread(self._open_topic_logs, ready)
+            opened = await self._open_new_topic_logs(ready)
             for i, t in enumerate(ready):
                 logs_or_error = opened[t.name]
                 if isinstance(logs_or_error, TopicError):
@@ -803,6 +823,8 @@ class Broker:
                     results[t.name] = exc
                 if i % 64 == 63:
                     await asyncio.sleep(0)  # others' requests between large batches
+                if i % 1024 == 1023:
+                    self.long_lived.settled()  # no full collection walks them again
         finally:
             for t in ready:
                 if t.name in self._creating:
@@ -814,6 +836,7 @@ class Broker:
         if created:
             try:
                 await self.metadata.durable()
+                self.long_lived.settled()
                 log.info(
                     "created %d topic(s) with %d partitions: %s",
                     len(created),
@@ -851,19 +874,89 @@ class Broker:
             TopicPartition(topic.name, p) for p in topic.partitions
         )
 
-    def _open_topic_logs(
-        self, new: list[NewTopic]
-    ) -> dict[str, tuple[uuid.UUID, list[Log]] | TopicError]:
-        """Makes the ids and logs of new topics (in a worker thread); a topic that fails
-        leaves no directory."""
-        opened: dict[str, tuple[uuid.UUID, list[Log]] | TopicError] = {}
-        for t in new:
-            topic_id = uuid.uuid4()
-            tps = [TopicPartition(t.name, p) for p in range(t.num_partitions)]
+    async def _open_new_topic_logs(self, new: list[NewTopic]) -> OpenedLogs:
+        """The ids and logs of new topics, made in the admin thread together with those of
+        the other requests that come meanwhile: requests arriving while a batch is being
+        made go into the next one, so a burst of small CreateTopics costs a few calls into
+        the storage core, not one (and its GIL hand-overs) each."""
+        done: asyncio.Future[OpenedLogs] = asyncio.get_running_loop().create_future()
+        self._logs_to_open.append((new, done))
+        if self._opening_logs is None or self._opening_logs.done():
+            self._opening_logs = asyncio.ensure_future(self._open_queued_topic_logs())
+        return await done
+
+    async def _open_queued_topic_logs(self) -> None:
+        """Makes the logs of every queued creation, a batch at a time, until none is left.
+
+        A batch holds up to `LOG_BATCH_PARTITIONS` partitions (a request at least), and
+        the next batch's files are being made while the requests of the last one go on,
+        a few at a time between the loop's other work: thousands of requests resumed at
+        once would hold every client up for their whole length.
+        """
+        loop = asyncio.get_running_loop()
+        running = self._next_log_batch(loop)
+        while running is not None:
+            batch, work = running
+            opened: OpenedLogs | Exception
             try:
-                opened[t.name] = (topic_id, self._create_logs(t.name, topic_id, tps))
-            except TopicError as exc:
-                opened[t.name] = exc
+                opened = await work
+            except Exception as exc:
+                opened = exc
+            except BaseException:
+                for _, done in batch:
+                    done.cancel()
+                raise
+            running = self._next_log_batch(loop)
+            for i, (new, done) in enumerate(batch):
+                if done.done():
+                    continue
+                if isinstance(opened, Exception):
+                    done.set_exception(opened)
+                else:
+                    done.set_result({t.name: opened[t.name] for t in new})
+                if i % RESUME_EVERY == RESUME_EVERY - 1:
+                    await asyncio.sleep(0)
+            if running is None:  # requests that came while these went on
+                running = self._next_log_batch(loop)
+
+    def _next_log_batch(
+        self, loop: asyncio.AbstractEventLoop
+    ) -> tuple[list[QueuedCreation], asyncio.Future[OpenedLogs]] | None:
+        """Takes the next batch of queued creations and starts making their logs."""
+        if not self._logs_to_open:
+            return None
+        partitions = 0
+        taken = 0
+        for new, _ in self._logs_to_open:
+            if taken and partitions >= LOG_BATCH_PARTITIONS:
+                break
+            partitions += sum(t.num_partitions for t in new)
+            taken += 1
+        batch = self._logs_to_open[:taken]
+        del self._logs_to_open[:taken]
+        work = loop.run_in_executor(
+            self._admin_thread,
+            functools.partial(self._open_topic_logs, [t for new, _ in batch for t in new]),
+        )
+        return batch, work
+
+    def _open_topic_logs(self, new: list[NewTopic]) -> OpenedLogs:
+        """Makes the ids and logs of new topics (in a worker thread), with one call into the
+        storage core for all of them; a topic that fails leaves no directory."""
+        ids = [uuid.uuid4() for _ in new]
+        partitions = [[TopicPartition(t.name, p) for p in range(t.num_partitions)] for t in new]
+        created = self.logs.create_topic_logs(list(zip(ids, partitions, strict=True)))
+        opened: OpenedLogs = {}
+        for t, topic_id, logs in zip(new, ids, created, strict=True):
+            if isinstance(logs, Exception):
+                self.logs.errors.failed("creating partitions of", t.name, logs)
+                opened[t.name] = TopicError(
+                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    f"cannot create the partitions of {t.name!r}: {logs}",
+                )
+            else:
+                self.logs.errors.succeeded("creating partitions of", t.name)
+                opened[t.name] = (topic_id, logs)
         return opened
 
     def check_delete_topic(self, name: str) -> None:
@@ -920,6 +1013,7 @@ class Broker:
         for topic in gone:
             self._unregister_topic(topic)
             self._topic_deleted(topic.name)
+        self.long_lived.released()  # their objects may be cyclic garbage now
         tps = [TopicPartition(t.name, p) for t in gone for p in t.partitions]
         left = {tp.topic for tp in await self._in_admin_thread(self.logs.delete_all, tps)}
         for topic in gone:

@@ -13,6 +13,7 @@ pub mod filecache;
 pub mod index;
 pub mod io_pool;
 pub mod log;
+pub mod new_logs;
 pub mod records;
 pub mod segment;
 pub mod sendfile;

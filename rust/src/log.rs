@@ -463,33 +463,55 @@ impl Log {
     /// segment from the one holding the recovery point on is checked batch
     /// by batch and cut at the first bad batch.
     pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log> {
-        fs::create_dir_all(dir).map_err(Error::at(dir))?;
-        let clean = dir.join(CLEAN_SHUTDOWN_FILE).exists();
+        // A directory made here holds nothing to recover: none of its files is
+        // looked for (creating thousands of partitions costs the fewest calls).
+        let made = match fs::create_dir(dir) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+            Err(_) => {
+                fs::create_dir_all(dir).map_err(Error::at(dir))?;
+                true
+            }
+        };
+        let clean = !made && dir.join(CLEAN_SHUTDOWN_FILE).exists();
         // An interrupted compaction swap is finished or undone first, so
         // what follows sees one consistent set of segments.
-        cleaner_state::recover_swaps(dir)?;
+        if !made {
+            cleaner_state::recover_swaps(dir)?;
+        }
         let mut notes = Vec::new();
-        let (cleaner_first_dirty, cleaner_horizon) =
-            match cleaner_state::read_cleaner_checkpoint(dir)? {
-                Ok(checkpoint) => checkpoint,
-                Err(problem) => {
-                    notes.push(RecoveryNote {
-                        kind: RecoveryKind::BadCheckpoint,
-                        segment: -1,
-                        position: 0,
-                        offset: -1,
-                        bytes: 0,
-                        detail: problem,
-                    });
-                    (0, cleaner_state::NO_HORIZON)
-                }
-            };
+        let cleaner_checkpoint = if made {
+            Ok((0, cleaner_state::NO_HORIZON))
+        } else {
+            cleaner_state::read_cleaner_checkpoint(dir)?
+        };
+        let (cleaner_first_dirty, cleaner_horizon) = match cleaner_checkpoint {
+            Ok(checkpoint) => checkpoint,
+            Err(problem) => {
+                notes.push(RecoveryNote {
+                    kind: RecoveryKind::BadCheckpoint,
+                    segment: -1,
+                    position: 0,
+                    offset: -1,
+                    bytes: 0,
+                    detail: problem,
+                });
+                (0, cleaner_state::NO_HORIZON)
+            }
+        };
 
         // Sweep: leftovers of interrupted writes go, stray indexes go.
         let mut bases = Vec::new();
         let mut index_files = Vec::new();
-        for entry in fs::read_dir(dir).map_err(Error::at(dir))? {
-            let entry = entry.map_err(Error::at(dir))?;
+        let entries = if made {
+            Vec::new()
+        } else {
+            fs::read_dir(dir)
+                .map_err(Error::at(dir))?
+                .collect::<io::Result<Vec<_>>>()
+                .map_err(Error::at(dir))?
+        };
+        for entry in entries {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
             if name.ends_with(TMP_SUFFIX) || name.ends_with(".deleted") {
@@ -511,8 +533,14 @@ impl Log {
             }
         }
 
-        let checkpoint_rp = read_checkpoint(dir, RECOVERY_POINT_FILE, &mut notes)?;
-        let checkpoint_start = read_checkpoint(dir, LOG_START_OFFSET_FILE, &mut notes)?;
+        let (checkpoint_rp, checkpoint_start) = if made {
+            (None, None)
+        } else {
+            (
+                read_checkpoint(dir, RECOVERY_POINT_FILE, &mut notes)?,
+                read_checkpoint(dir, LOG_START_OFFSET_FILE, &mut notes)?,
+            )
+        };
         // Segments from this index on are scanned batch by batch.
         let first_to_recover = if clean {
             bases.len()

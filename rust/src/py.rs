@@ -23,6 +23,7 @@ use crate::log::{
     AppendInfo as CoreAppendInfo, Log as CoreLog, LogConfig as CoreLogConfig,
     LogSlice as CoreLogSlice, ProducerBatch as CoreProducerBatch, RecoveryNote as CoreRecoveryNote,
 };
+use crate::new_logs::{self, NewPartition, NewTopicLogs};
 use crate::records::{self, BatchBuilder, RecordProblem, TimestampWindow, ValidateOptions};
 use crate::sendfile::{self, SendOutcome};
 use crate::txn_index::AbortedTxn;
@@ -500,6 +501,51 @@ fn verify_log_dir(py: Python<'_>, dir: &str) -> PyResult<VerifyReport> {
         clean_shutdown: r.clean_shutdown,
         bad,
     })
+}
+
+/// A new topic's logs as Python gives them: its id and each partition's
+/// directory and settings.
+type NewTopicArg<'py> = (String, Vec<(String, PyRef<'py, PyLogConfig>)>);
+
+/// Creates the logs of new topics: `topics` is a list of (topic id in
+/// Kafka's base64 form, [(partition directory, LogConfig)]). The whole batch
+/// runs with the GIL released. One entry per topic comes back: its list of
+/// Logs, or the exception that refused it (its new directories are gone).
+#[pyfunction]
+fn create_topic_logs<'py>(
+    py: Python<'py>,
+    topics: Vec<NewTopicArg<'py>>,
+    now_ms: i64,
+) -> PyResult<Vec<Py<PyAny>>> {
+    let requests: Vec<NewTopicLogs> = topics
+        .into_iter()
+        .map(|(topic_id, partitions)| NewTopicLogs {
+            topic_id,
+            partitions: partitions
+                .into_iter()
+                .map(|(dir, config)| NewPartition {
+                    dir: dir.into(),
+                    config: CoreLogConfig::from(&*config),
+                })
+                .collect(),
+        })
+        .collect();
+    let results = py.detach(|| new_logs::create_topic_logs(requests, now_ms));
+    results
+        .into_iter()
+        .map(|result| match result {
+            Ok(logs) => {
+                let logs = logs
+                    .into_iter()
+                    .map(|log| Log {
+                        inner: Arc::new(log),
+                    })
+                    .collect::<Vec<_>>();
+                Ok(logs.into_pyobject(py)?.into_any().unbind())
+            }
+            Err(e) => Ok(PyErr::from(e).into_value(py).into_any()),
+        })
+        .collect()
 }
 
 // -- the log -------------------------------------------------------------
@@ -1393,6 +1439,7 @@ fn _kbroker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(max_open_files, m)?)?;
     m.add_function(wrap_pyfunction!(open_segment_files, m)?)?;
     m.add_function(wrap_pyfunction!(verify_log_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(create_topic_logs, m)?)?;
     m.add_class::<RecoveryNote>()?;
     m.add_class::<BadBatch>()?;
     m.add_class::<VerifyReport>()?;

@@ -13,6 +13,7 @@ import time
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from kbroker.log.partition_metadata import PARTITION_METADATA_FILE
 from kbroker.metadata.store import METADATA_FILE, METADATA_LOG
 
 WAIT = 120
@@ -126,3 +127,38 @@ def test_a_topic_change_writes_the_same_whatever_the_number_of_topics(broker) ->
     # The same few hundred bytes with 401, 802 and 1203 topics.
     assert max(grown) < 1024, grown
     assert max(grown) - min(grown) < 16, grown
+
+
+def test_a_topic_whose_directory_cannot_be_made_is_refused_and_the_burst_goes_on(  # type: ignore[no-untyped-def]
+    broker,
+) -> None:
+    """Creations that arrive together are made together; one that fails is refused alone."""
+    # A file where the partition directory of "blocked" would go.
+    (broker.data_dir / "blocked-0").write_bytes(b"")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    names = [f"burst.{i}" for i in range(100)]
+    names.insert(50, "blocked")
+    futures = {
+        name: admin.create_topics([NewTopic(name, 2 if name != "blocked" else 1, 1)])[name]
+        for name in names
+    }
+    for name, f in futures.items():
+        if name != "blocked":
+            f.result(WAIT)
+    try:
+        futures["blocked"].result(WAIT)
+        raise AssertionError("a topic whose directory could not be made was created")
+    except KafkaException as exc:
+        err = exc.args[0]
+        assert err.code() == KafkaError.KAFKA_STORAGE_ERROR
+        assert str(broker.data_dir / "blocked-0") in err.str()
+    md = admin.list_topics(timeout=WAIT)
+    assert "blocked" not in md.topics
+    for name in names:
+        if name != "blocked":
+            assert len(md.topics[name].partitions) == 2
+            assert all(p.leader >= 0 for p in md.topics[name].partitions.values())
+    # The broker goes on: the name can be taken once the path is free.
+    (broker.data_dir / "blocked-0").unlink()
+    _created(admin.create_topics([NewTopic("blocked", 1, 1)]))
+    assert (broker.data_dir / "blocked-0" / PARTITION_METADATA_FILE).exists()

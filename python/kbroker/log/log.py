@@ -198,7 +198,11 @@ class Log:
     @classmethod
     def open(cls, data_dir: Path, tp: TopicPartition, config: LogConfig) -> Log:
         """Opens (creating or recovering) the log of ``tp`` under ``data_dir``."""
-        raw = _kbroker.Log(str(data_dir / tp.dirname), config, now_ms())
+        return cls.opened(tp, _kbroker.Log(str(data_dir / tp.dirname), config, now_ms()))
+
+    @classmethod
+    def opened(cls, tp: TopicPartition, raw: _kbroker.Log) -> Log:
+        """The log of ``tp`` over a core log just opened, telling what its recovery did."""
         for note in raw.recovery_notes:
             _log_recovery_note(tp, note)
         return cls(tp, raw)

@@ -19,7 +19,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +28,7 @@ from typing import Protocol
 from kbroker import _kbroker
 from kbroker.log.io_threads import IoThreads
 from kbroker.log.log import Log, LogConfig, TopicPartition, now_ms
+from kbroker.log.partition_metadata import encode_topic_id
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +247,53 @@ class LogManager:
             self.recovery_truncations += created.recovery_truncations
             self._logs[tp] = created
             return created
+
+    def create_topic_logs(
+        self, topics: Sequence[tuple[uuid.UUID, Sequence[TopicPartition]]]
+    ) -> list[list[Log] | Exception]:
+        """Creates the logs of new topics, each given as its id and partitions: their
+        directories, first segments and ``partition.metadata`` files, in one call into the
+        core that holds the GIL for none of the file work (run it in a worker thread).
+
+        One entry per topic comes back: its logs in the order given, or the exception that
+        refused it (an OSError naming the path; the directories made for it are gone). A
+        partition whose log is open already keeps it.
+        """
+        with self._lock:
+            known = {tp: lg for _, tps in topics for tp in tps if (lg := self._logs.get(tp))}
+        requests = []
+        for topic_id, tps in topics:
+            encoded = encode_topic_id(topic_id)
+            requests.append(
+                (
+                    encoded,
+                    [
+                        (str(self.data_dir / tp.dirname), self._config_for(tp.topic))
+                        for tp in tps
+                        if tp not in known
+                    ],
+                )
+            )
+        created = _kbroker.create_topic_logs(requests, now_ms())
+        results: list[list[Log] | Exception] = []
+        with self._lock:
+            for (_, tps), made in zip(topics, created, strict=True):
+                if isinstance(made, Exception):
+                    results.append(made)
+                    continue
+                fresh = iter(made)
+                logs = []
+                for tp in tps:
+                    lg = known.get(tp)
+                    if lg is None:
+                        lg = Log.opened(tp, next(fresh))
+                        self.recovery_truncations += lg.recovery_truncations
+                        # A log of the same partition opened meanwhile stays the one
+                        # (a second writer of the same files must never exist).
+                        lg = self._logs.setdefault(tp, lg)
+                    logs.append(lg)
+                results.append(logs)
+        return results
 
     def delete_all(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
         """Deletes the logs of ``tps``, logging (not raising) what could not be removed;
