@@ -67,19 +67,3 @@ def test_a_users_malloc_variable_is_left_to_glibc() -> None:
     assert tuned["mmapped"] >= 8 << 20
     assert "MALLOC_MMAP_THRESHOLD_" not in said
     assert "MALLOC_TRIM_THRESHOLD_=67108864" in said
-
-
-def test_once_serving_what_the_broker_built_is_left_out_of_collections() -> None:
-    code = (
-        "import gc, json\n"
-        "from kbroker.daemon import settle_garbage_collection\n"
-        "before = gc.get_freeze_count()\n"
-        "settle_garbage_collection()\n"
-        "print(json.dumps([before, gc.get_freeze_count(), gc.get_threshold()[0]]))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    before, frozen, young = json.loads(out.stdout)
-    assert before == 0 and frozen > 10_000  # the modules, settings and such of a broker
-    assert young == 20_000

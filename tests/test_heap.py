@@ -73,3 +73,20 @@ def test_frozen_objects_still_go_when_no_longer_referenced() -> None:
 
 class _Plain:
     """An object in no reference cycle."""
+
+
+def test_young_collections_run_less_often_once_the_broker_serves() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import gc\n"
+        "from kbroker.heap import collect_young_objects_less_often, YOUNG_THRESHOLD\n"
+        "before = gc.get_threshold()\n"
+        "collect_young_objects_less_often()\n"
+        "print(before[0], gc.get_threshold()[0], gc.get_threshold()[1:] == before[1:])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.split() == ["700", "20000", "True"]

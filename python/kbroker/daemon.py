@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
-import gc
 import logging
 import os
 import resource
@@ -23,6 +22,7 @@ from kbroker.broker import Broker
 from kbroker.cluster.errors import ClusterError
 from kbroker.config import BrokerConfig, ConfigError
 from kbroker.handlers import Dispatcher
+from kbroker.heap import collect_young_objects_less_often
 from kbroker.log.manager import DataDirLocked
 from kbroker.metadata.store import MetadataError, StateFileError
 from kbroker.metrics import BrokerMetrics, BrokerView, GroupLag, build_registry
@@ -81,25 +81,6 @@ def keep_request_memory() -> list[str]:
         if mallopt(ctypes.c_int(param), ctypes.c_int(value)) == 1:
             done.append(f"{variable}={value}")
     return done
-
-
-def settle_garbage_collection() -> None:
-    """Once the broker serves: what it has built so far (modules, settings, the logs and
-    partitions, the metadata) is left out of the collector's work from now on
-    (`gc.freeze`), and young objects are collected less often.
-
-    A request's futures and callbacks live until its writes finish (on the I/O
-    threads), so they outlive the default 700 allocations between young collections
-    and are promoted; full collections then walked the whole broker again and again:
-    under full-rate produce, gc_collect_main was a tenth of the event loop's time.
-    """
-    gc.collect()
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(_YOUNG_GC_THRESHOLD, older, oldest)
-
-
-_YOUNG_GC_THRESHOLD = 20_000
 
 
 def _metrics_address(text: str) -> tuple[str, int]:
@@ -218,7 +199,7 @@ def run_broker(config: BrokerConfig, log_level: str = "INFO", log_format: str = 
                     await broker.cluster.leave()
                 return 1
             started.append(True)
-            settle_garbage_collection()
+            collect_young_objects_less_often()
             await stop.wait()
             log.info("shutting down")
             readiness.stopping = True
