@@ -28,6 +28,7 @@ __all__ = [
     "build_batch",
     "check_stored_batches",
     "crc32c",
+    "create_topic_logs",
     "decode_records",
     "end_txn_marker_batch",
     "max_open_files",

@@ -618,11 +618,11 @@ class KafkaConnection(asyncio.BaseProtocol):
                         on_sent(now, now)
                     continue
                 start = time.monotonic_ns() if on_sent is not None else 0
-                small = isinstance(response, bytes) or not self._has_large_file_part(response)
-                if small and on_sent is None:
-                    self._write_now(response, *self._take_ready_small())
-                elif small:
-                    self._write_now(response)
+                if isinstance(response, bytes) or not self._has_large_file_part(response):
+                    if on_sent is None:
+                        self._write_now(response, *self._take_ready_small())
+                    else:
+                        self._write_now(response)
                 elif self._zero_copy:
                     await self._write_zero_copy(response)
                 else:
