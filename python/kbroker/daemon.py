@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import logging
 import os
 import resource
@@ -66,13 +65,9 @@ def keep_request_memory() -> list[str]:
     heap stays mapped. A ``MALLOC_*_`` variable the user set is left to glibc. Returns
     what was set, as ``NAME=value``.
     """
-    path = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(path) if path else None
-        mallopt = libc.mallopt if libc is not None else None
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
-        return []
-    if mallopt is None:
+        mallopt = ctypes.CDLL(None).mallopt  # the C library the process runs on
+    except AttributeError:  # not glibc (musl has no mallopt)
         return []
     done = []
     for param, variable, value in _MALLOC_SETTINGS:

@@ -354,6 +354,21 @@ pub struct RecoveryNote {
     pub detail: String,
 }
 
+impl RecoveryNote {
+    /// A checkpoint file that could not be read as one (`detail` names it):
+    /// treated as missing.
+    fn bad_checkpoint(detail: String) -> Self {
+        RecoveryNote {
+            kind: RecoveryKind::BadCheckpoint,
+            segment: -1,
+            position: 0,
+            offset: -1,
+            bytes: 0,
+            detail,
+        }
+    }
+}
+
 /// A checkpoint's value; None when missing, or when unreadable as one (a
 /// note says so: every caller can fall back safely).
 fn read_checkpoint(dir: &Path, name: &str, notes: &mut Vec<RecoveryNote>) -> Result<Option<i64>> {
@@ -366,14 +381,10 @@ fn read_checkpoint(dir: &Path, name: &str, notes: &mut Vec<RecoveryNote>) -> Res
             _ => format!("not a non-negative integer: {:?}", text.trim()),
         },
     };
-    notes.push(RecoveryNote {
-        kind: RecoveryKind::BadCheckpoint,
-        segment: -1,
-        position: 0,
-        offset: -1,
-        bytes: 0,
-        detail: format!("{}: {problem}", path.display()),
-    });
+    notes.push(RecoveryNote::bad_checkpoint(format!(
+        "{}: {problem}",
+        path.display()
+    )));
     Ok(None)
 }
 
@@ -417,18 +428,11 @@ fn load_epoch_cache(
         Some(Ok(cache)) => (cache, replay_from, false),
         found => {
             if let Some(Err(problem)) = found {
-                notes.push(RecoveryNote {
-                    kind: RecoveryKind::BadCheckpoint,
-                    segment: -1,
-                    position: 0,
-                    offset: -1,
-                    bytes: 0,
-                    detail: format!(
-                        "{}: {problem}",
-                        dir.join(epoch_cache::LEADER_EPOCH_CHECKPOINT_FILE)
-                            .display()
-                    ),
-                });
+                notes.push(RecoveryNote::bad_checkpoint(format!(
+                    "{}: {problem}",
+                    dir.join(epoch_cache::LEADER_EPOCH_CHECKPOINT_FILE)
+                        .display()
+                )));
                 // Rewritten even if nothing is found: the damaged file goes.
                 (EpochCache::new(), Some(i64::MIN), true)
             } else {
@@ -468,10 +472,12 @@ impl Log {
         let made = match fs::create_dir(dir) {
             Ok(()) => true,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
-            Err(_) => {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                // Its parent is missing too: made now, with it.
                 fs::create_dir_all(dir).map_err(Error::at(dir))?;
                 true
             }
+            Err(e) => return Err(Error::at(dir)(e)),
         };
         let clean = !made && dir.join(CLEAN_SHUTDOWN_FILE).exists();
         // An interrupted compaction swap is finished or undone first, so
@@ -488,14 +494,7 @@ impl Log {
         let (cleaner_first_dirty, cleaner_horizon) = match cleaner_checkpoint {
             Ok(checkpoint) => checkpoint,
             Err(problem) => {
-                notes.push(RecoveryNote {
-                    kind: RecoveryKind::BadCheckpoint,
-                    segment: -1,
-                    position: 0,
-                    offset: -1,
-                    bytes: 0,
-                    detail: problem,
-                });
+                notes.push(RecoveryNote::bad_checkpoint(problem));
                 (0, cleaner_state::NO_HORIZON)
             }
         };

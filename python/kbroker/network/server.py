@@ -547,15 +547,9 @@ class KafkaConnection(asyncio.BaseProtocol):
         """Writes responses with no zero-copy parts in one transport write."""
         assert self.transport is not None
         if len(responses) == 1:
-            response = responses[0]
-            if isinstance(response, bytes):
-                self.transport.write(response)
-            else:
-                self.transport.write(b"".join(_materialize(p) for p in response))
-            return
-        self.transport.writelines(
-            r if isinstance(r, bytes) else b"".join(_materialize(p) for p in r) for r in responses
-        )
+            self.transport.write(_joined(responses[0]))
+        else:
+            self.transport.writelines(map(_joined, responses))
 
     def _take_ready_small(self) -> list[bytes | Sequence[ResponsePart]]:
         """The answers after the one being written that are ready too (answered, small,
@@ -946,6 +940,13 @@ def _held_bytes(response: Response) -> int:
     if isinstance(response, bytes):
         return len(response)
     return sum(len(p) if isinstance(p, _BYTES) else 0 for p in response)
+
+
+def _joined(response: bytes | Sequence[ResponsePart]) -> bytes:
+    """A response with no zero-copy parts as one piece."""
+    if isinstance(response, bytes):
+        return response
+    return b"".join(_materialize(p) for p in response)
 
 
 def _materialize(part: ResponsePart) -> bytes | bytearray | memoryview:
