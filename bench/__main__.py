@@ -92,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument(
+        "--no-wire", action="store_true", help="leave out the wire.* rows (bench/wire.py)"
+    )
+    ap.add_argument(
         "--profile",
         action="store_true",
         help="perf-record kbroker during every run into OUT/profile-*.perf.data",
@@ -211,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             kafka_version=kafka_version,
             transactions=args.transactions,
             transaction_producers=args.transaction_producers,
+            wire=not args.no_wire,
         )
         try:
             rows = run(opts)

@@ -32,12 +32,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import disk, loadgen, systems, transactions
+from . import disk, loadgen, systems, transactions, wire
 from .profile import perf_record
 from .security import Security
 from .workloads import (
     FULL,
     QUICK,
+    WIRE_IN_FLIGHT,
+    WIRE_REFERENCE,
     Sizes,
     Workload,
     base_session,
@@ -45,6 +47,8 @@ from .workloads import (
     rate_session,
     security_session,
     transactions_session,
+    wire_rate_session,
+    wire_session,
 )
 
 MB = 1_000_000  # throughput in MB/s is decimal, as Kafka's tools print it
@@ -70,6 +74,7 @@ class Options:
     kafka_version: str = systems.KAFKA_VERSION
     transactions: bool = False  # the txn.* rows instead of the other workloads
     transaction_producers: int = 8  # transactional producer processes of each txn.* row
+    wire: bool = True  # the wire.* rows (bench/wire.py's generator) in the table
 
 
 def loadavg() -> list[float]:
@@ -163,7 +168,7 @@ class Runner:
         workloads: list[Workload],
         settings: dict[str, str],
         policy: str,
-        rate: float = 0,
+        rates: dict[str, float] | None = None,
         replicas: int = 1,
     ) -> None:
         todo = [w for w in workloads if self.wanted(w)]
@@ -187,7 +192,7 @@ class Runner:
             tls = self.negotiated(b)
             for w in todo:
                 with self.profiled(b, f"{system}-rep{rep}-{w.name}"):
-                    row = self.run_one(b, w, topics, rate)
+                    row = self.run_one(b, w, topics, (rates or {}).get(w.name, 0.0))
                 row.update(rep=rep, flush_policy=policy)
                 if w.security != "PLAINTEXT":
                     row["tls"] = tls
@@ -202,6 +207,11 @@ class Runner:
                         else ""
                     )
                     + (f"  e2e p99 {row['e2e_p99_ms']} ms" if "e2e_p99_ms" in row else "")
+                    + (
+                        f"  generator CPU {row['client_cpu_util']:.2f}"
+                        if w.kind.startswith("wire.")
+                        else ""
+                    )
                     + (
                         f"  {row['transactions_s']:,.0f} txn/s  commit p50 "
                         f"{row['commit_p50_ms']} ms p99 {row['commit_p99_ms']} ms  visible "
@@ -244,7 +254,7 @@ class Runner:
     ) -> dict[str, Any]:
         topic = f"{w.name.replace('.', '-')}-{uuid.uuid4().hex[:6]}"
         address, client = b.endpoint(w.security), self.client(w.security)
-        if w.kind == "consume":
+        if w.kind in ("consume", "wire.consume"):
             topic = topics[w.source]
         else:
             loadgen.create_topic(
@@ -267,6 +277,10 @@ class Runner:
             if w.probe
             else None
         )
+        if w.kind.startswith("wire."):
+            # Untimed: the earlier rows' dirty pages written back, so that every row writes
+            # into a page cache with none waiting (not throttled by the rows before it).
+            os.sync()
         with probe or nullcontext():
             b.reset_peak_rss()
             before = b.usage()
@@ -333,6 +347,9 @@ class Runner:
                     caught_up_s=transactions.settle(b, topic, w.partitions),
                 )
                 latencies["commit_ms"] = t.commit_ms
+            elif w.kind.startswith("wire."):
+                records, elapsed, client_cpu, generator = self.run_wire(b, w, topic, rate, before)
+                row.update(generator)
             elif w.kind == "e2e":
                 t0 = time.perf_counter()
                 time.sleep(w.seconds)
@@ -355,7 +372,11 @@ class Runner:
             )
         broker_cpu = after.get("cpu_s", 0) - before.get("cpu_s", 0)
         mb_s = records * w.record_bytes / elapsed / MB if records else 0.0
+        if w.kind == "wire.consume":  # what was read: the batches' bytes, headers and all
+            mb_s = row["bytes"] / elapsed / MB if records else 0.0
         n_client = len(self.client_cpus or os.sched_getaffinity(0))
+        if w.kind.startswith("wire."):
+            n_client = 1  # one process: its CPU as a fraction of one core
         row = {
             "system": b.system,
             "version": b.version,
@@ -369,7 +390,13 @@ class Runner:
             "mb_s": round(mb_s, 1),
             **row,
             "disk_fraction": round(mb_s * MB / (self.disk["buffered_write_mb_s"] * (1 << 20)), 3)
-            if self.disk.get("buffered_write_mb_s") and w.kind in ("produce", "rate", "prodcons")
+            if self.disk.get("buffered_write_mb_s")
+            and w.kind in ("produce", "rate", "prodcons", "wire.produce", "wire.prodcons")
+            else None,
+            "sendfile_fraction": round(
+                mb_s * MB / (self.disk["sendfile_loopback_mb_s"] * (1 << 20)), 3
+            )
+            if self.disk.get("sendfile_loopback_mb_s") and w.kind == "wire.consume"
             else None,
             "broker_cpu_s": round(broker_cpu, 2),
             "broker_cpu_util": round(broker_cpu / elapsed, 2),
@@ -392,6 +419,82 @@ class Runner:
             "loadavg": loadavg(),
         }
         return row
+
+    def run_wire(
+        self, b: systems.Broker, w: Workload, topic: str, rate: float, before: dict[str, float]
+    ) -> tuple[int, float, float, dict[str, Any]]:
+        """A wire.* row through ``python -m bench.wire`` processes: (records, elapsed, the
+        generator's CPU seconds, the row's own fields). The broker's CPU is counted from the
+        moment the generator's timed part starts (``before`` is refreshed then)."""
+        acks = "-1" if w.acks == "all" else w.acks
+        produce = [
+            "--record-bytes",
+            str(w.record_bytes),
+            "--acks",
+            acks,
+            "--connections",
+            str(w.producers),
+            "--in-flight",
+            str(WIRE_IN_FLIGHT),
+            "--seconds",
+            str(w.seconds),
+        ]
+        if w.records:
+            produce += ["--records", str(w.records)]
+        if w.kind == "wire.rate":
+            produce += ["--rate", str(round(rate))]
+        fields: dict[str, Any] = {}
+        if w.kind == "wire.consume":
+            with wire.WireProcess("consume", b.bootstrap, topic) as c:
+                c.started()
+                before.update(b.usage())
+                got = c.row()
+            fields.update(
+                complete=got["complete"],
+                bytes=got["bytes"],
+                fetches=got["fetches"],
+                errors=got["errors"],
+            )
+        elif w.kind == "wire.prodcons":
+            with (
+                wire.WireProcess("consume", b.bootstrap, topic, "--follow-stdin") as c,
+                wire.WireProcess("produce", b.bootstrap, topic, *produce) as p,
+            ):
+                c.started()
+                p.started()
+                before.update(b.usage())
+                got = p.row()
+                c.end_follow()
+                read = c.row()
+            fields.update(
+                errors=got["errors"] + read["errors"],
+                consumed_records=read["records"],
+                consumed_mb_s=round(read["records"] * w.record_bytes / read["elapsed_s"] / MB, 1),
+                consumer_drain_s=read["drain_s"],
+                consumer_cpu_util=read["client_cpu_util"],
+                complete=read["complete"] and read["records"] == got["records"],
+            )
+        else:
+            with wire.WireProcess("produce", b.bootstrap, topic, *produce) as p:
+                p.started()
+                before.update(b.usage())
+                got = p.row()
+            fields.update(
+                errors=got["errors"],
+                generator_connections=got["connections"],
+                generator_in_flight=got["in_flight"],
+                generator_requests=got["requests"],
+                # Each request's time to its answer (the probe's are publish_*).
+                **{f"generator_{k}": v for k, v in got.items() if k.startswith("publish_")},
+            )
+            if w.kind == "wire.rate":
+                fields["target_rate"] = round(rate)
+        if got.get("error_codes"):
+            fields["error_codes"] = got["error_codes"]
+        if got.get("fatal"):
+            fields["fatal"] = got["fatal"]
+        fields["generator_cpu_util"] = got["client_cpu_util"]
+        return got["records"], got["elapsed_s"], got["client_cpu_s"], fields
 
     def median_of(self, system: str, workload: str, key: str = "records_s") -> float:
         vals = [r[key] for r in self.rows if r["system"] == system and r["workload"] == workload]
@@ -427,14 +530,21 @@ def run(opts: Options) -> list[dict[str, Any]]:
             if runner.wanted(w)
         ]
     else:
-        per_rep = [
-            w for w in base_session(s) + flush_session(s) + rate_session(s) if runner.wanted(w)
-        ]
+        table = base_session(s) + flush_session(s) + rate_session(s)
+        if opts.wire:
+            table += wire_session(s) + wire_rate_session(s)
+        per_rep = [w for w in table if runner.wanted(w)]
     progress.total = len(opts.systems) * s.reps * len(per_rep)
     if runner.client_cpus:
         os.sched_setaffinity(0, runner.client_cpus)  # the harness and its load processes
     progress.say(f"disk baseline on {opts.data_root} ({opts.disk_bytes >> 20} MiB) ...")
-    runner.disk = disk.baseline(opts.data_root, opts.disk_bytes, runs=1 if s.reps == 1 else 2)
+    runner.disk = disk.baseline(
+        opts.data_root,
+        opts.disk_bytes,
+        runs=1 if s.reps == 1 else 2,
+        sender_cpus=runner.broker_cpus,
+        reader_cpus=runner.client_cpus,
+    )
     emit({"type": "disk", **runner.disk})
     emit(
         {
@@ -476,6 +586,9 @@ def run(opts: Options) -> list[dict[str, Any]]:
             runner.session(
                 system, rep, flush_session(s), flush, f"flush every {opts.flush_messages} messages"
             )
+        if opts.wire:
+            for system in order:
+                runner.session(system, rep, wire_session(s), {}, "page cache")
     maxima = [runner.median_of(system, "omb.max") for system in opts.systems]
     rate = opts.rate or 0.5 * min((m for m in maxima if m > 0), default=0)
     if rate > 0:
@@ -484,7 +597,20 @@ def run(opts: Options) -> list[dict[str, Any]]:
         for rep in range(1, s.reps + 1):
             order = opts.systems if rep % 2 else list(reversed(opts.systems))
             for system in order:
-                runner.session(system, rep, rate_session(s), {}, "page cache", rate)
+                runner.session(system, rep, rate_session(s), {}, "page cache", {"omb.rate50": rate})
+    wire_maxima = [runner.median_of(system, WIRE_REFERENCE) for system in opts.systems]
+    wire_max = min((m for m in wire_maxima if m > 0), default=0)
+    if opts.wire and wire_max > 0:
+        wire_rates = {w.name: w.rate_fraction * wire_max for w in wire_rate_session(s)}
+        progress.say(
+            "wire fixed rates: "
+            + ", ".join(f"{n} {r:,.0f} records/s" for n, r in wire_rates.items())
+            + f" (of the lower median {WIRE_REFERENCE})"
+        )
+        for rep in range(1, s.reps + 1):
+            order = opts.systems if rep % 2 else list(reversed(opts.systems))
+            for system in order:
+                runner.session(system, rep, wire_rate_session(s), {}, "page cache", wire_rates)
     return rows
 
 

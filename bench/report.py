@@ -11,7 +11,18 @@ from typing import Any
 from .harness import QUANTILES
 
 THROUGHPUT_KINDS = ("produce", "rate", "prodcons", "consume", "transactions")
+WIRE_KINDS = ("wire.produce", "wire.consume", "wire.prodcons", "wire.rate")
 TARGET_RATIO = 1.2
+# The wire.* rows' goals (issue 29): kbroker's throughput against Kafka's, its CPU per GB
+# against Kafka's, produce against the disk's buffered write, catch-up against sendfile to
+# a loopback socket, and the probe's p99 at fixed rates against Kafka's.
+WIRE_TARGET_RATIO = 1.5
+WIRE_CPU_RATIO = 1 / 3
+WIRE_DISK_FRACTION = 0.9
+WIRE_SENDFILE_FRACTION = 0.8
+WIRE_P99_RATIO = 1 / 3
+# A librdkafka row whose client used this much of its core(s) measured the client.
+CLIENT_BOUND_UTIL = 0.9
 # Over TLS (and SASL_SSL), kbroker's produce throughput against Kafka's.
 SECURE_TARGET_RATIO = 1.5
 SECURITY_ORDER = ("PLAINTEXT", "SSL", "SASL_SSL")
@@ -70,7 +81,13 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
         f"Disk ({disk.get('dir', '?')}): buffered sequential write "
         f"{disk.get('buffered_write_mb_s')} MiB/s, "
         f"O_DIRECT {disk.get('direct_write_mb_s')} MiB/s, 4 KiB append + fdatasync p50 "
-        f"{disk.get('fsync_4k_p50_ms')} ms / p99 {disk.get('fsync_4k_p99_ms')} ms.",
+        f"{disk.get('fsync_4k_p50_ms')} ms / p99 {disk.get('fsync_4k_p99_ms')} ms"
+        + (
+            f"; sendfile of a cached file to a loopback socket "
+            f"{disk['sendfile_loopback_mb_s']} MiB/s."
+            if disk.get("sendfile_loopback_mb_s")
+            else "."
+        ),
         "",
     ]
     ratio_head = f"{a}/{b}" if b else "ratio"
@@ -78,8 +95,8 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
         "## Throughput",
         "",
         f"| workload | records/s {a} | records/s {b} | MB/s {a} | MB/s {b} | {ratio_head} | "
-        f"of disk {a} | of disk {b} |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"of disk {a} | of disk {b} | client-bound |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, per in by.items():
         first = next(iter(per.values()))
@@ -90,15 +107,21 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
         lines.append(
             f"| {name} | {_fmt(_med(ra, 'records_s'))} | {_fmt(_med(rb, 'records_s'))} | "
             f"{_fmt(_med(ra, 'mb_s'))} | {_fmt(_med(rb, 'mb_s'))} | {_fmt(ratio, 2)} | "
-            f"{_fmt(_med(ra, 'disk_fraction'), 2)} | {_fmt(_med(rb, 'disk_fraction'), 2)} |"
+            f"{_fmt(_med(ra, 'disk_fraction'), 2)} | {_fmt(_med(rb, 'disk_fraction'), 2)} | "
+            + ", ".join(s for s in systems if _client_bound(per.get(s, [])))
+            + " |"
         )
     lines += [
         "",
         "MB/s = 10^6 bytes of record values per second; `of disk` = produce MB/s as a fraction of "
         "the disk's buffered sequential write; catch-up `c3` counts the bytes delivered to all "
-        "three consumers.",
+        "three consumers. These rows use librdkafka clients (what users run); `client-bound` "
+        f"names the systems whose run had the clients at {CLIENT_BOUND_UTIL:.0%} or more of "
+        "their CPUs (median): there the row measured the client, not the broker. The wire "
+        "rows below measure the brokers.",
         "",
     ]
+    lines += _wire(by, systems, disk)
 
     lines += [
         "## Latency (ms)",
@@ -117,14 +140,29 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
                 rs = per.get(s, [])
                 cells += [_fmt(_med(rs, f"{prefix}_{p}_ms"), 2) for p in ("p50", "p99", "p999")]
             lines.append(f"| {name} | {prefix} | " + " | ".join(cells) + " |")
-    rate_rows = [r for r in rows if r.get("target_rate")]
+    rate_rows = [r for r in rows if r.get("target_rate") and r["workload"] == "omb.rate50"]
     if rate_rows:
         lines += [
             "",
             f"omb.rate50 ran at {rate_rows[0]['target_rate']:,} records/s "
-            "(50% of the lower median omb.max). Latency comes from a probe sending 1000 "
-            "timestamped records/s (linger 1 ms) to a one-partition topic on the same broker while "
-            "the load runs.",
+            "(50% of the lower median omb.max).",
+        ]
+    wire_rates = {
+        r["workload"]: r["target_rate"]
+        for r in rows
+        if r.get("target_rate") and r["workload"].startswith("wire.rate")
+    }
+    if wire_rates:
+        lines += [
+            "",
+            ", ".join(f"{n} ran at {v:,} records/s" for n, v in sorted(wire_rates.items()))
+            + " from the wire generator (50% and 80% of the lower median "
+            "wire.produce.1kib.p16.acks1).",
+        ]
+    if rate_rows or wire_rates:
+        lines += [
+            "Latency comes from a probe sending 1000 timestamped records/s (linger 1 ms) to a "
+            "one-partition topic on the same broker, on its own connection, while the load runs.",
         ]
     lines += [
         "",
@@ -171,6 +209,109 @@ def render(rows: list[dict[str, Any]], out: Path, plots: bool = True) -> Path:
     report = out / "report.md"
     report.write_text("\n".join(lines) + "\n")
     return report
+
+
+def _client_bound(rows: list[dict[str, Any]]) -> bool:
+    util = _med(rows, "client_cpu_util")
+    return util is not None and util >= CLIENT_BOUND_UTIL
+
+
+def _wire(
+    by: dict[str, dict[str, list[dict[str, Any]]]], systems: list[str], disk: dict[str, Any]
+) -> list[str]:
+    """The wire.* rows: each system's MB/s, CPU per GB and the generator's CPU, with the
+    goals of issue 29 beside them when kbroker and Kafka both ran."""
+    names = [n for n, per in by.items() if _kind(next(iter(per.values()))) in WIRE_KINDS]
+    if not names:
+        return []
+    both = systems[:2] == ["kbroker", "kafka"]
+    head = "| workload | " + " | ".join(
+        f"MB/s {s} | CPU s/GB {s} | generator CPU {s}" for s in systems
+    )
+    if both:
+        head += " | kbroker/kafka MB/s | kbroker/kafka CPU per GB | of limit kbroker"
+    lines = [
+        "## The brokers measured (wire generator)",
+        "",
+        "`python -m bench.wire`: pre-encoded Produce requests (about 64 KiB batches, 4 "
+        "partitions a request) pipelined over 4 connections, 8 in flight each; catch-up Fetch "
+        "into one reused buffer. `generator CPU` = the generator's CPU as a fraction of its one "
+        "core (the broker is measured only where it stays well under 0.5). `of limit` = "
+        "produce MB/s over the disk's buffered sequential write, catch-up MB/s (batch bytes) over "
+        "sendfile to a loopback socket, both measured in this run.",
+        "",
+        head + " |",
+        "|---|" + "---:|" * (3 * len(systems) + (3 if both else 0)),
+    ]
+    verdicts: list[tuple[str, str, bool | None]] = []
+    for name in names:
+        per = by[name]
+        cells = []
+        for s in systems:
+            rs = per.get(s, [])
+            cells += [
+                _fmt(_med(rs, "mb_s")),
+                _fmt(_med(rs, "broker_cpu_s_per_gb"), 2),
+                _fmt(_med(rs, "generator_cpu_util"), 2),
+            ]
+        if both:
+            k, f = per.get("kbroker", []), per.get("kafka", [])
+            tput = _ratio(_med(k, "mb_s"), _med(f, "mb_s"))
+            cpu = _ratio(_med(k, "broker_cpu_s_per_gb"), _med(f, "broker_cpu_s_per_gb"))
+            limit = _med(k, "sendfile_fraction") or _med(k, "disk_fraction")
+            cells += [_fmt(tput, 2), _fmt(cpu, 2), _fmt(limit, 2)]
+            kind = _kind(next(iter(per.values())))
+            if kind in ("wire.produce", "wire.consume", "wire.prodcons"):
+                verdicts.append(
+                    (
+                        f"{name}: kbroker >= {WIRE_TARGET_RATIO}x Kafka, CPU per GB <= 1/3",
+                        f"{_fmt(tput, 2)}x, {_fmt(cpu, 2)}",
+                        None
+                        if tput is None or cpu is None
+                        else tput >= WIRE_TARGET_RATIO and cpu <= WIRE_CPU_RATIO,
+                    )
+                )
+            if kind == "wire.rate":
+                pk, pf = _med(k, "publish_p99_ms"), _med(f, "publish_p99_ms")
+                verdicts.append(
+                    (
+                        f"{name}: the probe's publish p99 <= 1/3 of Kafka's",
+                        f"{_fmt(pk, 2)} vs {_fmt(pf, 2)} ms",
+                        None if pk is None or pf is None else pk <= WIRE_P99_RATIO * pf,
+                    )
+                )
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("")
+    if not both:
+        return lines
+    k_rows = [r for n in names for r in by[n].get("kbroker", [])]
+    best_disk = max((r.get("disk_fraction") or 0 for r in k_rows), default=0)
+    best_send = max((r.get("sendfile_fraction") or 0 for r in k_rows), default=0)
+    verdicts += [
+        (
+            f"kbroker wire produce >= {WIRE_DISK_FRACTION:.0%} of the buffered disk write",
+            f"best {best_disk:.2f} of {disk.get('buffered_write_mb_s')} MiB/s",
+            best_disk >= WIRE_DISK_FRACTION if best_disk else None,
+        ),
+        (
+            f"kbroker catch-up >= {WIRE_SENDFILE_FRACTION:.0%} of sendfile to loopback",
+            f"{best_send:.2f} of {disk.get('sendfile_loopback_mb_s')} MiB/s",
+            best_send >= WIRE_SENDFILE_FRACTION if best_send else None,
+        ),
+    ]
+    met = sum(1 for *_, ok in verdicts if ok)
+    lines += [
+        f"Goals (reported, not asserted): {met} of {len(verdicts)} met.",
+        "",
+        "| goal | measured | met |",
+        "|---|---|---|",
+        *[
+            f"| {w} | {m} | {'-' if ok is None else 'yes' if ok else 'no'} |"
+            for w, m, ok in verdicts
+        ],
+        "",
+    ]
+    return lines
 
 
 def _targets(by: dict[str, dict[str, list[dict[str, Any]]]], disk: dict[str, Any]) -> list[str]:
@@ -225,11 +366,12 @@ def _targets(by: dict[str, dict[str, list[dict[str, Any]]]], disk: dict[str, Any
         _med(rate.get("kbroker", []), "publish_p99_ms"),
         _med(rate.get("kafka", []), "publish_p99_ms"),
     )
-    row(
-        "omb.rate50 publish p99 <= Kafka's",
-        f"{_fmt(pk, 2)} vs {_fmt(pf, 2)} ms",
-        None if pk is None or pf is None else pk <= pf,
-    )
+    if rate:
+        row(
+            "omb.rate50 publish p99 <= Kafka's",
+            f"{_fmt(pk, 2)} vs {_fmt(pf, 2)} ms",
+            None if pk is None or pf is None else pk <= pf,
+        )
     rss = {
         s: max((r["broker_peak_rss_mb"] for per in by.values() for r in per.get(s, [])), default=0)
         for s in ("kbroker", "kafka")

@@ -23,7 +23,10 @@ costs far less per byte, so that a row measures the broker:
   ``--partition-max-bytes`` large, the answer received with ``recv_into`` into
   one buffer the connection reuses. Records are never decoded: the batch headers
   are walked (base offset, length, last offset delta, record count) to count
-  records and bytes and to set the next fetch offset.
+  records and bytes and to set the next fetch offset. With ``--follow-seconds S``
+  it follows a topic being written instead: from the end offsets it finds when it
+  starts, for S seconds (or with ``--follow-stdin`` until a line on standard input),
+  then to the end offsets it finds then.
 
 Both report their own CPU time over the timed part (``getrusage`` of the process, user
 and system, and each connection thread's ``time.thread_time``) as a fraction of one
@@ -33,6 +36,7 @@ leader must be the bootstrap broker (a single node), which it checks.
 
     python -m bench.wire produce --bootstrap 127.0.0.1:9092 --topic t --seconds 10
     python -m bench.wire consume --bootstrap 127.0.0.1:9092 --topic t
+    python -m bench.wire consume --bootstrap 127.0.0.1:9092 --topic t --follow-seconds 11
 
 Each prints one JSON line; the exit code is 1 when any answer carried an error.
 """
@@ -44,14 +48,17 @@ import json
 import math
 import os
 import resource
+import selectors
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kbroker._kbroker import build_batch
@@ -399,9 +406,11 @@ def produce(
     rate: float = 0.0,
     timeout: float = 30.0,
     batches: BatchSet | None = None,
+    on_start: Callable[[], object] | None = None,
 ) -> tuple[dict[str, Any], ProduceResult]:
     """Produces for ``seconds`` (or until ``max_records``, rounded up to whole requests, are
-    sent); the summary row and the full result (acknowledged records per partition)."""
+    sent); the summary row and the full result (acknowledged records per partition).
+    ``on_start`` is called as the clock starts."""
     if acks not in (1, -1):
         raise WireError("acks must be 1 or -1 (all): acks=0 has no answers to count")
     if records_per_batch <= 0:  # about 64 KiB batches
@@ -445,6 +454,8 @@ def produce(
         )
         threads.append(th)
         th.start()
+    if on_start is not None:
+        on_start()
     ready.wait(timeout)
     cpu0, start = _process_cpu(), time.perf_counter()
     timer = threading.Timer(seconds, stop.set)
@@ -584,6 +595,15 @@ def _fetch_request(
     )
 
 
+@dataclass
+class Tail:
+    """A consume that follows a topic being written: its partitions have no end until
+    ``closed`` is set, after which each ends at its offset in ``ends``."""
+
+    closed: threading.Event = field(default_factory=threading.Event)
+    ends: dict[int, int] = field(default_factory=dict)
+
+
 def _consume_connection(
     conn: Connection,
     info: TopicInfo,
@@ -594,17 +614,29 @@ def _consume_connection(
     result: ConsumeResult,
     lock: threading.Lock,
     ready: threading.Barrier,
+    tail: Tail | None = None,
 ) -> None:
     mine = ConsumeResult()
-    positions = {p: a for p, (a, b) in ranges.items() if a < b}
+    if tail is None:
+        ends: dict[int, int] | None = {p: b for p, (a, b) in ranges.items()}
+        positions = {p: a for p, (a, b) in ranges.items() if a < b}
+    else:  # open until the tail closes
+        ends, positions = None, {p: a for p, (a, b) in ranges.items()}
     version = info.versions[ApiKey.FETCH]
     ready.wait()
     cpu0 = time.thread_time()
     corr = 0
     try:
         while positions and time.perf_counter() < deadline:
+            if ends is None and tail is not None and tail.closed.is_set():
+                ends = {p: tail.ends[p] for p in positions}
+                positions = {p: o for p, o in positions.items() if o < ends[p]}
+                if not positions:
+                    break
             corr += 1
-            req = _fetch_request(info, positions, max_bytes, partition_max_bytes)
+            req = _fetch_request(
+                info, positions, max_bytes, partition_max_bytes, 500 if ends is not None else 100
+            )
             conn.sock.sendall(encode_request(ApiKey.FETCH, version, corr, CLIENT_ID, req))
             got, resp = decode_response(ApiKey.FETCH, version, conn.read_frame())
             mine.fetches += 1
@@ -635,7 +667,7 @@ def _consume_connection(
                     mine.records += records
                     mine.records_by_partition[index] += records
                     mine.batch_bytes += nbytes
-                    if nxt >= ranges[index][1]:
+                    if ends is not None and nxt >= ends[index]:
                         positions.pop(index)
                     else:
                         positions[index] = nxt
@@ -669,11 +701,19 @@ def consume(
     max_bytes: int = 50 << 20,
     partition_max_bytes: int = 10 << 20,
     timeout: float = 300.0,
+    follow: Callable[[], object] | None = None,
+    on_start: Callable[[], object] | None = None,
 ) -> tuple[dict[str, Any], ConsumeResult]:
-    """Reads every partition from its log start to the end offset it had when this began."""
+    """Reads every partition from its log start to the end offset it had when this began;
+    with ``follow`` (a call that returns when following should end), from the end offsets it
+    had when this began, following what is written until ``follow`` returns, to the end
+    offsets it has then. ``on_start`` is called when the clock starts."""
     info = describe_topic(bootstrap, topic, min(timeout, 30.0))
     ranges = end_offsets(bootstrap, info, min(timeout, 30.0))
-    expected = sum(b - a for a, b in ranges.values())
+    tail = None
+    if follow is not None:
+        tail = Tail()
+        ranges = {p: (b, b) for p, (a, b) in ranges.items()}
     connections = max(1, min(connections, len(info.partitions)))
     shares: list[dict[int, tuple[int, int]]] = [{} for _ in range(connections)]
     for i, p in enumerate(info.partitions):
@@ -699,6 +739,7 @@ def consume(
                 result,
                 lock,
                 ready,
+                tail,
             ),
             daemon=True,
         )
@@ -706,8 +747,19 @@ def consume(
     ]
     for th in threads:
         th.start()
+    if on_start is not None:
+        on_start()
     ready.wait(timeout)
     cpu0, start = _process_cpu(), time.perf_counter()
+    followed = 0.0
+    if tail is not None and follow is not None:
+        follow()
+        followed = time.perf_counter() - start
+        finals = end_offsets(bootstrap, info, min(timeout, 30.0))
+        tail.ends.update({p: b for p, (a, b) in finals.items()})
+        tail.closed.set()
+        ranges = {p: (ranges[p][0], b) for p, (a, b) in finals.items()}
+    expected = sum(b - a for a, b in ranges.values())
     for th in threads:
         th.join()
     elapsed = time.perf_counter() - start
@@ -720,6 +772,9 @@ def consume(
         "max_bytes": max_bytes,
         "partition_max_bytes": partition_max_bytes,
         "fetch_version": info.versions[ApiKey.FETCH],
+        "followed_s": round(followed, 3),
+        # After following: until every record written meanwhile was read.
+        "drain_s": round(elapsed - followed, 3) if tail is not None else None,
         "fetches": result.fetches,
         "offsets": expected,
         "records": result.records,
@@ -734,6 +789,77 @@ def consume(
         **_cpu_fields(cpu0, cpu1, elapsed, result.thread_cpu_s),
     }
     return row, result
+
+
+# -- as a child process ------------------------------------------------------------
+
+
+class WireProcess:
+    """``python -m bench.wire MODE ... --announce`` as a child process (a core of its own,
+    apart from the harness): ``started()`` returns when its timed part begins, ``row()``
+    when it has printed its JSON line; ``end_follow()`` ends a ``--follow-stdin`` consume."""
+
+    def __init__(self, mode: str, bootstrap: str, topic: str, *options: str) -> None:
+        cmd = [sys.executable, "-m", "bench.wire", mode, "--bootstrap", bootstrap]
+        cmd += ["--topic", topic, "--announce", *options]
+        self.command = " ".join(cmd[1:])
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+
+    def started(self, timeout: float = 120.0) -> None:
+        assert self.proc.stderr is not None
+        ready = selectors.DefaultSelector()
+        ready.register(self.proc.stderr, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        seen: list[str] = []
+        try:
+            while time.monotonic() < deadline:
+                if not ready.select(max(0.0, deadline - time.monotonic())):
+                    continue
+                line = self.proc.stderr.readline()
+                if line.strip() == "started":
+                    return
+                if not line:  # it ended before its timed part
+                    break
+                seen.append(line)
+        finally:
+            ready.close()
+        self.close()
+        raise WireError(f"{self.command} did not start: {''.join(seen)[-2000:]}")
+
+    def end_follow(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+
+    def row(self, timeout: float = 900.0) -> dict[str, Any]:
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.close()
+            raise WireError(f"{self.command} took over {timeout:.0f} s") from None
+        lines = out.splitlines()
+        if self.proc.returncode not in (0, 1) or not lines:
+            raise WireError(f"{self.command} exited {self.proc.returncode}: {err[-2000:]}")
+        row: dict[str, Any] = json.loads(lines[-1])
+        return row
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
+
+    def __enter__(self) -> WireProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 # -- measuring ourselves ------------------------------------------------------------
@@ -796,11 +922,42 @@ def _parser() -> argparse.ArgumentParser:
     cons.add_argument("--max-bytes", type=int, default=50 << 20)
     cons.add_argument("--partition-max-bytes", type=int, default=10 << 20)
     cons.add_argument("--timeout", type=float, default=300.0)
+    follow = cons.add_mutually_exclusive_group()
+    follow.add_argument(
+        "--follow-seconds",
+        type=float,
+        default=0.0,
+        help="follow the topic from its end for this long (0: catch up from the start)",
+    )
+    follow.add_argument(
+        "--follow-stdin",
+        action="store_true",
+        help="follow the topic from its end until a line (or end of file) on standard input",
+    )
+    for name in ("produce", "consume"):
+        sub.choices[name].add_argument(
+            "--announce",
+            action="store_true",
+            help="print 'started' on standard error when the timed part starts",
+        )
     return ap
+
+
+def _follow(args: argparse.Namespace) -> Callable[[], object] | None:
+    if args.follow_stdin:
+        return sys.stdin.readline
+    if args.follow_seconds > 0:
+        return lambda: time.sleep(args.follow_seconds)
+    return None
+
+
+def _announce() -> None:
+    print("started", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    announce = _announce if args.announce else None
     try:
         if args.mode == "produce":
             if min(args.connections, args.in_flight, args.record_bytes) < 1:
@@ -818,6 +975,7 @@ def main(argv: list[str] | None = None) -> int:
                 connections=args.connections,
                 in_flight=args.in_flight,
                 rate=args.rate,
+                on_start=announce,
             )
         else:
             row, _ = consume(
@@ -827,6 +985,8 @@ def main(argv: list[str] | None = None) -> int:
                 max_bytes=args.max_bytes,
                 partition_max_bytes=args.partition_max_bytes,
                 timeout=args.timeout,
+                follow=_follow(args),
+                on_start=announce,
             )
     except (WireError, ClientError) as exc:
         print(f"bench.wire: {exc}", file=sys.stderr)

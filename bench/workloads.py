@@ -17,6 +17,12 @@
   same 1 KiB produce at full speed over a PLAINTEXT, an SSL and a SASL_SSL
   (PLAIN) listener of one broker, then a catch-up read of one of those
   topics over each.
+* ``wire.*``   the broker measured, not the client: bench/wire.py's generator (pre-encoded
+  Produce requests pipelined over several connections; Fetch into a reused buffer)
+  writes 100 B, 1 KiB and 16 KiB records with acks 1 and all to 1, 16 and 256
+  partitions; writes a catch-up data set and reads it from offset 0; produces and
+  consumes together; and produces at fixed rates (50% and 80% of the lower median
+  maximum of ``wire.produce.1kib.p16.acks1``) beside the latency probe.
 * ``txn.*``    transactional produce (``python -m bench --transactions``):
   transactions of 1, 100 and 10,000 records of 1 KiB from several
   transactional producers, committed one after another by each, on a single
@@ -45,6 +51,7 @@ class Workload:
     security: str = "PLAINTEXT"  # the listener's security protocol the clients use
     transaction_records: int = 0  # transactions: records per transaction
     replicas: int = 1  # the topic's replication factor
+    rate_fraction: float = 0  # wire.rate*: the fraction of the reference maximum
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,13 @@ class Sizes:
     # stops beginning transactions after ``transaction_seconds``).
     transaction_records: tuple[int, int, int] = (40_000, 2_000_000, 2_000_000)
     transaction_seconds: float = 10
+    # wire.*: each produce row runs this long or until this many bytes of values;
+    # the catch-up data set's size; the matrix of the produce rows.
+    wire_seconds: float = 6
+    wire_bytes: int = 2 << 30
+    wire_catchup_bytes: int = 3 << 30
+    wire_record_bytes: tuple[int, ...] = (100, 1024, 16384)
+    wire_partitions: tuple[int, ...] = (1, 16, 256)
 
 
 # FULL: ~11 minutes for two systems on 2 vCPUs; QUICK: about a minute.
@@ -89,6 +103,11 @@ QUICK = Sizes(
     security_records=40_000,
     transaction_records=(400, 20_000, 80_000),
     transaction_seconds=4,
+    wire_seconds=1,
+    wire_bytes=64 << 20,
+    wire_catchup_bytes=48 << 20,
+    wire_record_bytes=(1024,),
+    wire_partitions=(1, 16),
 )
 
 
@@ -244,4 +263,82 @@ def transactions_session(s: Sizes, replicas: int = 1, producers: int = 8) -> lis
             replicas=replicas,
         )
         for n, records in zip(TRANSACTION_SIZES, s.transaction_records, strict=True)
+    ]
+
+
+# The wire generator's shape for every wire.* produce row: connections (Workload.producers)
+# and requests in flight on each (Kafka handles one request of a connection at a time).
+WIRE_CONNECTIONS = 4
+WIRE_IN_FLIGHT = 8
+# The row whose maximum sets the wire.rate* rows' rates, and the fractions of it.
+WIRE_REFERENCE = "wire.produce.1kib.p16.acks1"
+WIRE_RATE_FRACTIONS = (0.5, 0.8)
+
+
+def size_label(record_bytes: int) -> str:
+    return f"{record_bytes // 1024}kib" if record_bytes >= 1024 else f"{record_bytes}b"
+
+
+def wire_session(s: Sizes) -> list[Workload]:
+    """The wire generator at full speed: the produce matrix, then a catch-up data set read
+    from offset 0, then produce and consume together."""
+    rows = [
+        Workload(
+            f"wire.produce.{size_label(size)}.p{partitions}.acks{acks}",
+            "wire.produce",
+            size,
+            partitions,
+            producers=WIRE_CONNECTIONS,
+            acks=acks,
+            records=s.wire_bytes // size,
+            seconds=s.wire_seconds,
+        )
+        for size in s.wire_record_bytes
+        for partitions in s.wire_partitions
+        for acks in ("1", "all")
+    ]
+    return [
+        *rows,
+        Workload(
+            "wire.catchup.fill",
+            "wire.produce",
+            1024,
+            16,
+            producers=WIRE_CONNECTIONS,
+            acks="1",
+            records=s.wire_catchup_bytes // 1024,
+            seconds=600,
+        ),
+        Workload(
+            "wire.catchup.c1", "wire.consume", 1024, 16, consumers=1, source="wire.catchup.fill"
+        ),
+        Workload(
+            "wire.prodcons",
+            "wire.prodcons",
+            1024,
+            16,
+            producers=WIRE_CONNECTIONS,
+            consumers=1,
+            acks="1",
+            records=s.wire_bytes // 1024,
+            seconds=s.wire_seconds,
+        ),
+    ]
+
+
+def wire_rate_session(s: Sizes) -> list[Workload]:
+    """The reference row's shape at fixed fractions of its maximum, beside the probe."""
+    return [
+        Workload(
+            f"wire.rate{round(f * 100)}",
+            "wire.rate",
+            1024,
+            16,
+            producers=WIRE_CONNECTIONS,
+            acks="1",
+            seconds=max(s.rate_seconds, s.wire_seconds),
+            probe=True,
+            rate_fraction=f,
+        )
+        for f in WIRE_RATE_FRACTIONS
     ]

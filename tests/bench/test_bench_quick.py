@@ -14,7 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from bench.workloads import QUICK, base_session, flush_session, rate_session, security_session
+from bench.workloads import (
+    QUICK,
+    base_session,
+    flush_session,
+    rate_session,
+    security_session,
+    wire_rate_session,
+    wire_session,
+)
 
 from bench import systems
 
@@ -35,7 +43,7 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 @pytest.mark.skipif(
     shutil.which("kcat") is None, reason="kcat (the catch-up consumer) is not installed"
 )
@@ -46,7 +54,7 @@ def test_quick_run_measures_every_workload_on_every_system(tmp_path: Path) -> No
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=230,
+        timeout=400,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "[1/" in proc.stderr  # progress is shown
@@ -54,10 +62,12 @@ def test_quick_run_measures_every_workload_on_every_system(tmp_path: Path) -> No
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     disk = next(r for r in rows if r.get("type") == "disk")
     assert disk["buffered_write_mb_s"] > 0 and disk["fsync_4k_p99_ms"] > 0
+    assert disk["sendfile_loopback_mb_s"] > 0
     expected = {"kbroker", "kafka"} if systems.kafka_available() else {"kbroker"}
     runs = [r for r in rows if "workload" in r]
     assert {r["system"] for r in runs} == expected
-    names = {w.name for w in base_session(QUICK) + flush_session(QUICK) + rate_session(QUICK)}
+    table = base_session(QUICK) + flush_session(QUICK) + rate_session(QUICK)
+    names = {w.name for w in table + wire_session(QUICK) + wire_rate_session(QUICK)}
     for system in expected:
         mine = {r["workload"]: r for r in runs if r["system"] == system}
         assert set(mine) == names
@@ -70,9 +80,24 @@ def test_quick_run_measures_every_workload_on_every_system(tmp_path: Path) -> No
         assert mine["catchup.c3"]["records"] == 3 * mine["catchup.fill"]["records"]
         assert mine["omb.rate50"]["publish_p99_ms"] > 0 and mine["kreps.e2e"]["e2e_p99_ms"] > 0
         assert mine["flush.omb.max"]["settings"]["broker"]["log.flush.interval.messages"] == "10000"
+        # The wire generator's rows: each answer checked, the catch-up read whole, the
+        # generator's own CPU beside each.
+        for w in wire_session(QUICK) + wire_rate_session(QUICK):
+            r = mine[w.name]
+            assert r["generator_cpu_util"] > 0 and r.get("fatal") is None, w.name
+        fill, c1 = mine["wire.catchup.fill"], mine["wire.catchup.c1"]
+        assert c1["complete"] and c1["records"] == fill["records"] > 0
+        assert c1["sendfile_fraction"] > 0 and c1["bytes"] > fill["records"] * 1024
+        assert mine["wire.prodcons"]["complete"]
+        assert mine["wire.prodcons"]["consumed_records"] == mine["wire.prodcons"]["records"]
+        rates = [mine[w.name]["target_rate"] for w in wire_rate_session(QUICK)]
+        assert 0 < rates[0] < rates[1]
+        assert all(mine[w.name]["publish_p99_ms"] > 0 for w in wire_rate_session(QUICK))
 
     report = (out / "report.md").read_text()
     assert "| kreps.produce.p1.acks1 |" in report and "## Latency" in report
+    assert "## The brokers measured (wire generator)" in report
+    assert "| wire.produce.1kib.p16.acks1 |" in report
     try:
         import matplotlib  # noqa: F401
     except ImportError:

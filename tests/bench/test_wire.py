@@ -188,3 +188,42 @@ def test_count_batches_reads_whole_batches_only() -> None:
     assert wire.count_batches(memoryview(first + second), 0) == (7, len(first) + len(second), 7)
     # Batches wholly before the fetch offset (a broker may send them) are not counted.
     assert wire.count_batches(memoryview(first + second), 3) == (4, len(second), 7)
+
+
+@pytest.mark.timeout(120)
+def test_a_following_consume_reads_what_a_producer_writes_meanwhile_and_no_earlier_record(
+    bootstrap: str,
+) -> None:
+    """``--follow-stdin`` as the harness's wire.prodcons runs it: the consume starts at the end
+    of a topic that already holds records, follows a producer until told to stop, and then
+    reads to the end offsets of that moment: exactly the records written meanwhile."""
+    topic, partitions = "wire-follow", 3
+    create_topic(bootstrap, topic, partitions)
+    shape = {"record_bytes": 300, "records_per_batch": 100, "partitions_per_request": 3}
+    before, _ = wire.produce(bootstrap, topic, max_records=600, seconds=20, **shape)
+    assert before["errors"] == 0 and before["records"] == 600
+    produce_args = [f"--{k.replace('_', '-')}={v}" for k, v in shape.items()]
+    produce_args += ["--records", "6000", "--seconds", "20"]
+    with (
+        wire.WireProcess("consume", bootstrap, topic, "--follow-stdin") as consumer,
+        wire.WireProcess("produce", bootstrap, topic, *produce_args) as producer,
+    ):
+        consumer.started(60)
+        producer.started(60)
+        wrote = producer.row(60)
+        consumer.end_follow()
+        read = consumer.row(60)
+    assert wrote["errors"] == 0 and wrote["records"] == 6000, wrote
+    assert read["complete"] and read["errors"] == 0, read
+    assert read["records"] == read["offsets"] == wrote["records"], (read, wrote)
+    assert read["followed_s"] > 0 and read["drain_s"] >= 0
+
+
+@pytest.mark.timeout(60)
+def test_a_process_that_fails_before_its_timed_part_is_reported_not_waited_for(
+    bootstrap: str,
+) -> None:
+    proc = wire.WireProcess("produce", bootstrap, "wire-never-created", "--seconds", "1")
+    with pytest.raises(wire.WireError, match=r"did not start:.*UNKNOWN_TOPIC_OR_PARTITION"):
+        proc.started(30)
+    assert proc.proc.poll() is not None
