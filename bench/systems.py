@@ -143,6 +143,7 @@ class Broker:
         data_dir: Path,
         settings: dict[str, str],
         endpoints: dict[str, str] | None = None,
+        launch: Callable[[], subprocess.Popen[bytes]] | None = None,
     ) -> None:
         self.system = system
         self.version = version
@@ -152,6 +153,19 @@ class Broker:
         self.settings = settings
         # Security protocol -> HOST:PORT of its listener (only PLAINTEXT when not secured).
         self.endpoints = endpoints or {"PLAINTEXT": bootstrap}
+        self._launch = launch  # starts the process again on the same data and ports
+
+    def kill_and_restart(self) -> float:
+        """kill -9 of the broker, then the same command started again on the same data
+        directory and ports; the monotonic time of the new start (the caller waits for it
+        to serve)."""
+        if self._launch is None:
+            raise RuntimeError(f"{self.system}: this broker cannot be restarted")
+        self.proc.kill()
+        self.proc.wait(30)
+        started = time.monotonic()
+        self.proc = self._launch()
+        return started
 
     def endpoint(self, protocol: str) -> str:
         return self.endpoints[protocol]
@@ -256,21 +270,31 @@ def kbroker_node(
         cmd += ["--metrics", f"127.0.0.1:{metrics_port}"]
         metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     log = open(log_path or os.devnull, "ab")  # noqa: SIM115 - closed in finally
-    proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=pin(cpus)
+
+    def launch() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=pin(cpus),
+        )
+
+    broker = Broker(
+        "kbroker", kbroker_version(), bootstrap, launch(), data, settings, endpoints, launch
     )
     stop_scraping = threading.Event()
     try:
         for port in ports.values():
-            wait_for_port(port, proc, "kbroker")
+            wait_for_port(port, broker.proc, "kbroker")
         if metrics_url is not None:
             threading.Thread(
                 target=_scrape, args=(metrics_url, scrape_s, stop_scraping), daemon=True
             ).start()
-        yield Broker("kbroker", kbroker_version(), bootstrap, proc, data, settings, endpoints)
+        yield broker
     finally:
         stop_scraping.set()
-        _stop(proc)
+        _stop(broker.proc)
         log.close()
         shutil.rmtree(data, ignore_errors=True)
 
@@ -339,7 +363,7 @@ def kafka_node(
     conf = data / "server.properties"
     _private_properties(conf, props)
     log = open(log_path or os.devnull, "ab")  # noqa: SIM115 - closed in finally
-    proc: subprocess.Popen[bytes] | None = None
+    broker: Broker | None = None
     try:
         java = ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath]
         cluster_id = (
@@ -367,19 +391,25 @@ def kafka_node(
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        proc = subprocess.Popen(
-            ["java", *KAFKA_JVM_OPTS, "-cp", classpath, "kafka.Kafka", str(conf)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=pin(cpus),
+
+        def launch() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
+                ["java", *KAFKA_JVM_OPTS, "-cp", classpath, "kafka.Kafka", str(conf)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=pin(cpus),
+            )
+
+        broker = Broker(
+            "kafka", version, endpoints["PLAINTEXT"], launch(), data, settings, endpoints, launch
         )
         for port in ports.values():
-            wait_for_port(port, proc, "kafka")
-        yield Broker("kafka", version, endpoints["PLAINTEXT"], proc, data, settings, endpoints)
+            wait_for_port(port, broker.proc, "kafka")
+        yield broker
     finally:
-        if proc is not None:
-            _stop(proc)
+        if broker is not None:
+            _stop(broker.proc)
         log.close()
         shutil.rmtree(data, ignore_errors=True)
 

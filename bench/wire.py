@@ -408,7 +408,7 @@ def produce(
     batches: BatchSet | None = None,
     on_start: Callable[[], object] | None = None,
 ) -> tuple[dict[str, Any], ProduceResult]:
-    """Produces for ``seconds`` (or until ``max_records``, rounded up to whole requests, are
+    """Produces for ``seconds`` (or until ``max_records``, rounded to whole requests, are
     sent); the summary row and the full result (acknowledged records per partition).
     ``on_start`` is called as the clock starts."""
     if acks not in (1, -1):
@@ -420,7 +420,11 @@ def produce(
     if batches is None:
         batches = build_batches(distinct_batches, records_per_batch, record_bytes)
     templates = produce_templates(info, batches, acks, partitions_per_request)
-    per_request = templates[0].records_per_partition * len(templates[0].partitions)
+    # Records a request carries, on average over the cycle (the last group of partitions may
+    # be smaller than the others).
+    per_request = sum(t.records_per_partition * len(t.partitions) for t in templates) / len(
+        templates
+    )
     max_requests = math.ceil(max_records / per_request) if max_records > 0 else 1 << 62
     rate_requests = rate / per_request / connections if rate > 0 else 0.0
     result = ProduceResult()
