@@ -40,7 +40,9 @@ RESULTS = Path(__file__).resolve().parent / "results" / "restart.jsonl"
 RECORD_BYTES = 1024
 
 
-def _served(bootstrap: str, topic: str, want: dict[int, tuple[int, int]], deadline: float) -> None:
+def wait_served(
+    bootstrap: str, topic: str, want: dict[int, tuple[int, int]], deadline: float
+) -> None:
     """Returns once every partition is fetched without error and has its end offset back."""
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -86,7 +88,7 @@ def run_one(system: str, args: argparse.Namespace, root: Path, log: Path) -> dic
         port = int(b.bootstrap.rsplit(":", 1)[1])
         systems.wait_for_port(port, b.proc, system, timeout=args.timeout)
         listening = time.monotonic() - started
-        _served(b.bootstrap, topic, before, started + args.timeout)
+        wait_served(b.bootstrap, topic, before, started + args.timeout)
         served = time.monotonic() - started
         usage = b.usage()
         return {

@@ -155,14 +155,17 @@ class Broker:
         self.endpoints = endpoints or {"PLAINTEXT": bootstrap}
         self._launch = launch  # starts the process again on the same data and ports
 
-    def kill_and_restart(self) -> float:
-        """kill -9 of the broker, then the same command started again on the same data
-        directory and ports; the monotonic time of the new start (the caller waits for it
-        to serve)."""
+    def kill_and_restart(self, clean: bool = False) -> float:
+        """kill -9 of the broker (with ``clean``, SIGTERM and a wait for it to stop), then the
+        same command started again on the same data directory and ports; the monotonic time
+        of the new start (the caller waits for it to serve)."""
         if self._launch is None:
             raise RuntimeError(f"{self.system}: this broker cannot be restarted")
-        self.proc.kill()
-        self.proc.wait(30)
+        if clean:
+            _stop(self.proc, timeout=120)
+        else:
+            self.proc.kill()
+            self.proc.wait(30)
         started = time.monotonic()
         self.proc = self._launch()
         return started
