@@ -446,9 +446,7 @@ class Runner:
         fields: dict[str, Any] = {}
         if w.kind == "wire.consume":
             with wire.WireProcess("consume", b.bootstrap, topic) as c:
-                c.started()
-                before.update(b.usage())
-                got = c.row()
+                got = _timed(b, before, c)
             fields.update(
                 complete=got["complete"],
                 bytes=got["bytes"],
@@ -476,9 +474,7 @@ class Runner:
             )
         else:
             with wire.WireProcess("produce", b.bootstrap, topic, *produce) as p:
-                p.started()
-                before.update(b.usage())
-                got = p.row()
+                got = _timed(b, before, p)
             fields.update(
                 errors=got["errors"],
                 generator_connections=got["connections"],
@@ -499,6 +495,13 @@ class Runner:
     def median_of(self, system: str, workload: str, key: str = "records_s") -> float:
         vals = [r[key] for r in self.rows if r["system"] == system and r["workload"] == workload]
         return statistics.median(vals) if vals else 0.0
+
+
+def _timed(b: systems.Broker, before: dict[str, float], proc: wire.WireProcess) -> dict[str, Any]:
+    """A generator process's row, with the broker's CPU counted from its timed part."""
+    proc.started()
+    before.update(b.usage())
+    return proc.row()
 
 
 def run(opts: Options) -> list[dict[str, Any]]:

@@ -134,10 +134,15 @@ def main(argv: list[str] | None = None) -> int:
                 except (RuntimeError, wire.WireError, ClientError) as exc:
                     print(f"bench.restart: {system}: {exc}", file=sys.stderr)
                     return 1
-                print(json.dumps(row), flush=True)
-                with open(args.results, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(row) + "\n")
+                emit(args.results, row)
     return 0
+
+
+def emit(results: Path, row: dict[str, Any]) -> None:
+    """One JSON line on standard output and appended to ``results``."""
+    print(json.dumps(row), flush=True)
+    with open(results, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ Each phase prints one JSON line and appends it to the results file.
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import socket
 import struct
@@ -46,7 +45,7 @@ from kbroker.tools.client import BrokerClient, ClientError, split_host_port
 
 from . import disk, loadgen, systems, wire
 from .cluster import KAFKA_ZK_VERSION
-from .restart import wait_served
+from .restart import emit, wait_served
 
 RESULTS = Path(__file__).resolve().parent / "results" / "scale.jsonl"
 _I32 = struct.Struct(">i")
@@ -257,10 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                     except (RuntimeError, OSError, wire.WireError, ClientError) as exc:
                         print(f"bench.scale: {system} {phase}: {exc}", file=sys.stderr)
                         return 1
-                    row["time"] = time.strftime("%Y-%m-%d %H:%M:%S")
-                    print(json.dumps(row), flush=True)
-                    with open(args.results, "a", encoding="utf-8") as f:
-                        f.write(json.dumps(row) + "\n")
+                    emit(args.results, {**row, "time": time.strftime("%Y-%m-%d %H:%M:%S")})
     return 0
 
 
