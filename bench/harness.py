@@ -454,14 +454,11 @@ class Runner:
                 errors=got["errors"],
             )
         elif w.kind == "wire.prodcons":
-            with (
-                wire.WireProcess("consume", b.bootstrap, topic, "--follow-stdin") as c,
-                wire.WireProcess("produce", b.bootstrap, topic, *produce) as p,
-            ):
+            # The producer starts only once the consumer has taken its start offsets.
+            with wire.WireProcess("consume", b.bootstrap, topic, "--follow-stdin") as c:
                 c.started()
-                p.started()
-                before.update(b.usage())
-                got = p.row()
+                with wire.WireProcess("produce", b.bootstrap, topic, *produce) as p:
+                    got = _timed(b, before, p)
                 c.end_follow()
                 read = c.row()
             fields.update(

@@ -800,7 +800,9 @@ def consume(
 
 class WireProcess:
     """``python -m bench.wire MODE ... --announce`` as a child process (a core of its own,
-    apart from the harness): ``started()`` returns when its timed part begins, ``row()``
+    apart from the harness), started at once: ``started()`` returns when its timed part
+    begins (a producer does not wait for anything to begin: start it once what must come
+    first, a following consumer's start offsets, is done), ``row()``
     when it has printed its JSON line; ``end_follow()`` ends a ``--follow-stdin`` consume."""
 
     def __init__(self, mode: str, bootstrap: str, topic: str, *options: str) -> None:

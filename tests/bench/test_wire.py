@@ -204,13 +204,11 @@ def test_a_following_consume_reads_what_a_producer_writes_meanwhile_and_no_earli
     assert before["errors"] == 0 and before["records"] == 600
     produce_args = [f"--{k.replace('_', '-')}={v}" for k, v in shape.items()]
     produce_args += ["--records", "6000", "--seconds", "20"]
-    with (
-        wire.WireProcess("consume", bootstrap, topic, "--follow-stdin") as consumer,
-        wire.WireProcess("produce", bootstrap, topic, *produce_args) as producer,
-    ):
-        consumer.started(60)
-        producer.started(60)
-        wrote = producer.row(60)
+    with wire.WireProcess("consume", bootstrap, topic, "--follow-stdin") as consumer:
+        consumer.started(60)  # its start offsets taken: only now may the producer begin
+        with wire.WireProcess("produce", bootstrap, topic, *produce_args) as producer:
+            producer.started(60)
+            wrote = producer.row(60)
         consumer.end_follow()
         read = consumer.row(60)
     assert wrote["errors"] == 0 and wrote["records"] == 6000, wrote
