@@ -48,8 +48,8 @@ def wait_served(
     while time.monotonic() < deadline:
         try:
             info = wire.describe_topic(bootstrap, topic, 10)
-            wire.wait_until_served(bootstrap, info, 10)
-            got = wire.end_offsets(bootstrap, info, 10)
+            wire.wait_until_served(info, 10)
+            got = wire.end_offsets(info, 10)
             ends = {p: b for p, (_, b) in got.items()}
             if ends == {p: b for p, (_, b) in want.items()}:
                 return
@@ -81,7 +81,7 @@ def run_one(system: str, args: argparse.Namespace, root: Path, log: Path) -> dic
         if filled["errors"]:
             raise RuntimeError(f"{system}: the fill had errors: {filled['error_codes']}")
         info = wire.describe_topic(b.bootstrap, topic)
-        before = wire.end_offsets(b.bootstrap, info, 60)
+        before = wire.end_offsets(info, 60)
         # Bytes the files hold on disk (not their sizes: Kafka's index files are sparse).
         data_bytes = sum(f.stat().st_blocks * 512 for f in b.data_dir.rglob("*") if f.is_file())
         started = b.kill_and_restart()

@@ -183,7 +183,7 @@ def partitions_phase(b: systems.Broker, args: argparse.Namespace) -> dict[str, A
     if produced["errors"]:
         raise RuntimeError(f"{b.system}: produce errors {produced['error_codes']}")
     info = wire.describe_topic(b.bootstrap, topic, 60)
-    ends = wire.end_offsets(b.bootstrap, info, 60)
+    ends = wire.end_offsets(info, 60)
     started = b.kill_and_restart(clean=True)
     port = int(b.bootstrap.rsplit(":", 1)[1])
     systems.wait_for_port(port, b.proc, b.system, timeout=600)

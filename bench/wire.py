@@ -31,8 +31,10 @@ costs far less per byte, so that a row measures the broker:
 Both report their own CPU time over the timed part (``getrusage`` of the process, user
 and system, and each connection thread's ``time.thread_time``) as a fraction of one
 core, next to records/s and MB/s (MB = 10^6 bytes; produce counts record value bytes,
-consume the bytes of the batches read). It talks to one broker: every partition's
-leader must be the bootstrap broker (a single node), which it checks.
+consume the bytes of the batches read). On a cluster it finds each partition's leader in
+the bootstrap broker's Metadata and talks to each leader on connections of its own
+(``--connections`` per leader); the leaders must not change during a run (an answer
+NOT_LEADER_OR_FOLLOWER is counted as an error).
 
     python -m bench.wire produce --bootstrap 127.0.0.1:9092 --topic t --seconds 10
     python -m bench.wire consume --bootstrap 127.0.0.1:9092 --topic t
@@ -56,7 +58,8 @@ import sys
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +85,7 @@ _RECORDS_COUNT_AT = 57
 _CONTROL_BATCH = 0x20
 MAX_FRAME_BYTES = 256 << 20
 CLIENT_ID = "kbroker-wire"
+UNKNOWN_TOPIC_WAIT_S = 5.0
 
 
 class WireError(Exception):
@@ -163,19 +167,56 @@ class TopicInfo:
     topic_id: Any
     partitions: list[int]
     versions: dict[ApiKey, int]
+    # partition -> HOST:PORT of its leader (every one the bootstrap broker on a single node)
+    leaders: dict[int, str] = field(default_factory=dict)
+
+    def by_leader(self) -> dict[str, list[int]]:
+        """Leader address -> its partitions (sorted), the leaders in address order."""
+        out: dict[str, list[int]] = {}
+        for p in self.partitions:
+            out.setdefault(self.leaders[p], []).append(p)
+        return dict(sorted(out.items()))
+
+    def only(self, partitions: list[int]) -> TopicInfo:
+        """The same topic restricted to ``partitions`` (one leader's, say)."""
+        return TopicInfo(
+            self.name,
+            self.topic_id,
+            partitions,
+            self.versions,
+            {p: self.leaders[p] for p in partitions},
+        )
+
+
+@contextmanager
+def _first_reachable(bootstrap: str, timeout: float) -> Iterator[tuple[str, BrokerClient]]:
+    """A client of the first broker of a comma-separated ``bootstrap`` list that answers."""
+    failures = []
+    for address in (a.strip() for a in bootstrap.split(",") if a.strip()):
+        try:
+            client = BrokerClient(address, timeout, CLIENT_ID)
+        except ClientError as exc:
+            failures.append(str(exc))
+            continue
+        with client:
+            yield address, client
+        return
+    raise WireError("; ".join(failures) or f"no broker address in {bootstrap!r}")
 
 
 def describe_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> TopicInfo:
-    """The topic's partitions and id, and the versions of Produce, Fetch and ListOffsets both
-    sides speak; fails unless the bootstrap broker leads every partition."""
-    with BrokerClient(bootstrap, timeout, CLIENT_ID) as client:
+    """The topic's partitions, id and each partition's leader, and the versions of Produce,
+    Fetch and ListOffsets the bootstrap broker and this generator both speak (the other
+    brokers of a cluster are taken to speak them too)."""
+    with _first_reachable(bootstrap, timeout) as (address, client):
         versions = {
             k: client.version(k)
             for k in (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA)
         }
         md_version = versions[ApiKey.METADATA]
         topics = [MetadataRequest.Topic(name=topic)]
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         while True:
             md = client.request(
                 ApiKey.METADATA,
@@ -186,45 +227,51 @@ def describe_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> TopicIn
             waiting = t.error_code == ErrorCode.LEADER_NOT_AVAILABLE or (
                 t.error_code == ErrorCode.NONE and any(p.leader_id < 0 for p in t.partitions)
             )
+            # A topic just created elsewhere in a cluster reaches this broker's metadata a
+            # moment later: unknown is waited out briefly, not for the whole timeout.
+            if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                waiting = time.monotonic() < started + min(timeout, UNKNOWN_TOPIC_WAIT_S)
             if not waiting or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
         if t.error_code != ErrorCode.NONE:
             raise WireError(f"topic {topic}: {error_name(t.error_code)}")
-        _, port = split_host_port(bootstrap)
-        me = [b.node_id for b in md.brokers if b.port == port]
-        leaders = {p.leader_id for p in t.partitions}
-        if len(md.brokers) != 1 or leaders != set(me):
-            raise WireError(
-                f"topic {topic} has leaders {sorted(leaders)} on {len(md.brokers)} brokers: "
-                "this generator talks to one broker only"
-            )
+        addresses = {b.node_id: f"{b.host}:{b.port}" for b in md.brokers}
+        if len(md.brokers) == 1:  # a single node: reached the way the caller reaches it
+            addresses = dict.fromkeys(addresses, address)
+        missing = sorted({p.leader_id for p in t.partitions} - set(addresses))
+        if missing:
+            raise WireError(f"topic {topic}: leaders {missing} are not among the brokers")
         return TopicInfo(
             topic,
             getattr(t, "topic_id", None),
             sorted(p.partition_index for p in t.partitions),
             versions,
+            {p.partition_index: addresses[p.leader_id] for p in t.partitions},
         )
 
 
-def wait_until_served(bootstrap: str, info: TopicInfo, timeout: float = 30.0) -> None:
+def wait_until_served(info: TopicInfo, timeout: float = 30.0) -> None:
     """Waits until a Fetch of every partition gets no error: a just-created topic's
     partitions can be in the metadata before the broker serves them (Kafka answers
     NOT_LEADER_OR_FOLLOWER for a moment), which would count as errors of the run."""
     version = info.versions[ApiKey.FETCH]
     deadline = time.monotonic() + timeout
-    with BrokerClient(bootstrap, timeout, CLIENT_ID) as client:
-        while True:
-            req = _fetch_request(info, dict.fromkeys(info.partitions, 0), 1, 1, max_wait_ms=0)
-            resp = client.request(ApiKey.FETCH, version, req)
-            codes = {p.error_code for t in resp.responses for p in t.partitions}
-            codes.add(resp.error_code if version >= 7 else 0)
-            if codes == {0}:
-                return
-            if time.monotonic() > deadline:
-                names = sorted(error_name(c) for c in codes if c)
-                raise WireError(f"topic {info.name} is not served after {timeout:.0f} s: {names}")
-            time.sleep(0.1)
+    for leader, partitions in info.by_leader().items():
+        with BrokerClient(leader, timeout, CLIENT_ID) as client:
+            while True:
+                req = _fetch_request(info, dict.fromkeys(partitions, 0), 1, 1, max_wait_ms=0)
+                resp = client.request(ApiKey.FETCH, version, req)
+                codes = {p.error_code for t in resp.responses for p in t.partitions}
+                codes.add(resp.error_code if version >= 7 else 0)
+                if codes == {0}:
+                    break
+                if time.monotonic() > deadline:
+                    names = sorted(error_name(c) for c in codes if c)
+                    raise WireError(
+                        f"topic {info.name} is not served after {timeout:.0f} s: {names}"
+                    )
+                time.sleep(0.1)
 
 
 # -- produce ---------------------------------------------------------------------
@@ -416,35 +463,37 @@ def produce(
     if records_per_batch <= 0:  # about 64 KiB batches
         records_per_batch = max(1, 65536 // max(1, record_bytes))
     info = describe_topic(bootstrap, topic, timeout)
-    wait_until_served(bootstrap, info, timeout)
+    wait_until_served(info, timeout)
     if batches is None:
         batches = build_batches(distinct_batches, records_per_batch, record_bytes)
-    templates = produce_templates(info, batches, acks, partitions_per_request)
+    # Each leader's partitions in requests of their own, sent on ``connections`` connections
+    # to that leader.
+    plan = [
+        (leader, produce_templates(info.only(parts), batches, acks, partitions_per_request))
+        for leader, parts in info.by_leader().items()
+    ]
+    every = [t for _, ts in plan for t in ts]
     # Records a request carries, on average over the cycle (the last group of partitions may
     # be smaller than the others).
-    per_request = sum(t.records_per_partition * len(t.partitions) for t in templates) / len(
-        templates
-    )
+    per_request = sum(t.records_per_partition * len(t.partitions) for t in every) / len(every)
+    n = connections * len(plan)
     max_requests = math.ceil(max_records / per_request) if max_records > 0 else 1 << 62
-    rate_requests = rate / per_request / connections if rate > 0 else 0.0
+    rate_requests = rate / per_request / n if rate > 0 else 0.0
     result = ProduceResult()
     stop, lock = threading.Event(), threading.Lock()
-    ready = threading.Barrier(connections + 1)
-    conns = [Connection(bootstrap, timeout) for _ in range(connections)]
+    ready = threading.Barrier(n + 1)
     threads = []
-    requests_each = [
-        max_requests // connections + (1 if i < max_requests % connections else 0)
-        for i in range(connections)
-    ]
+    requests_each = [max_requests // n + (1 if i < max_requests % n else 0) for i in range(n)]
     # The threads connect, then wait at the barrier; the clock starts when all are there.
-    for i in range(connections):
+    for i in range(n):
+        leader, templates = plan[i // connections]
         th = threading.Thread(
             target=_produce_connection,
             name=f"wire-produce-{i}",
             args=(
-                conns[i],
+                Connection(leader, timeout),
                 templates,
-                i * len(templates) // connections,
+                (i % connections) * len(templates) // connections,
                 info.versions[ApiKey.PRODUCE],
                 in_flight,
                 requests_each[i],
@@ -476,10 +525,11 @@ def produce(
         "partitions": len(info.partitions),
         "record_bytes": record_bytes,
         "records_per_batch": batches.records_per_batch,
-        "partitions_per_request": len(templates[0].partitions),
+        "partitions_per_request": len(every[0].partitions),
         "distinct_batches": len(batches.batches),
         "acks": acks,
-        "connections": connections,
+        "brokers": len(plan),
+        "connections": n,
         "in_flight": in_flight,
         "rate": rate,
         "produce_version": info.versions[ApiKey.PRODUCE],
@@ -501,32 +551,34 @@ def produce(
 # -- consume ----------------------------------------------------------------------
 
 
-def end_offsets(bootstrap: str, info: TopicInfo, timeout: float) -> dict[int, tuple[int, int]]:
-    """partition -> (log start offset, end offset), from ListOffsets (-2 earliest, -1 latest)."""
+def end_offsets(info: TopicInfo, timeout: float) -> dict[int, tuple[int, int]]:
+    """partition -> (log start offset, end offset), from ListOffsets (-2 earliest, -1 latest)
+    to each partition's leader."""
     version = info.versions[ApiKey.LIST_OFFSETS]
     out: dict[int, list[int]] = {p: [0, 0] for p in info.partitions}
-    with BrokerClient(bootstrap, timeout, CLIENT_ID) as client:
-        for slot, ts in ((0, -2), (1, -1)):
-            P = ListOffsetsRequest.Topic.Partition
-            req = ListOffsetsRequest(
-                replica_id=-1,
-                isolation_level=0,
-                topics=[
-                    ListOffsetsRequest.Topic(
-                        name=info.name,
-                        partitions=[P(partition_index=p, timestamp=ts) for p in info.partitions],
-                    )
-                ],
-            )
-            resp = client.request(ApiKey.LIST_OFFSETS, version, req)
-            for t in resp.topics:
-                for p in t.partitions:
-                    if p.error_code != ErrorCode.NONE:
-                        raise WireError(
-                            f"ListOffsets {info.name}-{p.partition_index}: "
-                            f"{error_name(p.error_code)}"
+    P = ListOffsetsRequest.Topic.Partition
+    for leader, partitions in info.by_leader().items():
+        with BrokerClient(leader, timeout, CLIENT_ID) as client:
+            for slot, ts in ((0, -2), (1, -1)):
+                req = ListOffsetsRequest(
+                    replica_id=-1,
+                    isolation_level=0,
+                    topics=[
+                        ListOffsetsRequest.Topic(
+                            name=info.name,
+                            partitions=[P(partition_index=p, timestamp=ts) for p in partitions],
                         )
-                    out[p.partition_index][slot] = p.offset
+                    ],
+                )
+                resp = client.request(ApiKey.LIST_OFFSETS, version, req)
+                for t in resp.topics:
+                    for p in t.partitions:
+                        if p.error_code != ErrorCode.NONE:
+                            raise WireError(
+                                f"ListOffsets {info.name}-{p.partition_index}: "
+                                f"{error_name(p.error_code)}"
+                            )
+                        out[p.partition_index][slot] = p.offset
     return {p: (a, b) for p, (a, b) in out.items()}
 
 
@@ -713,21 +765,26 @@ def consume(
     had when this began, following what is written until ``follow`` returns, to the end
     offsets it has then. ``on_start`` is called when the clock starts."""
     info = describe_topic(bootstrap, topic, min(timeout, 30.0))
-    ranges = end_offsets(bootstrap, info, min(timeout, 30.0))
+    ranges = end_offsets(info, min(timeout, 30.0))
     tail = None
     if follow is not None:
         tail = Tail()
         ranges = {p: (b, b) for p, (a, b) in ranges.items()}
-    connections = max(1, min(connections, len(info.partitions)))
-    shares: list[dict[int, tuple[int, int]]] = [{} for _ in range(connections)]
-    for i, p in enumerate(info.partitions):
-        shares[i % connections][p] = ranges[p]
+    # ``connections`` to each leader (at most one per partition), its partitions dealt to them.
+    shares: list[tuple[str, dict[int, tuple[int, int]]]] = []
+    for leader, partitions in info.by_leader().items():
+        mine: list[dict[int, tuple[int, int]]] = [
+            {} for _ in range(max(1, min(connections, len(partitions))))
+        ]
+        for i, p in enumerate(partitions):
+            mine[i % len(mine)][p] = ranges[p]
+        shares += [(leader, share) for share in mine]
     result, lock = ConsumeResult(), threading.Lock()
-    ready = threading.Barrier(connections + 1)
+    ready = threading.Barrier(len(shares) + 1)
     deadline = time.perf_counter() + timeout
     conns = [
-        Connection(bootstrap, min(timeout, 30.0), buffer_bytes=max_bytes + (1 << 20))
-        for _ in shares
+        Connection(leader, min(timeout, 30.0), buffer_bytes=max_bytes + (1 << 20))
+        for leader, _ in shares
     ]
     threads = [
         threading.Thread(
@@ -747,7 +804,7 @@ def consume(
             ),
             daemon=True,
         )
-        for i, share in enumerate(shares)
+        for i, (_, share) in enumerate(shares)
     ]
     for th in threads:
         th.start()
@@ -759,7 +816,7 @@ def consume(
     if tail is not None and follow is not None:
         follow()
         followed = time.perf_counter() - start
-        finals = end_offsets(bootstrap, info, min(timeout, 30.0))
+        finals = end_offsets(info, min(timeout, 30.0))
         tail.ends.update({p: b for p, (a, b) in finals.items()})
         tail.closed.set()
         ranges = {p: (ranges[p][0], b) for p, (a, b) in finals.items()}
@@ -772,7 +829,8 @@ def consume(
         "mode": "consume",
         "topic": topic,
         "partitions": len(info.partitions),
-        "connections": connections,
+        "brokers": len(info.by_leader()),
+        "connections": len(shares),
         "max_bytes": max_bytes,
         "partition_max_bytes": partition_max_bytes,
         "fetch_version": info.versions[ApiKey.FETCH],
@@ -911,7 +969,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="mode", required=True)
     for name in ("produce", "consume"):
         p = sub.add_parser(name)
-        p.add_argument("--bootstrap", required=True, help="HOST:PORT of the (single) broker")
+        p.add_argument(
+            "--bootstrap",
+            required=True,
+            help="HOST:PORT of a broker (the others of a cluster are found from it)",
+        )
         p.add_argument("--topic", required=True)
         p.add_argument("--connections", type=int, default=2 if name == "produce" else 1)
     prod = sub.choices["produce"]
