@@ -296,9 +296,10 @@ def three_brokers(
     cpus: set[int] | None = None,
     log_dir: Path | None = None,
     stop_timeout: float = 30,
+    count: int = 3,
 ) -> Iterator[Cluster]:
-    """A fresh ZooKeeper under ``root/system`` and brokers 1-3 of ``system`` on its ``/bench``
-    chroot, until all three are registered and one is the controller; stops the brokers, then
+    """A fresh ZooKeeper under ``root/system`` and brokers 1-3 (1-``count``) of ``system`` on its
+    ``/bench`` chroot, until all are registered and one is the controller; stops the brokers, then
     ZooKeeper, on the way out (also on errors and Ctrl-C). ``log_dir``: keep each broker's output
     in ``log_dir/SYSTEM-ID.log`` (appended) rather than in ``root``. Brokers stop one at a time,
     3 first, each SIGTERM then SIGKILL after ``stop_timeout`` seconds (``Cluster.stop_s``)."""
@@ -317,7 +318,8 @@ def three_brokers(
         cluster = Cluster(system, zk, procs, addresses, root / system)
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
-        for i in (1, 2, 3):
+        ids = list(range(1, count + 1))
+        for i in ids:
             log = log_dir / f"{system}-{i}.log" if log_dir is not None else None
             proc, address = start_broker(
                 system, i, zk, root / system, session_timeout_ms, settings, cpus, log
@@ -332,14 +334,15 @@ def three_brokers(
             c = KazooClient(hosts=zk, timeout=5)
             c.start(timeout=5)
             try:
-                return c.exists("/brokers/ids") is not None and sorted(
-                    c.get_children("/brokers/ids")
-                ) == ["1", "2", "3"]
+                return (
+                    c.exists("/brokers/ids") is not None
+                    and sorted(int(i) for i in c.get_children("/brokers/ids")) == ids
+                )
             finally:
                 c.stop()
                 c.close()
 
-        _wait(registered, "three brokers registered", 120, 0.5)
+        _wait(registered, f"{count} brokers registered", 120, 0.5)
         # Kafka registers in ZooKeeper before its listener takes connections.
         for i, address in addresses.items():
             wait_for_port(int(address.rsplit(":", 1)[1]), procs[i], f"{system} broker {i}", 120)
