@@ -361,3 +361,45 @@ def test_stop_replica_stops_serving_and_deletes_when_told(tmp_path: Path) -> Non
         assert not log_dir.exists() and fx.logs.get(TP) is None
 
     run(tmp_path, body)
+
+
+def test_writes_queued_when_the_partition_is_deleted_are_answered(tmp_path: Path) -> None:
+    """StopReplica (delete) while produces are still queued on the I/O threads, or behind
+    an idempotent write: the log they were for is closed, and each is answered
+    NOT_LEADER_OR_FOLLOWER (the producer asks where the partition went and retries
+    there). Before, the closed log's refusal escaped the answer's callback: the request
+    was never answered, nor anything after it on its connection, and an idempotent
+    producer waited for it (a reassignment's moved-away leader stalled its writes)."""
+
+    async def main() -> None:
+        config = BrokerConfig.from_strings([])
+
+        def topic_config(_topic: str) -> TopicConfig:
+            return config.effective_topic_config({})
+
+        logs = LogManager(
+            tmp_path, lambda _t: log_config_from_topic(topic_config("t")), io_threads=1
+        )
+        logs.open()
+        rm = ReplicaManager(BROKER, logs, topic_config, ManualScheduler())
+        try:
+            order = _order(BROKER, 2, [BROKER])
+            rm.become_leader_or_follower(4, [order], lambda tp, _id: logs.get_or_create(tp))
+            assert (await rm.append_records({TP: batch()}, 1, 1000))[TP].error == E.NONE
+            # In one pass of the loop, as a produce and the controller's order can come:
+            # a write queued on the I/O threads (woken only after this pass), an
+            # idempotent one waiting behind it, then the partition stopped and deleted.
+            queued = rm.append_records({TP: batch()}, 1, 1000)
+            idempotent = build_batch(
+                [(b"k", b"v", [])], producer_id=7, producer_epoch=0, base_sequence=0
+            )
+            behind = rm.append_records({TP: idempotent}, 1, 1000)
+            assert rm.stop_replicas(4, [StopReplicaOrder(TP, 2, delete=True)]) == {TP: E.NONE}
+            for answer in (queued, behind):
+                result = (await asyncio.wait_for(answer, 5))[TP]
+                assert result.error == E.NOT_LEADER_OR_FOLLOWER, result
+        finally:
+            rm.shutdown()
+            logs.close()
+
+    asyncio.run(main())

@@ -799,25 +799,30 @@ class ReplicaManager:
             guard,
             self._verifier is not None and self._verification_enabled(),
         )
-        return self._answer_when_written(tp, written, (len(data), sum(i.records for i in infos)))
+        counted = (len(data), sum(i.records for i in infos))
+        return self._answer_when_written(tp, partition, written, counted)
 
     def _answer_when_written(
         self,
         tp: TopicPartition,
+        partition: Partition,
         written: asyncio.Future[ProduceResult],
         counted: tuple[int, int] | None = None,
     ) -> Written:
         """A partition's answer to an append as leader, now if its write is done, else once
         it is. ``counted``: (bytes, records) for the topic's metrics (a client's data)."""
         if written.done():
-            return self._append_result(tp, written, counted)
+            return self._append_result(tp, partition, written, counted)
         answer: asyncio.Future[AppendResult] = written.get_loop().create_future()
-        written.add_done_callback(lambda f: answer.set_result(self._append_result(tp, f, counted)))
+        written.add_done_callback(
+            lambda f: answer.set_result(self._append_result(tp, partition, f, counted))
+        )
         return answer
 
     def _append_result(
         self,
         tp: TopicPartition,
+        partition: Partition,
         written: asyncio.Future[ProduceResult],
         counted: tuple[int, int] | None,
     ) -> AppendResult:
@@ -838,6 +843,10 @@ class ReplicaManager:
             return AppendResult(
                 ErrorCode.KAFKA_STORAGE_ERROR, f"the broker could not write to its disk: {exc}"
             )
+        except Exception as exc:
+            # Every write is answered: an exception escaping here would leave the request
+            # (and every later answer on its connection) waiting forever.
+            return self._append_failed(tp, partition, exc)
         self.logs.errors.succeeded("append to", tp)
         if self.metrics is not None and counted is not None:
             self.metrics.appended(tp.topic, *counted)
@@ -849,6 +858,22 @@ class ReplicaManager:
             result.log_start_offset,
             result.end_offset,
         )
+
+    def _append_failed(
+        self, tp: TopicPartition, partition: Partition, exc: Exception
+    ) -> AppendResult:
+        """The answer to a write that failed in a way `_append_result` does not name. One
+        to a partition closed meanwhile (stopped or deleted: its log refuses the writes
+        still queued on the I/O threads, as closed) is NOT_LEADER_OR_FOLLOWER, as Kafka
+        answers a partition no longer served: the producer asks where it went and
+        retries there. Anything else is a fault here, logged, UNKNOWN_SERVER_ERROR."""
+        if partition.closed or self._partitions.get(tp) is not partition:
+            return AppendResult(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"the partition is no longer served here ({exc})",
+            )
+        log.error("%s: a write failed unexpectedly", tp, exc_info=exc)
+        return AppendResult(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
 
     # -- transaction markers ----------------------------------------------------
 
@@ -899,7 +924,7 @@ class ReplicaManager:
             config.get_int("min.insync.replicas"),
             config.get_str("message.timestamp.type") == "LogAppendTime",
         )
-        return self._answer_when_written(tp, written)
+        return self._answer_when_written(tp, partition, written)
 
     # -- reads -----------------------------------------------------------------
 
