@@ -641,7 +641,9 @@ class Partition:
         )
 
     def _check_can_append(self, required_acks: int, min_insync_replicas: int) -> None:
-        if not self.is_leader:
+        if not self.is_leader or self.closed:
+            # Closed: no longer served here (stopped, deleted, moved away); a write that
+            # queued behind the close is answered as the leader that no longer leads.
             raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if required_acks == -1 and len(self.state.isr) < min_insync_replicas:
             raise PartitionError(
