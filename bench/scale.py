@@ -10,13 +10,14 @@ For each system (a single node at its defaults; Kafka as a KRaft node), alternat
   first) and then staying idle, and the probe again beside them. Reported: the probe's
   publish and end-to-end p50/p99 in both phases, the time to open the connections, the
   broker's RSS before and with them, and its CPU during each probe phase.
-* **partitions**: one topic of ``--partitions`` partitions created (the time until every
-  partition has a leader); the broker's RSS then; ``--metadata-requests`` Metadata
-  requests for the topic (p50/p99 ms); the wire generator (bench/wire.py) producing 1 KiB
-  records for ``--seconds`` spread over every partition (16 KiB batches, 50 partitions a
-  request): MB/s and the broker's CPU per GB; then a clean stop and a start on the same
-  data, timed until it listens and until every partition is served again, and the RSS
-  after it.
+* **partitions**: one topic of ``--partitions`` partitions created, 5,000 at a time (one
+  CreateTopics, then CreatePartitions: Kafka's KRaft controller refuses an operation of
+  over 10,000 records), timed until every partition has a leader and is served; the
+  broker's RSS then; ``--metadata-requests`` Metadata requests for the topic (p50/p99
+  ms); the wire generator (bench/wire.py) producing 1 KiB records for ``--seconds``
+  spread over every partition (16 KiB batches, 50 partitions a request): MB/s and the
+  broker's CPU per GB; then a clean stop and a start on the same data, timed until it
+  listens and until every partition is served again, and the RSS after it.
 
     python -m bench.scale [--connections 10000] [--partitions 10000] [--seconds 10]
                           [--reps 1] [--systems kbroker,kafka] [--kafka-version 3.9.1]
@@ -163,10 +164,39 @@ def _metadata_latency(bootstrap: str, topic: str, partitions: int, count: int) -
     return samples
 
 
+# Partitions a request creates or adds at most: Kafka's KRaft controller refuses one operation
+# of more than 10,000 records (a topic of 10,000 partitions is 10,001), POLICY_VIOLATION.
+PARTITIONS_PER_STEP = 5000
+
+
+def create_in_steps(bootstrap: str, topic: str, partitions: int) -> None:
+    """``topic`` with ``partitions`` partitions: created with up to PARTITIONS_PER_STEP, then
+    grown by as many per CreatePartitions, until every partition has a leader and is served."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    first = min(partitions, PARTITIONS_PER_STEP)
+    loadgen.create_topic(bootstrap, topic, first, timeout=600)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    have = first
+    while have < partitions:
+        have = min(partitions, have + PARTITIONS_PER_STEP)
+        for future in admin.create_partitions([NewPartitions(topic, have)]).values():
+            future.result(600)
+    deadline = time.monotonic() + 600
+    while True:
+        info = wire.describe_topic(bootstrap, topic, 600)
+        if len(info.partitions) == partitions:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{topic}: {len(info.partitions)} of {partitions} partitions")
+        time.sleep(0.5)
+    wire.wait_until_served(info, 600)
+
+
 def partitions_phase(b: systems.Broker, args: argparse.Namespace) -> dict[str, Any]:
     topic = f"scale-{args.partitions}"
     t0 = time.monotonic()
-    loadgen.create_topic(b.bootstrap, topic, args.partitions, timeout=600)
+    create_in_steps(b.bootstrap, topic, args.partitions)
     created = time.monotonic() - t0
     rss_created = b.usage().get("rss_mb", 0)
     metadata = _metadata_latency(b.bootstrap, topic, args.partitions, args.metadata_requests)
