@@ -348,7 +348,9 @@ class IoPool:
 
 @final
 class Log:
-    def __new__(cls, dir: str, config: LogConfig, now_ms: int) -> Log: ...
+    def __new__(
+        cls, dir: str, config: LogConfig, now_ms: int, same_kernel: bool = False
+    ) -> Log: ...
     def append(
         self,
         batches: bytes | bytearray | memoryview,

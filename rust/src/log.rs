@@ -55,6 +55,22 @@ pub const LOG_START_OFFSET_FILE: &str = "log-start-offset";
 pub const CLEAN_SHUTDOWN_FILE: &str = ".clean-shutdown";
 const TMP_SUFFIX: &str = ".tmp";
 
+/// What is known, at open, of the process that last wrote a log and did not
+/// close it (no clean-shutdown marker).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LastWriter {
+    /// Nothing: the machine may have crashed or lost power since, so any
+    /// data past the recovery point may be torn or lost anywhere in it.
+    Unknown,
+    /// It ran under the kernel running now (the same boot), so every write
+    /// it made is in the page cache or on disk as it made it, even if it was
+    /// killed: only a write in progress when it died can be cut short, at
+    /// the end of the log. The tail is checked as after a clean shutdown;
+    /// the recovery point stays where the checkpoint has it (the data past
+    /// it may not be on disk yet), and that data is synced by the next flush.
+    SameKernel,
+}
+
 /// Batches per append above which the batches are copied into one buffer
 /// instead of being written as header/body iovecs (IOV_MAX is 1024).
 const MAX_IOV_BATCHES: usize = 512;
@@ -467,6 +483,18 @@ impl Log {
     /// segment from the one holding the recovery point on is checked batch
     /// by batch and cut at the first bad batch.
     pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log> {
+        Self::open_after(dir, config, now_ms, LastWriter::Unknown)
+    }
+
+    /// [`Log::open`], told what is known of the log's last writer: one that
+    /// ran under this kernel leaves at most a torn tail, which is all an
+    /// unclean shutdown then checks (see [`LastWriter::SameKernel`]).
+    pub fn open_after(
+        dir: &Path,
+        config: LogConfig,
+        now_ms: i64,
+        last_writer: LastWriter,
+    ) -> Result<Log> {
         // A directory made here holds nothing to recover: none of its files is
         // looked for (creating thousands of partitions costs the fewest calls).
         let made = match fs::create_dir(dir) {
@@ -480,6 +508,9 @@ impl Log {
             Err(e) => return Err(Error::at(dir)(e)),
         };
         let clean = !made && dir.join(CLEAN_SHUTDOWN_FILE).exists();
+        // Killed under this kernel: everything it wrote is as written, only
+        // a torn tail to find (the trusted load checks the tail).
+        let only_tail = !clean && last_writer == LastWriter::SameKernel;
         // An interrupted compaction swap is finished or undone first, so
         // what follows sees one consistent set of segments.
         if !made {
@@ -541,7 +572,7 @@ impl Log {
             )
         };
         // Segments from this index on are scanned batch by batch.
-        let first_to_recover = if clean {
+        let first_to_recover = if clean || only_tail {
             bases.len()
         } else {
             let rp = checkpoint_rp.unwrap_or(0);
@@ -551,17 +582,22 @@ impl Log {
         let seg_cfg = config.segment_config();
         let mut segments: Vec<Arc<Segment>> = Vec::new();
         let mut recovering = false;
+        // Any segment recovered, or cut: what was kept is synced at the end.
+        let mut recovered_any = false;
         let mut min_offset = i64::MIN;
         for (i, &base) in bases.iter().enumerate() {
             let mode = if recovering || i >= first_to_recover {
                 LoadMode::Recover
+            } else if only_tail && i + 1 == bases.len() {
+                LoadMode::TrustedTail
             } else {
                 LoadMode::Trusted
             };
             let loaded = Segment::load(dir, base, seg_cfg, mode, min_offset, now_ms)?;
-            if mode == LoadMode::Trusted && loaded.recovered {
+            if mode != LoadMode::Recover && loaded.recovered {
                 recovering = true;
             }
+            recovered_any |= loaded.recovered || loaded.truncated;
             let seg = loaded.segment;
             let is_last = i + 1 == bases.len();
             if let Some(problem) = &loaded.txn_index_problem {
@@ -583,7 +619,7 @@ impl Log {
                     bytes: t.bytes,
                     detail: t.reason.clone(),
                 });
-            } else if loaded.rebuilt_indexes && mode == LoadMode::Trusted {
+            } else if loaded.rebuilt_indexes && mode != LoadMode::Recover {
                 notes.push(RecoveryNote {
                     kind: RecoveryKind::RebuiltIndexes,
                     segment: base,
@@ -663,7 +699,9 @@ impl Log {
 
         // After an unclean shutdown, batches from the recovery point on may
         // lack their epoch in the checkpoint (it is written after the data).
-        let replay_from = (!clean).then(|| checkpoint_rp.unwrap_or(0));
+        // Not after a kill under this kernel: the checkpoint is written
+        // before the data it covers, so it covers every batch written.
+        let replay_from = (!clean && !only_tail).then(|| checkpoint_rp.unwrap_or(0));
         let epochs = load_epoch_cache(dir, &segments, replay_from, log_start, log_end, &mut notes)?;
 
         let empty = segments.iter().all(|s| s.is_empty());
@@ -707,8 +745,16 @@ impl Log {
         if checkpoint_start != Some(log_start) && !implied_start {
             write_checkpoint(dir, LOG_START_OFFSET_FILE, log_start)?;
         }
-        // Whatever recovery kept is now synced and becomes the recovery point.
-        {
+        if only_tail && !recovered_any {
+            // The data past the recovery point is whole but maybe not on
+            // disk: its segments are synced by the next flush, which moves
+            // the recovery point (none is synced here, on the way to serving).
+            let rp = log.recovery_point.load(Ordering::Acquire);
+            for seg in log.snapshot().iter().filter(|s| s.next_offset() > rp) {
+                seg.mark_dirty();
+            }
+        } else {
+            // Whatever recovery kept is now synced and becomes the recovery point.
             let mut w = log.lock_writer();
             log.flush_locked(&mut w)?;
         }

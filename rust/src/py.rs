@@ -20,7 +20,7 @@ use crate::cleaner::{
 use crate::compression::Codec;
 use crate::error::Error;
 use crate::log::{
-    AppendInfo as CoreAppendInfo, Log as CoreLog, LogConfig as CoreLogConfig,
+    AppendInfo as CoreAppendInfo, LastWriter, Log as CoreLog, LogConfig as CoreLogConfig,
     LogSlice as CoreLogSlice, ProducerBatch as CoreProducerBatch, RecoveryNote as CoreRecoveryNote,
 };
 use crate::new_logs::{self, NewPartition, NewTopicLogs};
@@ -1114,10 +1114,24 @@ struct Log {
 
 #[pymethods]
 impl Log {
+    /// ``same_kernel``: the process that last wrote the log ran under the
+    /// kernel running now (see the core's `LastWriter::SameKernel`).
     #[new]
-    fn open(py: Python<'_>, dir: &str, config: &PyLogConfig, now_ms: i64) -> PyResult<Self> {
+    #[pyo3(signature = (dir, config, now_ms, same_kernel=false))]
+    fn open(
+        py: Python<'_>,
+        dir: &str,
+        config: &PyLogConfig,
+        now_ms: i64,
+        same_kernel: bool,
+    ) -> PyResult<Self> {
         let cfg = CoreLogConfig::from(config);
-        let log = py.detach(|| CoreLog::open(Path::new(dir), cfg, now_ms))?;
+        let last_writer = if same_kernel {
+            LastWriter::SameKernel
+        } else {
+            LastWriter::Unknown
+        };
+        let log = py.detach(|| CoreLog::open_after(Path::new(dir), cfg, now_ms, last_writer))?;
         Ok(Log {
             inner: Arc::new(log),
         })

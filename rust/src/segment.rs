@@ -84,6 +84,11 @@ pub enum LoadMode {
     Trusted,
     /// Scan every batch (header, size, CRC, offsets), cut at the first bad one.
     Recover,
+    /// As `Trusted`, for the last segment of a log whose last writer was
+    /// killed under the kernel running now: a batch the end of the file cuts
+    /// short (the write in progress when it died) is cut off; anything else
+    /// wrong has the segment recovered.
+    TrustedTail,
 }
 
 /// Bytes recovery cut off the end of a segment's log file.
@@ -276,9 +281,12 @@ struct Walk {
 /// What is wrong with the bytes at a batch position.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BatchFault {
-    /// The framing is broken (torn or garbled header, a size running past
-    /// the end of the file): no later batch can be found.
+    /// The framing is broken (a garbled header, bytes past the largest
+    /// segment size): no later batch can be found.
     Framing(String),
+    /// The file ends inside the batch (a torn header, or a size running past
+    /// the end): what a write cut short leaves.
+    Torn(String),
     /// A whole batch of `size` bytes whose content is wrong (CRC, offsets),
     /// with the base offset its header gives and the offset a following
     /// batch should start from.
@@ -293,7 +301,9 @@ pub enum BatchFault {
 impl BatchFault {
     pub fn reason(&self) -> &str {
         match self {
-            BatchFault::Framing(r) | BatchFault::Content { reason: r, .. } => r,
+            BatchFault::Framing(r)
+            | BatchFault::Torn(r)
+            | BatchFault::Content { reason: r, .. } => r,
         }
     }
 }
@@ -313,7 +323,7 @@ pub(crate) fn check_batch_at(
         return Ok(None);
     }
     let Some(hbytes) = scanner.get(pos, HEADER_SIZE)? else {
-        return Ok(Some(Err(BatchFault::Framing(format!(
+        return Ok(Some(Err(BatchFault::Torn(format!(
             "torn batch header: {left} bytes at the end of the file"
         )))));
     };
@@ -323,7 +333,7 @@ pub(crate) fn check_batch_at(
     };
     let size = h.total_size();
     let Some(batch) = scanner.get(pos, size)? else {
-        return Ok(Some(Err(BatchFault::Framing(format!(
+        return Ok(Some(Err(BatchFault::Torn(format!(
             "batch of {size} bytes runs past the end of the file ({left} bytes left)"
         )))));
     };
@@ -457,7 +467,7 @@ impl Segment {
         let file_len = log.metadata().map_err(Error::at(&log_path))?.len();
         let min_offset = min_offset.max(base_offset);
 
-        if mode == LoadMode::Trusted {
+        if mode != LoadMode::Recover {
             if let Some(loaded) = Self::load_trusted(
                 dir,
                 base_offset,
@@ -467,6 +477,7 @@ impl Segment {
                 min_offset,
                 (&index_path, &time_path),
                 now_ms,
+                mode == LoadMode::TrustedTail,
             )? {
                 return Ok(loaded);
             }
@@ -547,6 +558,7 @@ impl Segment {
         min_offset: i64,
         (index_path, time_path): (&Path, &Path),
         now_ms: i64,
+        cut_torn: bool,
     ) -> Result<Option<Loaded>> {
         // Each entry stands for a batch of at least HEADER_SIZE bytes.
         let cap = (file_len / HEADER_SIZE as u64) as usize + 1;
@@ -556,7 +568,6 @@ impl Segment {
         let Some(offsets) = offsets else {
             return Self::rebuild_trusted(dir, base_offset, cfg, log, file_len, min_offset, now_ms);
         };
-        let first_max_ts = Self::first_batch_max_ts(log, file_len)?;
         let times = TimeIndex::read_file(time_path, cap)?;
         let last_time_ts = times.as_ref().and_then(|t| t.last()).map(|t| t.timestamp);
         // Walk the tail after the last offset entry, headers only, adding
@@ -581,9 +592,23 @@ impl Segment {
             tail_cfg,
             last_time_ts,
         )?;
-        if walk.fault.is_some() {
-            return Ok(None);
+        let mut file_len = file_len;
+        let mut truncation = None;
+        match walk.fault.take() {
+            None => {}
+            Some(BatchFault::Torn(reason)) if cut_torn => {
+                truncation = Some(Truncation {
+                    position: walk.valid_len,
+                    first_offset: walk.next_offset.unwrap_or(tail_min),
+                    bytes: file_len - walk.valid_len,
+                    reason,
+                });
+                log.set_len(walk.valid_len)?;
+                file_len = walk.valid_len;
+            }
+            Some(_) => return Ok(None),
         }
+        let first_max_ts = Self::first_batch_max_ts(log, file_len)?;
         let next_offset = walk.next_offset.unwrap_or(base_offset);
         let max_rel = if next_offset > base_offset {
             Some((next_offset - 1 - base_offset) as u32)
@@ -623,8 +648,8 @@ impl Segment {
         seg.set_roll_base_from(first_max_ts, now_ms);
         Ok(Some(Loaded {
             segment: seg,
-            truncated: false,
-            truncation: None,
+            truncated: truncation.is_some(),
+            truncation,
             rebuilt_indexes,
             recovered: false,
             txn_index_problem: None,
@@ -954,6 +979,12 @@ impl Segment {
     /// Index entries not yet written to their files.
     pub fn index_pending(&self) -> bool {
         self.offset_index.has_pending() || self.time_index.has_pending()
+    }
+
+    /// Marks the segment as holding writes that may not be on disk (the next
+    /// flush syncs it).
+    pub(crate) fn mark_dirty(&self) {
+        self.dirty.store(true, Ordering::Relaxed);
     }
 
     /// Marks a new, empty segment as needing no fdatasync: a log that is

@@ -114,7 +114,7 @@ fn verify_segment(
                 expect = expect.max(next);
                 pos += size as u64;
             }
-            Some(Err(BatchFault::Framing(reason))) => {
+            Some(Err(BatchFault::Framing(reason) | BatchFault::Torn(reason))) => {
                 let rest = file_len - pos;
                 report.bad.push(bad(pos, expect, reason, rest));
                 break;

@@ -7,7 +7,7 @@ use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use kbroker::log::{Log, LogConfig, RecoveryKind};
+use kbroker::log::{LastWriter, Log, LogConfig, RecoveryKind};
 use kbroker::verify::verify_log_dir;
 use storage_util::*;
 
@@ -694,4 +694,146 @@ fn a_swap_file_that_is_empty_or_garbage_leaves_the_old_segments() {
             assert!(!seg_file(dir.path(), 0, sfx).exists());
         }
     }
+}
+
+// -- a kill under the same kernel -------------------------------------------------
+
+fn open_same_kernel(dir: &Path) -> Log {
+    Log::open_after(dir, cfg(), 1_000, LastWriter::SameKernel).unwrap()
+}
+
+#[test]
+fn a_kill_under_the_same_kernel_checks_only_the_tail() {
+    let root = tempfile::tempdir().unwrap();
+    let orig = root.path().join("orig");
+    let bases = build(&orig, 80);
+    assert!(bases.len() > 2);
+    // Nothing known flushed, and a byte flipped in the first segment's
+    // record body: a kill cannot do that (only a machine crash can).
+    fs::write(orig.join("recovery-point"), "0\n").unwrap();
+    let first = seg_file(&orig, bases[0], ".log");
+    let mut data = fs::read(&first).unwrap();
+    data[80] ^= 0xff;
+    fs::write(&first, &data).unwrap();
+    let torn = root.path().join("torn");
+    copy_dir(&orig, &torn);
+
+    // Not known to be the same kernel: everything past the recovery point
+    // is checked, and the flipped batch cuts the log there.
+    let unknown = root.path().join("unknown");
+    copy_dir(&orig, &unknown);
+    assert_eq!(open(&unknown, cfg()).log_end_offset(), 0);
+
+    // The same kernel: the tail only, and nothing to cut there. The
+    // recovery point stays where the checkpoint had it until a flush has
+    // synced what is past it.
+    let log = open_same_kernel(&orig);
+    // (The last segment's index lacked the entries not yet written.)
+    let notes = log.recovery_notes();
+    assert!(
+        notes.iter().all(|n| n.kind == RecoveryKind::RebuiltIndexes),
+        "{notes:?}"
+    );
+    assert_eq!(log.log_end_offset(), 160);
+    assert_eq!(log.segment_base_offsets(), bases);
+    assert_eq!(log.recovery_point(), 0);
+    assert_eq!(
+        fs::read_to_string(orig.join("recovery-point")).unwrap(),
+        "0\n"
+    );
+    assert_eq!(read_all(&log, 2).len(), 79); // (the flipped one is batch 0)
+    let a = log.append(&batch(0, &[5, 5], 60), 0, None, 1_000).unwrap();
+    assert_eq!(a.first_offset, 160);
+    log.flush().unwrap();
+    assert_eq!(log.recovery_point(), 162);
+    assert_eq!(
+        fs::read_to_string(orig.join("recovery-point")).unwrap(),
+        "162\n"
+    );
+
+    // A torn batch at the end, which a kill can leave, is cut, and the log
+    // as kept is synced at once (its recovery point moves to the end).
+    OpenOptions::new()
+        .append(true)
+        .open(last_log(&torn))
+        .unwrap()
+        .write_all(&batch(0, &[1, 1], 60)[..50])
+        .unwrap();
+    let log = open_same_kernel(&torn);
+    let cuts: Vec<_> = log
+        .recovery_notes()
+        .iter()
+        .filter(|n| n.kind != RecoveryKind::RebuiltIndexes)
+        .map(|n| n.kind)
+        .collect();
+    assert_eq!(cuts, [RecoveryKind::Truncated]);
+    assert_eq!(log.log_end_offset(), 160);
+    assert_eq!(log.recovery_point(), 160);
+    assert_eq!(read_all(&log, 2).len(), 79); // (the flipped one is batch 0)
+}
+
+#[test]
+fn every_torn_tail_under_the_same_kernel_is_cut() {
+    let root = tempfile::tempdir().unwrap();
+    let orig = root.path().join("orig");
+    build(&orig, 30);
+    let last = last_log(&orig);
+    let len = fs::metadata(&last).unwrap().len();
+    let batch_len = batch(0, &[1, 1], 60).len() as u64;
+    for cut in (len - batch_len)..=len {
+        let dir = root.path().join(format!("cut{cut}"));
+        copy_dir(&orig, &dir);
+        OpenOptions::new()
+            .write(true)
+            .open(dir.join(last.file_name().unwrap()))
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+        let n = if cut == len { 30 } else { 29 };
+        let log = open_same_kernel(&dir);
+        assert_eq!(log.log_end_offset(), 2 * n, "cut at {cut}");
+        let hs = read_all(&log, 0);
+        assert_eq!(hs.len() as i64, n);
+        for i in 0..n {
+            assert_eq!(
+                log.offset_for_timestamp(1_000 + i).unwrap(),
+                Some((2 * i, 1_000 + i))
+            );
+        }
+        let a = log.append(&batch(0, &[5, 5], 60), 0, None, 1_000).unwrap();
+        assert_eq!(a.first_offset, 2 * n);
+        drop(log);
+        // Killed again: the same tail check finds the log as it was left.
+        assert_eq!(open_same_kernel(&dir).log_end_offset(), 2 * n + 2);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[test]
+fn epochs_survive_a_kill_under_the_same_kernel_without_a_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), cfg());
+    for epoch in [0, 0, 3, 3, 7] {
+        log.append(&batch(0, &[1, 1], 60), epoch, None, 1_000)
+            .unwrap();
+    }
+    let before = log.epoch_entries();
+    drop(log); // a kill
+    let log = open_same_kernel(dir.path());
+    assert_eq!(log.epoch_entries(), before);
+    assert_eq!(log.latest_epoch(), Some(7));
+    assert_eq!(log.end_offset_for_epoch(3), (3, 8));
+    drop(log);
+    // A torn last batch takes its epoch with it.
+    let last = last_log(dir.path());
+    let len = fs::metadata(&last).unwrap().len();
+    OpenOptions::new()
+        .write(true)
+        .open(&last)
+        .unwrap()
+        .set_len(len - 10)
+        .unwrap();
+    let log = open_same_kernel(dir.path());
+    assert_eq!(log.log_end_offset(), 8);
+    assert_eq!(log.latest_epoch(), Some(3));
 }

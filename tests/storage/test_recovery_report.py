@@ -168,8 +168,9 @@ def test_verify_usage_errors_exit_2(tmp_path: Path) -> None:
 def test_the_documented_repair_cuts_the_log_at_the_bad_batch(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """README: stop the broker, delete the partition's recovery-point and .clean-shutdown,
-    start: recovery scans every batch, cuts at the first bad one and says so."""
+    """README: stop the broker, delete the data directory's .kernel-boot and the partition's
+    recovery-point and .clean-shutdown, start: recovery scans every batch, cuts at the first
+    bad one and says so."""
     tp = TopicPartition("pay", 7)
     part = write_log(tmp_path, tp, 120, clean=True)
     bases = sorted(int(p.stem) for p in part.glob("*.log"))
@@ -183,6 +184,7 @@ def test_the_documented_repair_cuts_the_log_at_the_bad_batch(
         assert mgr.recovery_truncations == 0
     (part / "recovery-point").unlink(missing_ok=True)
     (part / ".clean-shutdown").unlink()
+    (tmp_path / ".kernel-boot").unlink()
     with caplog.at_level(logging.WARNING, "kbroker.log"), LogManager(tmp_path, config_for) as mgr:
         log = mgr.get(tp)
         assert log is not None and log.log_end_offset == bases[1]

@@ -196,9 +196,14 @@ class Log:
         self._log = raw
 
     @classmethod
-    def open(cls, data_dir: Path, tp: TopicPartition, config: LogConfig) -> Log:
-        """Opens (creating or recovering) the log of ``tp`` under ``data_dir``."""
-        return cls.opened(tp, _kbroker.Log(str(data_dir / tp.dirname), config, now_ms()))
+    def open(
+        cls, data_dir: Path, tp: TopicPartition, config: LogConfig, same_kernel: bool = False
+    ) -> Log:
+        """Opens (creating or recovering) the log of ``tp`` under ``data_dir``.
+        ``same_kernel``: its last writer ran under the kernel running now (see
+        `kbroker.log.kernel_mark`), so an unclean shutdown left at most a torn tail."""
+        raw = _kbroker.Log(str(data_dir / tp.dirname), config, now_ms(), same_kernel)
+        return cls.opened(tp, raw)
 
     @classmethod
     def opened(cls, tp: TopicPartition, raw: _kbroker.Log) -> Log:

@@ -11,6 +11,7 @@ compaction.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import logging
 import os
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kbroker import _kbroker
+from kbroker.log import kernel_mark
 from kbroker.log.io_threads import IoThreads
 from kbroker.log.log import Log, LogConfig, TopicPartition, now_ms
 from kbroker.log.partition_metadata import encode_topic_id
@@ -153,6 +155,8 @@ class LogManager:
         self._lock = threading.Lock()
         self._lock_fd: int | None = None
         self.errors = StorageErrors()
+        # Data the disk refused may not read back as written: the next start checks all.
+        self.errors.on_write_failure(lambda _exc: kernel_mark.forget(self.data_dir))
         self.io = IoThreads(io_threads)
         # Told the duration (ns) of each time-based flush (flush metrics).
         self.flush_observer: Callable[[int], None] | None = None
@@ -163,9 +167,21 @@ class LogManager:
     # -- lifecycle ---------------------------------------------------------
 
     def open(self) -> None:
-        """Locks the directory and opens (recovering as needed) every partition in it."""
+        """Locks the directory and opens (recovering as needed) every partition in it;
+        a failure unlocks it again."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._take_dir_lock()
+        try:
+            self._open_logs()
+        except BaseException:
+            for log_ in self._logs.values():
+                with contextlib.suppress(OSError):
+                    log_.close()
+            self._logs.clear()
+            self._release_dir_lock()
+            raise
+
+    def _open_logs(self) -> None:
         max_open = self._max_open_files or default_max_open_files()
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft != resource.RLIM_INFINITY and max_open > soft - 64:
@@ -182,16 +198,25 @@ class LogManager:
             for entry in sorted(self.data_dir.iterdir())
             if entry.is_dir() and (tp := TopicPartition.from_dirname(entry.name)) is not None
         ]
+        same_kernel = kernel_mark.same_kernel(self.data_dir)
         # Recovery of each log runs in Rust with the GIL released, so threads help.
         with ThreadPoolExecutor(self._recovery_threads, thread_name_prefix="recover") as pool:
             opened = pool.map(
-                lambda item: Log.open(self.data_dir, item[0], self._config_for(item[0].topic)),
+                lambda item: Log.open(
+                    self.data_dir, item[0], self._config_for(item[0].topic), same_kernel
+                ),
                 found,
             )
             for log_ in opened:
                 self._logs[log_.tp] = log_
                 self.recovery_truncations += log_.recovery_truncations
-        log.info("opened %d partition logs in %s", len(self._logs), self.data_dir)
+        kernel_mark.mark(self.data_dir)
+        log.info(
+            "opened %d partition logs in %s%s",
+            len(self._logs),
+            self.data_dir,
+            " (last written under this kernel: tails checked)" if same_kernel else "",
+        )
 
     def close(self) -> None:
         """Flushes and closes every log (writing clean-shutdown markers) and unlocks;
@@ -212,6 +237,9 @@ class LogManager:
         with ThreadPoolExecutor(CLOSE_THREADS, thread_name_prefix="close") as pool:
             for _ in pool.map(close_one, logs):
                 pass
+        self._release_dir_lock()
+
+    def _release_dir_lock(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
