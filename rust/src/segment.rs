@@ -230,12 +230,18 @@ fn pwritev_all(file: &File, mut bufs: &mut [IoSlice<'_>], mut offset: u64) -> io
     Ok(())
 }
 
+/// Requests at least this far apart, of less than this, are read alone
+/// (see [`Scanner::get`]).
+const SPARSE_GAP: u64 = 8 << 10;
+
 /// Reads a file forward in large chunks, handing out byte ranges.
 pub(crate) struct Scanner<'a> {
     file: &'a File,
     file_len: u64,
     buf: Vec<u8>,
     buf_at: u64,
+    /// Where the previous request began.
+    last_pos: u64,
 }
 
 impl<'a> Scanner<'a> {
@@ -245,6 +251,7 @@ impl<'a> Scanner<'a> {
             file_len,
             buf: Vec::new(),
             buf_at: 0,
+            last_pos: 0,
         }
     }
     /// Bytes [pos, pos+len), or None if the file ends before.
@@ -256,9 +263,18 @@ impl<'a> Scanner<'a> {
             return Ok(None);
         }
         let buffered = pos >= self.buf_at && end <= self.buf_at + self.buf.len() as u64;
+        // A walk over the headers of large batches asks for a few bytes far
+        // apart: reading them alone copies a header per batch, a chunk would
+        // copy every byte of the file.
+        let sparse = (len as u64) < SPARSE_GAP && pos >= self.last_pos.saturating_add(SPARSE_GAP);
+        self.last_pos = pos;
         if !buffered {
             // len is bounded by file_len (checked above).
-            let want = (len.max(SCAN_CHUNK) as u64).min(self.file_len - pos) as usize;
+            let want = if sparse {
+                len
+            } else {
+                (len.max(SCAN_CHUNK) as u64).min(self.file_len - pos) as usize
+            };
             self.buf.resize(want, 0);
             self.file.read_exact_at(&mut self.buf, pos)?;
             self.buf_at = pos;
@@ -332,11 +348,11 @@ pub(crate) fn check_batch_at(
         Err(e) => return Ok(Some(Err(BatchFault::Framing(e.to_string())))),
     };
     let size = h.total_size();
-    let Some(batch) = scanner.get(pos, size)? else {
+    if size as u64 > left {
         return Ok(Some(Err(BatchFault::Torn(format!(
             "batch of {size} bytes runs past the end of the file ({left} bytes left)"
         )))));
-    };
+    }
     let content = |next: i64, reason: String| {
         Ok(Some(Err(BatchFault::Content {
             size,
@@ -375,6 +391,12 @@ pub(crate) fn check_batch_at(
         );
     }
     if crc {
+        // Within the file (checked above): only a read error fails here.
+        let Some(batch) = scanner.get(pos, size)? else {
+            return Ok(Some(Err(BatchFault::Torn(format!(
+                "batch of {size} bytes runs past the end of the file ({left} bytes left)"
+            )))));
+        };
         if let Err(e) = check_crc(batch) {
             return content(h.last_offset().saturating_add(1), e.to_string());
         }

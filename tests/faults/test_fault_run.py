@@ -154,7 +154,15 @@ def run_in_its_first_fault(folder: Path) -> Iterator[subprocess.Popen[str]]:
             if history is not None and '"nemesis"' in history.read_text():
                 break
             time.sleep(0.5)
-        assert history is not None and run.poll() is None, run.communicate()
+        if history is None or run.poll() is not None:
+            if run.poll() is None:
+                run.terminate()
+            out, err = run.communicate(timeout=120)
+            pytest.fail(
+                f"the run ended (exit {run.returncode}) before its first fault began\n"
+                f"stdout: {out[-3000:]}\nstderr: {err[-6000:]}",
+                pytrace=False,
+            )
         yield run
     finally:
         if run.poll() is None:  # the test failed: the run cleans up on SIGTERM
