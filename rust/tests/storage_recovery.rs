@@ -83,25 +83,47 @@ fn last_log(dir: &Path) -> PathBuf {
     logs.pop().unwrap()
 }
 
-#[test]
-fn every_torn_tail_of_the_last_batch_is_cut() {
-    let root = tempfile::tempdir().unwrap();
-    let orig = root.path().join("orig");
+/// A log of 30 batches, and every length of its last batch's bytes from
+/// none to all: `(cut, a copy of the log whose last segment is cut there,
+/// the batches it holds whole)`.
+fn torn_copies(root: &Path) -> impl Iterator<Item = (u64, PathBuf, i64)> + '_ {
+    let orig = root.join("orig");
     build(&orig, 30);
     let last = last_log(&orig);
     let len = fs::metadata(&last).unwrap().len();
     let batch_len = batch(0, &[1, 1], 60).len() as u64;
-    for cut in (len - batch_len)..len {
-        let dir = root.path().join(format!("cut{cut}"));
+    ((len - batch_len)..=len).map(move |cut| {
+        let dir = root.join(format!("cut{cut}"));
         copy_dir(&orig, &dir);
-        let f = OpenOptions::new()
+        OpenOptions::new()
             .write(true)
             .open(dir.join(last.file_name().unwrap()))
+            .unwrap()
+            .set_len(cut)
             .unwrap();
-        f.set_len(cut).unwrap();
-        check(&dir, 29);
+        (cut, dir, if cut == len { 30 } else { 29 })
+    })
+}
+
+#[test]
+fn every_torn_tail_of_the_last_batch_is_cut() {
+    let root = tempfile::tempdir().unwrap();
+    for (_, dir, n) in torn_copies(root.path()) {
+        check(&dir, n);
         fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+/// Cuts `bytes` off the end of the log's last segment file.
+fn cut_last_log(dir: &Path, bytes: u64) {
+    let last = last_log(dir);
+    let len = fs::metadata(&last).unwrap().len();
+    OpenOptions::new()
+        .write(true)
+        .open(&last)
+        .unwrap()
+        .set_len(len - bytes)
+        .unwrap();
 }
 
 #[test]
@@ -109,14 +131,7 @@ fn torn_tail_after_a_clean_close_is_cut_too() {
     let dir = tempfile::tempdir().unwrap();
     build(dir.path(), 30);
     open(dir.path(), cfg()).close().unwrap();
-    let last = last_log(dir.path());
-    let len = fs::metadata(&last).unwrap().len();
-    OpenOptions::new()
-        .write(true)
-        .open(&last)
-        .unwrap()
-        .set_len(len - 7)
-        .unwrap();
+    cut_last_log(dir.path(), 7);
     check(dir.path(), 29);
 }
 
@@ -775,21 +790,7 @@ fn a_kill_under_the_same_kernel_checks_only_the_tail() {
 #[test]
 fn every_torn_tail_under_the_same_kernel_is_cut() {
     let root = tempfile::tempdir().unwrap();
-    let orig = root.path().join("orig");
-    build(&orig, 30);
-    let last = last_log(&orig);
-    let len = fs::metadata(&last).unwrap().len();
-    let batch_len = batch(0, &[1, 1], 60).len() as u64;
-    for cut in (len - batch_len)..=len {
-        let dir = root.path().join(format!("cut{cut}"));
-        copy_dir(&orig, &dir);
-        OpenOptions::new()
-            .write(true)
-            .open(dir.join(last.file_name().unwrap()))
-            .unwrap()
-            .set_len(cut)
-            .unwrap();
-        let n = if cut == len { 30 } else { 29 };
+    for (cut, dir, n) in torn_copies(root.path()) {
         let log = open_same_kernel(&dir);
         assert_eq!(log.log_end_offset(), 2 * n, "cut at {cut}");
         let hs = read_all(&log, 0);
@@ -825,14 +826,7 @@ fn epochs_survive_a_kill_under_the_same_kernel_without_a_replay() {
     assert_eq!(log.end_offset_for_epoch(3), (3, 8));
     drop(log);
     // A torn last batch takes its epoch with it.
-    let last = last_log(dir.path());
-    let len = fs::metadata(&last).unwrap().len();
-    OpenOptions::new()
-        .write(true)
-        .open(&last)
-        .unwrap()
-        .set_len(len - 10)
-        .unwrap();
+    cut_last_log(dir.path(), 10);
     let log = open_same_kernel(dir.path());
     assert_eq!(log.log_end_offset(), 8);
     assert_eq!(log.latest_epoch(), Some(3));

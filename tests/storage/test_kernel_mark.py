@@ -7,7 +7,6 @@ or a bad disk leaves), to show which recovery ran.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -91,17 +90,21 @@ def test_a_broker_killed_under_this_kernel_has_only_its_tails_checked(tmp_path: 
     assert kernel_mark.same_kernel(copied)
 
 
-def test_a_mark_of_another_boot_is_not_trusted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("boot", ["another boot's", "none"])
+def test_a_mark_of_another_boot_or_without_a_boot_id_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, boot: str
 ) -> None:
     data = tmp_path / "data"
     killed_writer(data)
     damage(data)
-    other_boot = tmp_path / "boot_id"
-    other_boot.write_text(f"{uuid.uuid4()}\n")
-    monkeypatch.setattr(kernel_mark, "BOOT_ID", other_boot)
+    boot_id = tmp_path / "boot_id"
+    if boot != "none":
+        boot_id.write_text(f"{uuid.uuid4()}\n")
+    monkeypatch.setattr(kernel_mark, "BOOT_ID", boot_id)
     assert not kernel_mark.same_kernel(data)
     assert end_offset(data) == 0
+    # Opened under a kernel without a boot id, the directory keeps no mark.
+    assert (data / kernel_mark.MARK_FILE).exists() == (boot != "none")
 
 
 def test_a_damaged_or_missing_mark_means_a_full_check(tmp_path: Path) -> None:
@@ -133,19 +136,6 @@ def test_the_mark_is_written_only_once_every_log_has_opened(tmp_path: Path) -> N
     shutil.rmtree(data / "bad-0")
     assert end_offset(data) == BATCHES
     assert kernel_mark.same_kernel(data)
-
-
-def test_without_a_boot_id_nothing_is_trusted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    data = tmp_path / "data"
-    killed_writer(data)
-    damage(data)
-    monkeypatch.setattr(kernel_mark, "BOOT_ID", tmp_path / "missing")
-    assert not kernel_mark.same_kernel(data)
-    assert end_offset(data) == 0
-    assert not (data / kernel_mark.MARK_FILE).exists()
-    assert os.listdir(data) != []
 
 
 def test_a_failed_write_of_partition_data_forgets_the_mark(tmp_path: Path) -> None:
