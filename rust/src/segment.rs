@@ -348,10 +348,13 @@ pub(crate) fn check_batch_at(
         Err(e) => return Ok(Some(Err(BatchFault::Framing(e.to_string())))),
     };
     let size = h.total_size();
-    if size as u64 > left {
-        return Ok(Some(Err(BatchFault::Torn(format!(
+    let runs_past = || {
+        Ok(Some(Err(BatchFault::Torn(format!(
             "batch of {size} bytes runs past the end of the file ({left} bytes left)"
-        )))));
+        )))))
+    };
+    if size as u64 > left {
+        return runs_past();
     }
     let content = |next: i64, reason: String| {
         Ok(Some(Err(BatchFault::Content {
@@ -391,11 +394,8 @@ pub(crate) fn check_batch_at(
         );
     }
     if crc {
-        // Within the file (checked above): only a read error fails here.
         let Some(batch) = scanner.get(pos, size)? else {
-            return Ok(Some(Err(BatchFault::Torn(format!(
-                "batch of {size} bytes runs past the end of the file ({left} bytes left)"
-            )))));
+            return runs_past();
         };
         if let Err(e) = check_crc(batch) {
             return content(h.last_offset().saturating_add(1), e.to_string());

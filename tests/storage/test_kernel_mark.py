@@ -7,6 +7,7 @@ or a bad disk leaves), to show which recovery ran.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import sys
@@ -145,3 +146,20 @@ def test_a_failed_write_of_partition_data_forgets_the_mark(tmp_path: Path) -> No
         assert kernel_mark.same_kernel(data)
         mgr.errors.write_failed("append to", TP, OSError(5, "Input/output error"))
         assert not (data / kernel_mark.MARK_FILE).exists()
+
+
+def test_a_mark_that_cannot_be_written_leaves_the_logs_open_and_no_mark(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = tmp_path / "data"
+    killed_writer(data)
+    damage(data)
+    # The mark's temporary file cannot be made (a directory stands in its way).
+    (data / (kernel_mark.MARK_FILE + ".tmp")).mkdir()
+    with caplog.at_level(logging.WARNING, "kbroker.log"):
+        # The last writer ran under this kernel: only the tail is checked.
+        assert end_offset(data) == BATCHES
+    assert "could not write" in caplog.text
+    assert not (data / kernel_mark.MARK_FILE).exists()
+    assert not (data / (kernel_mark.MARK_FILE + ".tmp")).is_file()
+    assert not kernel_mark.same_kernel(data)

@@ -63,18 +63,27 @@ def forget(data_dir: Path) -> None:
 
 
 def mark(data_dir: Path) -> None:
-    """Records that every log in ``data_dir`` is open under this kernel."""
+    """Records that every log in ``data_dir`` is open under this kernel. A mark that cannot
+    be written (a full disk, say) is logged and left out: it only saves work at the next
+    start, which then checks everything past the recovery points."""
     now = boot_id()
-    path = data_dir / MARK_FILE
-    tmp = data_dir / (MARK_FILE + ".tmp")
     if now is None:
         forget(data_dir)
         return
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    tmp = data_dir / (MARK_FILE + ".tmp")
     try:
-        st = os.fstat(fd)
-        os.write(fd, f"{now} {st.st_dev} {st.st_ino}\n".encode("ascii"))
-    finally:
-        os.close(fd)
-    # The rename keeps the inode the file names.
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            st = os.fstat(fd)
+            line = f"{now} {st.st_dev} {st.st_ino}\n".encode("ascii")
+            if os.write(fd, line) != len(line):
+                raise OSError(f"short write of {tmp}")
+        finally:
+            os.close(fd)
+        # The rename keeps the inode the file names.
+        os.replace(tmp, data_dir / MARK_FILE)
+    except OSError as exc:
+        log.warning("could not write %s (the next start checks every log in full): %s", tmp, exc)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        forget(data_dir)
