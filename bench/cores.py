@@ -36,7 +36,7 @@ from typing import Any
 from kbroker.tools.client import ClientError
 
 from . import cluster, loadgen, systems, wire
-from .restart import emit
+from .stats import emit
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cores.jsonl"
 SETUPS = ("1broker-1core", "1broker-all", "2brokers-all")

@@ -19,15 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .stats import percentile
+
 MB = 1 << 20
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list (nan when empty)."""
-    if not sorted_values:
-        return float("nan")
-    i = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[i]
 
 
 def raw_buffered_write(path: Path, total: int, chunk: int = MB) -> float:

@@ -35,6 +35,7 @@ from typing import Any
 from . import disk, loadgen, systems, transactions, wire
 from .profile import perf_record
 from .security import Security
+from .stats import latency_percentiles, percentile
 from .workloads import (
     FULL,
     QUICK,
@@ -110,11 +111,9 @@ def latency_summary(prefix: str, samples: list[float]) -> dict[str, Any]:
     s = sorted(samples)
     return {
         f"{prefix}_samples": len(s),
-        f"{prefix}_p50_ms": round(disk.percentile(s, 0.5), 3),
-        f"{prefix}_p99_ms": round(disk.percentile(s, 0.99), 3),
-        f"{prefix}_p999_ms": round(disk.percentile(s, 0.999), 3),
+        **latency_percentiles(prefix, s),
         f"{prefix}_max_ms": round(s[-1], 3),
-        f"{prefix}_quantiles_ms": [round(disk.percentile(s, q), 3) for q in QUANTILES],
+        f"{prefix}_quantiles_ms": [round(percentile(s, q), 3) for q in QUANTILES],
     }
 
 

@@ -24,7 +24,6 @@ data (20 GiB in 1,000 partitions).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -35,6 +34,7 @@ from kbroker.tools.client import ClientError
 
 from . import loadgen, systems, wire
 from .cluster import KAFKA_ZK_VERSION
+from .stats import emit
 
 RESULTS = Path(__file__).resolve().parent / "results" / "restart.jsonl"
 RECORD_BYTES = 1024
@@ -136,13 +136,6 @@ def main(argv: list[str] | None = None) -> int:
                     return 1
                 emit(args.results, row)
     return 0
-
-
-def emit(results: Path, row: dict[str, Any]) -> None:
-    """One JSON line on standard output and appended to ``results``."""
-    print(json.dumps(row), flush=True)
-    with open(results, "a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":

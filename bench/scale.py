@@ -44,22 +44,13 @@ from kbroker.protocol import ApiKey, encode_request
 from kbroker.protocol.messages.core import ApiVersionsRequest, MetadataRequest
 from kbroker.tools.client import BrokerClient, ClientError, split_host_port
 
-from . import disk, loadgen, systems, wire
+from . import loadgen, systems, wire
 from .cluster import KAFKA_ZK_VERSION
-from .restart import emit, wait_served
+from .restart import wait_served
+from .stats import emit, latency_percentiles
 
 RESULTS = Path(__file__).resolve().parent / "results" / "scale.jsonl"
 _I32 = struct.Struct(">i")
-
-
-def _percentiles(prefix: str, samples: list[float]) -> dict[str, Any]:
-    s = sorted(samples)
-    if not s:
-        return {}
-    return {
-        f"{prefix}_p50_ms": round(disk.percentile(s, 0.5), 3),
-        f"{prefix}_p99_ms": round(disk.percentile(s, 0.99), 3),
-    }
 
 
 def _probe(bootstrap: str, topic: str, seconds: float) -> dict[str, Any]:
@@ -68,8 +59,8 @@ def _probe(bootstrap: str, topic: str, seconds: float) -> dict[str, Any]:
         time.sleep(seconds)
         got = probe.stop()
     return {
-        **_percentiles("publish", got["publish_ms"]),
-        **_percentiles("e2e", got["e2e_ms"]),
+        **latency_percentiles("publish", got["publish_ms"], (0.5, 0.99)),
+        **latency_percentiles("e2e", got["e2e_ms"], (0.5, 0.99)),
         "probe_records": len(got["publish_ms"]),
     }
 
@@ -226,7 +217,7 @@ def partitions_phase(b: systems.Broker, args: argparse.Namespace) -> dict[str, A
         "partitions": args.partitions,
         "create_s": round(created, 2),
         "rss_created_mb": round(rss_created, 1),
-        **_percentiles("metadata", metadata),
+        **latency_percentiles("metadata", metadata, (0.5, 0.99)),
         "produce_mb_s": produced["mb_s"],
         "produce_generator_cpu_util": produced["client_cpu_util"],
         "produce_broker_cpu_s_per_gb": round((after["cpu_s"] - before["cpu_s"]) / gb, 2)

@@ -74,6 +74,8 @@ from kbroker.protocol.messages.core import (
 )
 from kbroker.tools.client import BrokerClient, ClientError, split_host_port
 
+from .stats import latency_percentiles
+
 # Size, API key, version and correlation id: the only bytes built per request sent.
 _REQUEST_HEAD = struct.Struct(">ihhi")
 _I32 = struct.Struct(">i")
@@ -542,7 +544,7 @@ def produce(
         "errors": result.errors,
         "error_codes": dict(result.error_codes),
         "fatal": result.fatal,
-        **_percentiles("publish", result.latencies_ms),
+        **latency_percentiles("publish", result.latencies_ms),
         **_cpu_fields(cpu0, cpu1, elapsed, result.thread_cpu_s),
     }
     return row, result
@@ -948,17 +950,6 @@ def _cpu_fields(
         "client_cpu_util": round(cpu / elapsed, 3) if elapsed > 0 else None,
         "thread_cpu_s": [round(c, 3) for c in threads],
     }
-
-
-def _percentiles(prefix: str, samples: list[float]) -> dict[str, Any]:
-    if not samples:
-        return {}
-    s = sorted(samples)
-
-    def q(f: float) -> float:
-        return round(s[min(len(s) - 1, int(f * len(s)))], 3)
-
-    return {f"{prefix}_p50_ms": q(0.5), f"{prefix}_p99_ms": q(0.99), f"{prefix}_p999_ms": q(0.999)}
 
 
 # -- command line -------------------------------------------------------------------------

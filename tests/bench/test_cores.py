@@ -3,32 +3,22 @@ ZooKeeper with the topic's leaders split between them, each written by the wire 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench.run import bench_rows
 
 
 @pytest.mark.timeout(300)
 def test_each_setup_reports_the_brokers_and_the_generators_cores(tmp_path: Path) -> None:
     results = tmp_path / "cores.jsonl"
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "bench.cores", "--seconds", "1", "--reps", "1",
-            "--setups", "1broker-1core,2brokers-all", "--data-dir", str(tmp_path),
-            "--results", str(results),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=280,
+    printed = bench_rows(
+        "bench.cores", "--seconds", "1", "--reps", "1",
+        "--setups", "1broker-1core,2brokers-all", "--data-dir", str(tmp_path),
+        "--results", str(results), timeout=280,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = {r["setup"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    rows = {r["setup"]: r for r in printed}
     assert set(rows) == {"1broker-1core", "2brokers-all"}
     one, two = rows["1broker-1core"], rows["2brokers-all"]
     assert (one["brokers"], one["leaders"]) == (1, 1)

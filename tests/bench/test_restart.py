@@ -4,15 +4,12 @@ started again on the same data, until every partition serves its acknowledged re
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bench import systems
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench.run import bench, bench_rows
 
 
 @pytest.mark.timeout(300)
@@ -23,20 +20,11 @@ def test_a_killed_broker_is_timed_until_it_serves_every_record_again(
     if system == "kafka" and not systems.kafka_available("3.9.1"):
         pytest.skip("Kafka 3.9.1's jars are not fetched (bench/kafka/fetch.sh 3.9.1)")
     results = tmp_path / "restart.jsonl"
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "bench.restart", "--gib", "0.05", "--partitions", "20",
-            "--systems", system, "--data-dir", str(tmp_path), "--results", str(results),
-            "--timeout", "120",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+    [row] = bench_rows(
+        "bench.restart", "--gib", "0.05", "--partitions", "20", "--systems", system,
+        "--data-dir", str(tmp_path), "--results", str(results), "--timeout", "120",
         timeout=280,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    [line] = proc.stdout.splitlines()
-    row = json.loads(line)
     assert row == json.loads(results.read_text())
     assert row["system"] == system and row["partitions"] == 20
     assert row["records"] > 40_000 and row["value_gib"] > 0.04
@@ -47,12 +35,6 @@ def test_a_killed_broker_is_timed_until_it_serves_every_record_again(
 
 
 def test_bad_sizes_get_a_usage_error_not_a_traceback() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.restart", "--gib", "0", "--systems", "kbroker"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = bench("bench.restart", "--gib", "0", "--systems", "kbroker", timeout=60)
     assert proc.returncode == 2 and "must be positive" in proc.stderr
     assert "Traceback" not in proc.stderr

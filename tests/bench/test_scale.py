@@ -4,31 +4,21 @@ the latency probe, and a many-partition topic's creation, Metadata, produce and 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench.run import bench, bench_rows
 
 
 @pytest.mark.timeout(300)
 def test_connections_and_partitions_phases_report_what_they_measured(tmp_path: Path) -> None:
     results = tmp_path / "scale.jsonl"
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "bench.scale", "--systems", "kbroker", "--connections", "300",
-            "--partitions", "60", "--seconds", "1", "--metadata-requests", "5",
-            "--data-dir", str(tmp_path), "--results", str(results),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=280,
+    rows = bench_rows(
+        "bench.scale", "--systems", "kbroker", "--connections", "300", "--partitions", "60",
+        "--seconds", "1", "--metadata-requests", "5", "--data-dir", str(tmp_path),
+        "--results", str(results), timeout=280,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert rows == [json.loads(line) for line in results.read_text().splitlines()]
     conns, parts = rows
     assert conns["phase"] == "connections" and conns["connections"] == 300
@@ -44,12 +34,6 @@ def test_connections_and_partitions_phases_report_what_they_measured(tmp_path: P
 
 
 def test_a_connection_count_over_the_open_files_limit_is_refused_plainly() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.scale", "--connections", "10000000", "--only", "connections"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = bench("bench.scale", "--connections", "10000000", "--only", "connections", timeout=60)
     assert proc.returncode == 2 and "open-files limit" in proc.stderr
     assert "Traceback" not in proc.stderr

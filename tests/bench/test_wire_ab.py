@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench.run import bench_rows
 
 
 @pytest.mark.timeout(180)
 def test_each_run_splits_the_brokers_cpu_by_thread() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.wire_ab", "--reps", "1", "--seconds", "2",
-         "--io-threads", "2,0", "--", "--in-flight", "4"],
-        cwd=REPO, capture_output=True, text=True, timeout=170,
+    printed = bench_rows(
+        "bench.wire_ab", "--reps", "1", "--seconds", "2", "--io-threads", "2,0",
+        "--", "--in-flight", "4", timeout=170,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = {r["io_threads"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    rows = {r["io_threads"]: r for r in printed}
     assert set(rows) == {0, 2}
     for row in rows.values():
         assert row["mb_s"] > 0 and row["errors"] == 0
