@@ -12,6 +12,8 @@ kbroker and Kafka run together, always run.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.broker.conftest import broker, broker_factory
@@ -26,6 +28,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="also run the kafka-marked tests' runs against Apache Kafka alone (3.9.1, 4.1.1)",
     )
+    parser.addoption(
+        "--alone",
+        choices=("only", "skip"),
+        default=None,
+        help="only the tests that need the machine to themselves (tests/bench, tests/faults),"
+        " or every test but those (tests/run.sh runs the others two at a time)",
+    )
+
+
+# Tests that must not share the machine with other tests: the benchmarks measure CPU and
+# time, and the fault tests take fixed addresses in network namespaces and check that no
+# namespace of theirs is left on the machine.
+ALONE = ("bench", "faults")
+
+
+def needs_the_machine_alone(item: pytest.Item) -> bool:
+    here = Path(__file__).parent
+    if not item.path.is_relative_to(here):
+        return False
+    parts = item.path.relative_to(here).parts
+    return len(parts) > 1 and parts[0] in ALONE
 
 
 # The system parameters that are Apache Kafka alone.
@@ -42,9 +65,15 @@ def is_kafka_reference_run(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--kafka-reference"):
-        return
-    reference = [item for item in items if is_kafka_reference_run(item)]
-    if reference:
-        config.hook.pytest_deselected(items=reference)
-        items[:] = [item for item in items if not is_kafka_reference_run(item)]
+    alone = config.getoption("--alone")
+    drop_reference = not config.getoption("--kafka-reference")
+
+    def left_out(item: pytest.Item) -> bool:
+        if drop_reference and is_kafka_reference_run(item):
+            return True
+        return alone is not None and needs_the_machine_alone(item) != (alone == "only")
+
+    dropped = [item for item in items if left_out(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if not left_out(item)]

@@ -21,5 +21,26 @@ cargo clippy --quiet --workspace --all-targets -- -D warnings
 cargo clippy --quiet -p kbroker-core --features python --lib -- -D warnings
 step "cargo test"
 cargo test --quiet -p kbroker-core -p kbf-clock
-step "pytest"
-python -m pytest -q "$@"
+# Most tests wait on processes (brokers, ZooKeeper, Kafka, Spark) more than they use a CPU,
+# so they run two at a time, each test file on one worker; the tests that need the machine
+# to themselves (tests/conftest.py's ALONE) run after them, one at a time. One part may
+# find nothing to run among the tests the arguments select (pytest's exit code 5), not both.
+failed=0 empty=0
+pytest_part() {
+    local rc=0
+    python -m pytest -q "$@" || rc=$?
+    if (( rc == 5 )); then
+        empty=$((empty + 1))
+    elif (( rc != 0 )); then
+        failed=1
+    fi
+}
+step "pytest: two at a time"
+pytest_part -n 2 --dist loadfile --alone skip "$@"
+step "pytest: the tests that need the machine alone"
+pytest_part --alone only "$@"
+if (( empty == 2 )); then
+    echo "no test matches: $*" >&2
+    exit 5
+fi
+exit "$failed"
