@@ -7,13 +7,6 @@
 //! The threads never touch the consumer's state. Results finished close
 //! together make one wakeup.
 //!
-//! The consumer never waits for a lock a pool thread may hold: jobs come in
-//! and results go out through lock-free channels, and threads are woken
-//! through a count of wakeups, not a condition variable guarded by the
-//! pool's lock. On a small machine a thread can be preempted while it holds
-//! a lock, and an event loop waiting for that lock waits until the thread
-//! runs again: milliseconds during which no client is served.
-//!
 //! One key's jobs run one at a time, in the order submitted. The keys with
 //! jobs take turns, one job each: a key whose jobs each block holds up its
 //! own jobs and one thread, never the jobs of the other keys queued behind
@@ -29,8 +22,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicUsize, Ordering::SeqCst};
-use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 
@@ -42,9 +33,6 @@ pub enum Step<R> {
 }
 
 type Job<R> = Box<dyn FnOnce() -> Step<R> + Send>;
-
-/// A job as submitted: its key, its ticket, the job.
-type Submitted<R> = (u64, u64, Job<R>);
 
 /// The lanes: first steps, and the second steps they leave.
 const FIRST: usize = 0;
@@ -63,64 +51,6 @@ impl std::fmt::Display for Closed {
 
 impl std::error::Error for Closed {}
 
-/// Wakeups that threads wait for, rung without any lock: a ring before the
-/// wait is kept for it (a count, not a signal), so none is lost. A thread
-/// woken for nothing looks for work and waits again.
-struct Doorbell {
-    rings: AtomicU32,
-}
-
-impl Doorbell {
-    fn new() -> Self {
-        Doorbell {
-            rings: AtomicU32::new(0),
-        }
-    }
-
-    fn ring(&self, n: u32) {
-        if n == 0 {
-            return;
-        }
-        self.rings.fetch_add(n, SeqCst);
-        // SAFETY: FUTEX_WAKE on an aligned u32 this doorbell owns.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.rings.as_ptr(),
-                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                n as i32,
-            )
-        };
-    }
-
-    fn wait(&self) {
-        loop {
-            let rings = self.rings.load(SeqCst);
-            if rings > 0 {
-                if self
-                    .rings
-                    .compare_exchange(rings, rings - 1, SeqCst, SeqCst)
-                    .is_ok()
-                {
-                    return;
-                }
-                continue;
-            }
-            // SAFETY: FUTEX_WAIT on an aligned u32 this doorbell owns; it
-            // returns at once if a ring came since the load.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    self.rings.as_ptr(),
-                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                    0u32,
-                    std::ptr::null::<libc::timespec>(),
-                )
-            };
-        }
-    }
-}
-
 struct Queue<R> {
     jobs: VecDeque<(u64, Job<R>)>,
     /// In `ready` or running now: not to be made ready again.
@@ -137,6 +67,9 @@ struct Lane<R> {
     to_end: usize,
     /// Jobs being run now.
     running: usize,
+    /// Threads waiting for a job (only those need waking: a busy thread
+    /// looks for the next job itself before it waits).
+    idle: usize,
 }
 
 impl<R> Lane<R> {
@@ -147,6 +80,7 @@ impl<R> Lane<R> {
             threads: 0,
             to_end: 0,
             running: 0,
+            idle: 0,
         }
     }
 
@@ -171,29 +105,14 @@ impl<R> Lane<R> {
 
 struct State<R> {
     lanes: [Lane<R>; 2],
-    /// The jobs submitted and not yet taken into the first lane.
-    inbox: Receiver<Submitted<R>>,
-    /// No job comes any more: every one submitted is in the inbox or a lane.
     closed: bool,
 }
 
 impl<R> State<R> {
-    /// Moves the jobs submitted since into the first lane, in the order they
-    /// came; true if there were any.
-    fn take_inbox(&mut self) -> bool {
-        let mut any = false;
-        while let Ok((key, ticket, job)) = self.inbox.try_recv() {
-            self.lanes[FIRST].push(key, ticket, job);
-            any = true;
-        }
-        any
-    }
-
     /// A closed pool's thread of `lane` ends once nothing more can come to
-    /// it: no job queued there, and for the second lane none submitted,
-    /// queued or running on the first.
-    fn drained(&mut self, lane: usize) -> bool {
-        self.take_inbox();
+    /// it: no job queued there, and for the second lane none queued or
+    /// running on the first.
+    fn drained(&self, lane: usize) -> bool {
         let first = &self.lanes[FIRST];
         let mine = &self.lanes[lane];
         mine.ready.is_empty() && (lane == FIRST || (first.ready.is_empty() && first.running == 0))
@@ -202,40 +121,15 @@ impl<R> State<R> {
 
 struct Shared<R> {
     state: Mutex<State<R>>,
-    doorbells: [Doorbell; 2],
-    /// Threads of each lane waiting at its doorbell (only those need
-    /// ringing for: a busy thread looks for the next job itself).
-    idle: [AtomicUsize; 2],
-    /// The first lane's live threads, for `count` without the lock.
-    live: AtomicUsize,
-    /// Submits refused from now on.
-    refusing: AtomicBool,
-    /// Submits between their check of `refusing` and their send.
-    submitting: AtomicUsize,
+    work: [Condvar; 2],
     /// Told when a job ends in a closed pool (for a close with no thread).
     ended: Condvar,
-    done: Sender<(u64, R)>,
-    /// The eventfd was written since the consumer last took the results.
-    announced: AtomicBool,
+    done: Mutex<Vec<(u64, R)>>,
     event: OwnedFd,
-}
-
-impl<R> Shared<R> {
-    fn ring_if_idle(&self, lane: usize) {
-        if self.idle[lane].load(SeqCst) > 0 {
-            self.doorbells[lane].ring(1);
-        }
-    }
-
-    fn ring_all(&self, lane: usize, threads: usize) {
-        self.doorbells[lane].ring(u32::try_from(threads).unwrap_or(u32::MAX));
-    }
 }
 
 pub struct IoPool<R: Send + 'static> {
     shared: Arc<Shared<R>>,
-    inbox: Sender<Submitted<R>>,
-    done: Mutex<Receiver<(u64, R)>>,
     handles: Mutex<Vec<JoinHandle<()>>>,
     name: String,
 }
@@ -255,27 +149,17 @@ impl<R: Send + 'static> IoPool<R> {
         }
         // SAFETY: a fresh descriptor this pool alone owns.
         let event = unsafe { OwnedFd::from_raw_fd(fd) };
-        let (inbox, inbox_out) = mpsc::channel();
-        let (done_in, done) = mpsc::channel();
         let pool = IoPool {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
                     lanes: [Lane::new(), Lane::new()],
-                    inbox: inbox_out,
                     closed: false,
                 }),
-                doorbells: [Doorbell::new(), Doorbell::new()],
-                idle: [AtomicUsize::new(0), AtomicUsize::new(0)],
-                live: AtomicUsize::new(0),
-                refusing: AtomicBool::new(false),
-                submitting: AtomicUsize::new(0),
+                work: [Condvar::new(), Condvar::new()],
                 ended: Condvar::new(),
-                done: done_in,
-                announced: AtomicBool::new(false),
+                done: Mutex::new(Vec::new()),
                 event,
             }),
-            inbox,
-            done: Mutex::new(done),
             handles: Mutex::new(Vec::new()),
             name: name.to_string(),
         };
@@ -289,7 +173,12 @@ impl<R: Send + 'static> IoPool<R> {
     }
 
     pub fn count(&self) -> usize {
-        self.shared.live.load(SeqCst)
+        let state = lock(&self.shared.state);
+        if state.closed {
+            0
+        } else {
+            state.lanes[FIRST].live()
+        }
     }
 
     /// Queues `job` behind `key`'s earlier jobs; its result comes back under
@@ -318,42 +207,39 @@ impl<R: Send + 'static> IoPool<R> {
     /// [`IoPool::submit_steps`] without waking a thread: for a submitter
     /// that queues several jobs and then calls [`IoPool::wake`] once (a
     /// wakeup is a system call, and a context switch on a small machine).
-    /// Takes no lock.
     pub fn queue_steps(
         &self,
         key: u64,
         ticket: u64,
         job: impl FnOnce() -> Step<R> + Send + 'static,
     ) -> Result<(), Closed> {
-        let shared = &self.shared;
-        shared.submitting.fetch_add(1, SeqCst);
-        let sent = if shared.refusing.load(SeqCst) {
-            Err(Closed)
-        } else {
-            self.inbox
-                .send((key, ticket, Box::new(job)))
-                .map_err(|_| Closed)
-        };
-        shared.submitting.fetch_sub(1, SeqCst);
-        sent
+        let mut state = lock(&self.shared.state);
+        if state.closed {
+            return Err(Closed);
+        }
+        state.lanes[FIRST].push(key, ticket, Box::new(job));
+        Ok(())
     }
 
-    /// Wakes a waiting thread if any waits; a thread that takes a job while
-    /// more are ready wakes the next. Takes no lock.
+    /// Wakes a waiting thread if jobs are ready; a thread that takes a job
+    /// while more are ready wakes the next.
     pub fn wake(&self) {
-        // Against a thread going idle: it counts itself idle, then looks at
-        // the inbox once more (see `work`); this side sent, then looks at
-        // the count. One of the two sees the other.
-        fence(SeqCst);
-        self.shared.ring_if_idle(FIRST);
+        let wake = {
+            let state = lock(&self.shared.state);
+            let first = &state.lanes[FIRST];
+            !first.ready.is_empty() && first.idle > 0
+        };
+        // After the lock is let go, so that the thread does not wake only to
+        // wait for it.
+        if wake {
+            self.shared.work[FIRST].notify_one();
+        }
     }
 
     /// Every result finished since the last call, in the order they finished.
-    /// Takes no lock a pool thread takes.
     pub fn take_done(&self) -> Vec<(u64, R)> {
-        // The event first, then the flag, then the results: a result queued
-        // after the flag is cleared makes the event readable again, so none
-        // is left unannounced.
+        // The event first, then the results: a result queued after this read
+        // makes the event readable again, so none is left unannounced.
         let mut counter = 0u64;
         // SAFETY: reads 8 bytes into a local u64 from our own eventfd.
         unsafe {
@@ -363,8 +249,7 @@ impl<R: Send + 'static> IoPool<R> {
                 8,
             )
         };
-        self.shared.announced.swap(false, SeqCst);
-        lock(&self.done).try_iter().collect()
+        std::mem::take(&mut *lock(&self.shared.done))
     }
 
     /// `count` threads on each lane from now on: more start at once, fewer
@@ -373,15 +258,15 @@ impl<R: Send + 'static> IoPool<R> {
         let mut handles = lock(&self.handles);
         let starts = {
             let mut state = lock(&self.shared.state);
-            if state.closed || self.shared.refusing.load(SeqCst) {
+            if state.closed {
                 return Ok(());
             }
-            let starts = LANES.map(|lane| {
+            LANES.map(|lane| {
                 let l = &mut state.lanes[lane];
                 let live = l.live();
                 if count < live {
                     l.to_end += live - count;
-                    self.shared.ring_all(lane, live - count);
+                    self.shared.work[lane].notify_all();
                     0
                 } else {
                     // Threads asked to end that have not yet are kept instead.
@@ -391,9 +276,7 @@ impl<R: Send + 'static> IoPool<R> {
                     l.threads += start;
                     start
                 }
-            });
-            self.shared.live.store(state.lanes[FIRST].live(), SeqCst);
-            starts
+            })
         };
         handles.retain(|t| !t.is_finished());
         for lane in LANES {
@@ -416,40 +299,37 @@ impl<R: Send + 'static> IoPool<R> {
     /// threads; later submits fail with [`Closed`]. With no thread left,
     /// the jobs still queued run here.
     pub fn close(&self) {
-        let shared = &self.shared;
-        shared.refusing.store(true, SeqCst);
-        shared.live.store(0, SeqCst);
-        // A submit that got past the check before it finishes its send.
-        while shared.submitting.load(SeqCst) > 0 {
-            thread::yield_now();
-        }
         let threads = {
-            let mut state = lock(&shared.state);
+            let mut state = lock(&self.shared.state);
             state.closed = true;
             for lane in LANES {
-                shared.ring_all(lane, state.lanes[lane].threads);
+                self.shared.work[lane].notify_all();
             }
             state.lanes[FIRST].live() + state.lanes[SECOND].live()
         };
         if threads == 0 {
             // A thread that was asked to end may still be finishing a job
             // (and its key's jobs queued meanwhile wait for it): wait for it.
-            let mut state = lock(&shared.state);
+            let mut state = lock(&self.shared.state);
             loop {
                 let ran;
-                (state, ran) = run_one(shared, state, FIRST);
+                (state, ran) = run_one(&self.shared, state, FIRST);
                 if ran {
                     continue;
                 }
                 let ran;
-                (state, ran) = run_one(shared, state, SECOND);
+                (state, ran) = run_one(&self.shared, state, SECOND);
                 if ran {
                     continue;
                 }
                 if state.lanes.iter().all(|l| l.running == 0) {
                     break;
                 }
-                state = shared.ended.wait(state).unwrap_or_else(|p| p.into_inner());
+                state = self
+                    .shared
+                    .ended
+                    .wait(state)
+                    .unwrap_or_else(|p| p.into_inner());
             }
         }
         let handles = std::mem::take(&mut *lock(&self.handles));
@@ -472,9 +352,6 @@ fn run_one<'a, R: 'static>(
     mut state: MutexGuard<'a, State<R>>,
     lane: usize,
 ) -> (MutexGuard<'a, State<R>>, bool) {
-    if lane == FIRST {
-        state.take_inbox();
-    }
     let l = &mut state.lanes[lane];
     let Some(key) = l.ready.pop_front() else {
         return (state, false);
@@ -482,10 +359,10 @@ fn run_one<'a, R: 'static>(
     let queue = l.queues.get_mut(&key).expect("a ready key has a queue");
     let (ticket, job) = queue.jobs.pop_front().expect("a ready key has a job");
     l.running += 1;
-    let more = !l.ready.is_empty();
+    let wake_next = !l.ready.is_empty() && l.idle > 0;
     drop(state);
-    if more {
-        shared.ring_if_idle(lane);
+    if wake_next {
+        shared.work[lane].notify_one();
     }
     let step = job();
     let then = match step {
@@ -498,8 +375,9 @@ fn run_one<'a, R: 'static>(
     let mut state = lock(&shared.state);
     if let Some(next) = then {
         let next: Job<R> = Box::new(move || Step::Done(next()));
-        if state.lanes[SECOND].push(key, ticket, next) {
-            shared.ring_if_idle(SECOND);
+        let second = &mut state.lanes[SECOND];
+        if second.push(key, ticket, next) && second.idle > 0 {
+            shared.work[SECOND].notify_one();
         }
     }
     let l = &mut state.lanes[lane];
@@ -521,18 +399,20 @@ fn run_one<'a, R: 'static>(
     if lane == FIRST && (state.closed || state.lanes[SECOND].to_end > 0) && state.drained(FIRST) {
         // Nothing more can come to the second lane: those of its threads
         // that are to end may.
-        shared.ring_all(SECOND, state.lanes[SECOND].threads);
+        shared.work[SECOND].notify_all();
     }
     (state, true)
 }
 
 /// Queues a finished job's result and makes the eventfd readable if it
-/// was not already since the consumer last took the results.
+/// was not already.
 fn announce<R>(shared: &Shared<R>, ticket: u64, result: R) {
-    if shared.done.send((ticket, result)).is_err() {
-        return; // the pool is gone: no one to tell
-    }
-    if !shared.announced.swap(true, SeqCst) {
+    let first = {
+        let mut done = lock(&shared.done);
+        done.push((ticket, result));
+        done.len() == 1
+    };
+    if first {
         let one = 1u64;
         // SAFETY: writes 8 bytes from a local u64 to our own eventfd.
         unsafe {
@@ -566,18 +446,11 @@ fn work<R: 'static>(shared: &Shared<R>, lane: usize) {
             state.lanes[lane].threads -= 1;
             return;
         }
-        shared.idle[lane].fetch_add(1, SeqCst);
-        fence(SeqCst);
-        // A job sent before this thread counted itself idle is seen here; one
-        // sent after finds it counted and rings (see `IoPool::wake`).
-        if lane == FIRST && state.take_inbox() {
-            shared.idle[lane].fetch_sub(1, SeqCst);
-            continue;
-        }
-        drop(state);
-        shared.doorbells[lane].wait();
-        shared.idle[lane].fetch_sub(1, SeqCst);
-        state = lock(&shared.state);
+        state.lanes[lane].idle += 1;
+        state = shared.work[lane]
+            .wait(state)
+            .unwrap_or_else(|p| p.into_inner());
+        state.lanes[lane].idle -= 1;
     }
 }
 
@@ -607,27 +480,6 @@ mod tests {
             }
         }
         got
-    }
-
-    #[test]
-    fn submitting_waking_and_collecting_wait_for_no_lock_a_pool_thread_holds() {
-        let pool = Arc::new(IoPool::new(1, "t").unwrap());
-        // As a pool thread preempted while it holds the lock would.
-        let held = lock(&pool.shared.state);
-        let (finished, calls) = mpsc::channel();
-        let p = pool.clone();
-        thread::spawn(move || {
-            p.queue_steps(0, 1, || Step::Done(1)).unwrap();
-            p.wake();
-            assert!(p.take_done().is_empty());
-            assert_eq!(p.count(), 1);
-            finished.send(()).unwrap();
-        });
-        calls
-            .recv_timeout(Duration::from_secs(10))
-            .expect("a consumer's call waited for the pool's lock");
-        drop(held);
-        assert_eq!(collect(&pool, 1), [(1, 1)]);
     }
 
     #[test]
