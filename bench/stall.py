@@ -13,7 +13,7 @@ p50/p99/p99.9 (ms) and the load's MB/s, also appended to ``--results``
 (``bench/results/stall.jsonl``).
 
     python -m bench.stall [--io-threads 8,0] [--systems kbroker,kafka] [--seconds 10]
-                          [--reps 1] [--data-dir DIR]
+                          [--reps 1] [--load-rate RECORDS_S] [--data-dir DIR]
 
 The issue's goal: with the load running, the probe's p99 within 2x of its unloaded
 p99.
