@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--results", type=Path, default=RESULTS, help="JSON lines appended here")
     args = parser.parse_args(argv)
+    if args.load_rate < 0:
+        parser.error("--load-rate must be 0 (as fast as it goes) or more")
     runs: list[tuple[str, int | None]] = []
     for system in args.systems.split(","):
         if system == "kbroker":

@@ -35,3 +35,9 @@ def test_an_unknown_system_gets_a_usage_error_not_a_traceback() -> None:
     proc = bench("bench.stall", "--systems", "redpanda", timeout=60)
     assert proc.returncode == 2 and "'redpanda'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_negative_load_rate_gets_a_usage_error() -> None:
+    proc = bench("bench.stall", "--load-rate", "-5", timeout=60)
+    assert proc.returncode == 2 and "--load-rate must be" in proc.stderr
+    assert "Traceback" not in proc.stderr
