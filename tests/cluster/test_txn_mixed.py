@@ -38,7 +38,7 @@ from kafka.admin import KafkaAdminClient
 
 from kbroker._kbroker import build_batch
 from kbroker.protocol import ApiKey, ErrorCode
-from kbroker.protocol.messages.core import InitProducerIdRequest, ProduceRequest
+from kbroker.protocol.messages.core import InitProducerIdRequest, MetadataRequest, ProduceRequest
 from kbroker.protocol.messages.txn import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnTopic,
@@ -388,7 +388,8 @@ def test_an_open_transaction_moves_to_the_other_kind(mixed: Cluster, first: int,
 
 def wait_unregistered(c: Cluster, broker: int) -> None:
     """Until the killed ``broker``'s registration ended with its session (only then may it
-    register again)."""
+    register again) and every live broker's metadata has dropped it (the controller tells
+    them after its watch fires: until then an admin client may pick it to ask)."""
     zk = c.zk()
     try:
         wait_for(
@@ -399,6 +400,22 @@ def wait_unregistered(c: Cluster, broker: int) -> None:
     finally:
         zk.stop()
         zk.close()
+    for node in c.nodes.values():
+        if node.alive:
+            wait_for(
+                lambda n=node: broker not in known_brokers(n),
+                f"broker {node.broker_id}'s metadata to drop broker {broker}",
+                timeout=30,
+            )
+
+
+def known_brokers(node: Node) -> set[int]:
+    """The broker ids in ``node``'s own answer to Metadata."""
+    with BrokerClient(node.bootstrap, 10) as client:
+        answer = client.request(
+            ApiKey.METADATA, 9, MetadataRequest(topics=[], allow_auto_topic_creation=False)
+        )
+    return {b.node_id for b in answer.brokers}
 
 
 def test_prepare_commit_is_completed_by_the_other_kind(mixed: Cluster) -> None:
