@@ -79,7 +79,7 @@ from kbroker.controller.context import (
 from kbroker.controller.isr_changes import IsrAnswer, IsrChange, plan_isr_change, resolve
 from kbroker.controller.leader_election import ElectionType
 from kbroker.controller.reassignment import Assignment, plan_request
-from kbroker.futures import cancel_and_wait
+from kbroker.futures import cancel_and_wait, watched
 from kbroker.log import TopicPartition
 from kbroker.metadata.features import FeatureUpdate, UpdateRefused, plan_update
 from kbroker.metadata.model import PartitionState
@@ -96,6 +96,9 @@ TOPIC_READ_BATCH = 16
 STATE_WRITE_BATCH = 500
 # Topic watches set together when a controller starts.
 STARTUP_WATCH_BATCH = 64
+# An event handled for this long (and each time as long again) logs where it waits: the
+# events behind it wait too.
+SLOW_EVENT_S = 10.0
 
 T = TypeVar("T")
 Event = Callable[[], Awaitable[None]]
@@ -325,7 +328,7 @@ class Controller:
         while True:
             handler = await self._events.get()
             try:
-                await handler()
+                await watched(handler(), SLOW_EVENT_S, self._slow_event)
             except ControllerMovedError as exc:
                 log.warning("controller %d: %s; stepping down", self.ctx.controller_id, exc)
                 self.moved.set()
@@ -336,6 +339,16 @@ class Controller:
                 log.warning("controller %d: ZooKeeper failed (%s)", self.ctx.controller_id, exc)
             except Exception:
                 log.exception("controller %d: handling an event failed", self.ctx.controller_id)
+
+    def _slow_event(self, seconds: float, waiting_at: str) -> None:
+        """An event handled for longer than it should be: every other event waits behind
+        it, so where it waits is logged."""
+        log.warning(
+            "controller %d: an event has been handled for %.0f s; it waits at %s",
+            self.ctx.controller_id,
+            seconds,
+            waiting_at,
+        )
 
     def counts(self) -> tuple[int, int, int]:
         """(offline partitions, partitions, topics) as this controller knows them. Safe
