@@ -72,9 +72,7 @@ def awaiting_at(task: asyncio.Future[Any]) -> str:
     return " > ".join(parts) or "(not started)"
 
 
-async def watched(
-    coro: Awaitable[T], every_s: float, slow: Callable[[float, str], None]
-) -> T:
+async def watched(coro: Awaitable[T], every_s: float, slow: Callable[[float, str], None]) -> T:
     """Runs ``coro`` to its end and returns its result, calling ``slow(seconds so far,
     where it waits)`` each ``every_s`` seconds it is still running. Cancelling this
     cancels ``coro`` and waits for it to end."""
