@@ -28,6 +28,7 @@ from kbroker.handlers.authorization import (
     authorized_operations,
     refused,
 )
+from kbroker.metadata.cache import BrokerInfo
 from kbroker.metadata.model import TopicMetadata
 from kbroker.metadata.topics import INTERNAL_TOPICS
 from kbroker.network.request import RequestContext
@@ -157,13 +158,31 @@ def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         # Each broker as reached through the listener this request came by.
         brokers=[
             MetadataResponse.Broker(node_id=b.broker_id, host=host, port=port, rack=b.rack)
-            for b, host, port in cache.alive_on(ctx.listener)
+            for b, host, port in _alive_on(broker, ctx.listener)
         ],
         cluster_id=cache.cluster_id,
         controller_id=cache.controller_id,
         topics=topics,
         cluster_authorized_operations=cluster_operations,
     )
+
+
+def _alive_on(broker: Broker, listener: str) -> list[tuple[BrokerInfo, str, int]]:
+    """The live brokers a client that came through ``listener`` is told of. Until the
+    controller's first UpdateMetadata reaches a broker that has just started in a cluster,
+    its cache knows no broker; it then names itself, which is serving, rather than none:
+    a client told of no broker waits for one to appear (librdkafka's requests to a broker
+    id wait for a change in its brokers' states, which then never comes)."""
+    alive = broker.metadata_cache.alive_on(listener)
+    if alive:
+        return alive
+    me = BrokerInfo(
+        broker.broker_id,
+        broker.advertised_endpoints(),
+        broker.config.get_optional_str("broker.rack"),
+    )
+    address = me.address(listener)
+    return [] if address is None else [(me, *address)]
 
 
 def _cluster_operations(broker: Broker, ctx: RequestContext) -> int:
@@ -198,7 +217,7 @@ def handle_describe_cluster(broker: Broker, ctx: RequestContext, request: Any) -
         controller_id=cache.controller_id,
         brokers=[
             DescribeClusterResponse.Broker(broker_id=b.broker_id, host=host, port=port, rack=b.rack)
-            for b, host, port in cache.alive_on(ctx.listener)
+            for b, host, port in _alive_on(broker, ctx.listener)
         ],
     )
 
