@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 import pytest
 from kazoo.client import KazooClient
 
 from kbroker.cluster.zk import ZkClient, ZkSettings
+from tests.cluster.nodes import Cluster
 from tests.zookeeper import ZooKeeperServer
 
 T = TypeVar("T")
@@ -68,3 +69,28 @@ def zk_settings(zookeeper: ZooKeeperServer) -> ZkSettings:
         connection_timeout_ms=10000,
         request_timeout_ms=10000,
     )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that had a cluster: each broker's last lines go into the failure's
+    message, which the run's closing summary prints whole (a long log is shown cut)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when != "call" or not report.failed:
+        return
+    funcargs = getattr(item, "funcargs", {})
+    clusters = [v for v in funcargs.values() if isinstance(v, Cluster)]
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if not clusters or crash is None:
+        return
+    tails = []
+    for c in clusters:
+        for i, node in c.nodes.items():
+            try:
+                lines = [ln for ln in node.output().splitlines() if "kazoo.client" not in ln]
+            except OSError:
+                continue
+            tails.append(f"--- broker {i} ({c.system}), last lines:")
+            tails += [ln[:300] for ln in lines[-8:]]
+    crash.message += "\n" + "\n".join(tails)

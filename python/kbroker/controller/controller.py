@@ -1308,8 +1308,21 @@ class Controller:
         tps = list(tps)
         if not tps:
             return
-        planned = self.ctx.plan_offline_elections(tps, await self._unclean_policy(tps))
+        unclean = await self._unclean_policy(tps)
+        planned = self.ctx.plan_offline_elections(tps, unclean)
         self._announce(await self._write(planned))
+        if len(planned) < len(tps):
+            elected = {t.tp for t in planned}
+            left = sorted(tp for tp in tps if tp not in elected)
+            log.info(
+                "controller: %d partitions stay offline, no replica may lead (e.g. %s)",
+                len(left),
+                ", ".join(
+                    f"{tp.dirname} (replicas {list(self.ctx.replicas(tp))}, unclean "
+                    f"{'allowed' if unclean(tp.topic) else 'not allowed'})"
+                    for tp in left[:3]
+                ),
+            )
 
     async def _unclean_policy(self, tps: Iterable[TopicPartition]) -> Callable[[str], bool]:
         """Whether each topic allows an unclean election, for the partitions of ``tps`` that
