@@ -51,7 +51,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -520,16 +520,7 @@ def bounces_lose_and_duplicate_nothing(
     msgs = read_all(c.bootstrap, topic, sum(hws.values()), conf=c.client_conf)
     read = {(m.partition(), m.offset()): m.value() for m in msgs}
     values = [m.value() for m in msgs]
-    # librdkafka acknowledges a record without its offset when the answer to its own
-    # request was lost (a leader bounced) and a later batch of the producer's was accepted
-    # (an implicit ack: the broker checks sequences, so the earlier one was written). Such
-    # a record must be in its partition (once: the duplicates are counted below), where
-    # the producer could not say.
-    found_at = {(m.partition(), m.value()): m.offset() for m in msgs}
-
-    def offset_of(a: Acked) -> int | None:
-        return a.offset if a.offset is not None else found_at.get((a.partition, a.value))
-
+    offset_of = where_acked(msgs)
     missing = [a for a in writer.acked if read.get((a.partition, offset_of(a))) != a.value]
     implicit = sum(1 for a in writer.acked if a.offset is None)
     print(
@@ -553,6 +544,22 @@ def bounces_lose_and_duplicate_nothing(
     assert all(by_offset.get((p, o)) == v for p, o, v in group.seen)
     assert {v for _, _, v in group.seen} == {a.value for a in writer.acked}
     assert group.committed == hws
+
+
+def where_acked(msgs: Sequence[Any]) -> Callable[[Acked], int | None]:
+    """The offset each acknowledged record is to be read at, given the records read.
+
+    librdkafka acknowledges a record without its offset when the answer to its own request
+    was lost (a leader bounced) and a later batch of the idempotent producer's was accepted
+    (an implicit ack: the broker checks sequences, so the earlier one was written). Such a
+    record must be in its partition (once: callers count duplicates), where the producer
+    could not say."""
+    found_at = {(m.partition(), m.value()): m.offset() for m in msgs}
+
+    def offset_of(a: Acked) -> int | None:
+        return a.offset if a.offset is not None else found_at.get((a.partition, a.value))
+
+    return offset_of
 
 
 class ClientLog(logging.Handler):
@@ -711,7 +718,8 @@ def test_divergent_replicas_are_truncated_to_identical_bytes(
         read = {m.offset(): m.value() for m in msgs}
         assert len(read) == len(msgs) == hws[0]
         assert not idem.failed, idem.failed[:5]
-        missing = [a for a in idem.acked if read.get(a.offset) != a.value]
+        offset_of = where_acked(msgs)
+        missing = [a for a in idem.acked if read.get(offset_of(a)) != a.value]
         assert not missing, f"acks=all records not where acknowledged: {missing[:5]}"
         idem_values = [v for v in read.values() if v.startswith(b"idem-")]
         assert len(idem_values) == len(set(idem_values)) == len(idem.acked)
