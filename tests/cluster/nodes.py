@@ -328,7 +328,7 @@ def kbroker_nodes_with_metrics(
     return nodes, ports
 
 
-def _kbroker_settings(extra: list[str] | None) -> list[str]:
+def kbroker_node_settings(extra: list[str] | None) -> list[str]:
     """The cluster's defaults for a kbroker node, less those ``extra`` sets again, then
     ``extra``."""
     defaults = [
@@ -383,7 +383,7 @@ def cluster(
                     i,
                     zk_connect + chroot,
                     root / f"b{i}",
-                    _kbroker_settings(kbroker_settings),
+                    kbroker_node_settings(kbroker_settings),
                     listeners,
                 )
                 if advertised_host is not None and listeners is None:

@@ -20,10 +20,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from kbroker.protocol import ApiKey
-from kbroker.protocol.messages.core import MetadataRequest
 from kbroker.tools.client import BrokerClient
-from tests.cluster.nodes import KbrokerNode, _kbroker_settings, cluster
+from tests.cluster.nodes import KbrokerNode, cluster, kbroker_node_settings
+from tests.helpers import metadata
 from tests.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.timeout(180)
@@ -35,16 +34,16 @@ def test_a_broker_with_no_metadata_yet_names_itself(
     chroot = f"/before-controller-{uuid.uuid4().hex[:8]}"
     with cluster("kbroker", zookeeper.connect, chroot, tmp_path, size=1) as c:
         first = c.nodes[1]
-        second = KbrokerNode(2, zookeeper.connect + chroot, tmp_path / "b2", _kbroker_settings([]))
+        second = KbrokerNode(
+            2, zookeeper.connect + chroot, tmp_path / "b2", kbroker_node_settings([])
+        )
         first.pause()
         try:
             second.launch()
             second.wait_started()
             started = time.monotonic()
             with BrokerClient(second.bootstrap, 10) as client:
-                answer = client.request(
-                    ApiKey.METADATA, 9, MetadataRequest(topics=[], allow_auto_topic_creation=False)
-                )
+                answer = metadata(client, [])
             named = sorted(b.node_id for b in answer.brokers)
             # Before UpdateMetadata: itself; after (broker 1 still registered): both.
             assert 2 in named, named

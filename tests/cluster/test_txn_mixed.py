@@ -38,7 +38,7 @@ from kafka.admin import KafkaAdminClient
 
 from kbroker._kbroker import build_batch
 from kbroker.protocol import ApiKey, ErrorCode
-from kbroker.protocol.messages.core import InitProducerIdRequest, MetadataRequest, ProduceRequest
+from kbroker.protocol.messages.core import InitProducerIdRequest, ProduceRequest
 from kbroker.protocol.messages.txn import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnTopic,
@@ -51,7 +51,7 @@ from tests.cluster.kafka_zk import prepare_kafka_zk_broker, require_kafka
 from tests.cluster.nodes import SESSION_TIMEOUT_MS, Cluster, KafkaNode, KbrokerNode, Node
 from tests.cluster.test_reassignment import create_topic, partitions
 from tests.cluster.test_transactions import coordinator_of, read, send, transactional
-from tests.helpers import wait_for
+from tests.helpers import metadata, wait_for
 from tests.zookeeper import ZooKeeperServer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
@@ -412,10 +412,7 @@ def wait_unregistered(c: Cluster, broker: int) -> None:
 def known_brokers(node: Node) -> set[int]:
     """The broker ids in ``node``'s own answer to Metadata."""
     with BrokerClient(node.bootstrap, 10) as client:
-        answer = client.request(
-            ApiKey.METADATA, 9, MetadataRequest(topics=[], allow_auto_topic_creation=False)
-        )
-    return {b.node_id for b in answer.brokers}
+        return {b.node_id for b in metadata(client, []).brokers}
 
 
 def test_prepare_commit_is_completed_by_the_other_kind(mixed: Cluster) -> None:
