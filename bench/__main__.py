@@ -95,6 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         "--no-wire", action="store_true", help="leave out the wire.* rows (bench/wire.py)"
     )
     ap.add_argument(
+        "--page-cache",
+        choices=["fill", "as-is"],
+        help="fill: before the disk baseline and each row, fill the free memory with cached "
+        "file pages, so that the brokers write into a full page cache (bench/pagecache.py); "
+        "as-is: leave memory as it is [fill; as-is with --quick]",
+    )
+    ap.add_argument(
         "--profile",
         action="store_true",
         help="perf-record kbroker during every run into OUT/profile-*.perf.data",
@@ -215,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             transactions=args.transactions,
             transaction_producers=args.transaction_producers,
             wire=not args.no_wire,
+            pagecache=(args.page_cache or ("as-is" if args.quick else "fill")) == "fill",
         )
         try:
             rows = run(opts)

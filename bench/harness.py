@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import disk, loadgen, systems, transactions, wire
+from .pagecache import Ballast, meminfo
 from .profile import perf_record
 from .security import Security
 from .stats import latency_percentiles, percentile
@@ -76,6 +77,9 @@ class Options:
     transactions: bool = False  # the txn.* rows instead of the other workloads
     transaction_producers: int = 8  # transactional producer processes of each txn.* row
     wire: bool = True  # the wire.* rows (bench/wire.py's generator) in the table
+    # Fill the free memory with cached file pages before the disk baseline and each row
+    # (bench/pagecache.py): rows then write into a full page cache, as on a server.
+    pagecache: bool = True
 
 
 def loadavg() -> list[float]:
@@ -129,6 +133,20 @@ class Runner:
         self.rows: list[dict[str, Any]] = []
         # The run's certificates and SASL user when it measures security.
         self.security: Security | None = None
+        self.ballast = Ballast(opts.data_root / "pagecache-ballast") if opts.pagecache else None
+
+    def fill_page_cache(self) -> dict[str, Any]:
+        """Tops the ballast up (untimed); the row's note of it."""
+        if self.ballast is None:
+            return {}
+        filled = self.ballast.top_up()
+        if filled["bytes"] or filled["made"]:
+            self.progress.say(
+                f"page cache: {filled['bytes'] >> 20:,} MiB of free memory filled "
+                f"({filled['made'] >> 20:,} MiB of new ballast) in {filled['seconds']} s "
+                f"({filled['mb_s']} MB/s)"
+            )
+        return {"pagecache_filled_mb": filled["bytes"] >> 20}
 
     def wanted(self, w: Workload) -> bool:
         return self.opts.only is None or any(w.name.startswith(p) for p in self.opts.only)
@@ -276,9 +294,11 @@ class Runner:
             if w.probe
             else None
         )
+        # Untimed: the free memory filled (the host's first touch of it paid here, not in the
+        # row), then the earlier rows' dirty pages written back, so that every wire row
+        # writes into a page cache with none waiting (not throttled by the rows before it).
+        row.update(self.fill_page_cache())
         if w.kind.startswith("wire."):
-            # Untimed: the earlier rows' dirty pages written back, so that every row writes
-            # into a page cache with none waiting (not throttled by the rows before it).
             os.sync()
         with probe or nullcontext():
             b.reset_peak_rss()
@@ -512,9 +532,18 @@ def run(opts: Options) -> list[dict[str, Any]]:
         with open(jsonl, "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
 
-    s = opts.sizes
     progress = Progress(0)
     runner = Runner(opts, emit, progress)
+    try:
+        _measure(runner)
+    finally:
+        if runner.ballast is not None:
+            runner.ballast.close()
+    return rows
+
+
+def _measure(runner: Runner) -> None:
+    opts, emit, progress, s = runner.opts, runner.emit, runner.progress, runner.opts.sizes
     if opts.transactions:
         per_rep = [
             w
@@ -536,6 +565,7 @@ def run(opts: Options) -> list[dict[str, Any]]:
     progress.total = len(opts.systems) * s.reps * len(per_rep)
     if runner.client_cpus:
         os.sched_setaffinity(0, runner.client_cpus)  # the harness and its load processes
+    filled = runner.fill_page_cache()
     progress.say(f"disk baseline on {opts.data_root} ({opts.disk_bytes >> 20} MiB) ...")
     runner.disk = disk.baseline(
         opts.data_root,
@@ -557,6 +587,8 @@ def run(opts: Options) -> list[dict[str, Any]]:
             "time": time.strftime("%Y-%m-%d %H:%M:%S"),
             "security": opts.security,
             "transactions": opts.transactions,
+            "memory_mb": meminfo("MemTotal") >> 20,
+            **filled,
         }
     )
     progress.say(f"disk: {json.dumps(runner.disk)}")
@@ -567,7 +599,7 @@ def run(opts: Options) -> list[dict[str, Any]]:
             for system in order:
                 sec_rows = security_session(s, opts.security, rep, opts.security_producers)
                 runner.session(system, rep, sec_rows, {}, "page cache")
-        return rows
+        return
     if opts.transactions:
         for rep in range(1, s.reps + 1):
             order = opts.systems if rep % 2 else list(reversed(opts.systems))
@@ -575,7 +607,7 @@ def run(opts: Options) -> list[dict[str, Any]]:
                 for system in order:
                     txn_rows = transactions_session(s, replicas, opts.transaction_producers)
                     runner.session(system, rep, txn_rows, {}, "page cache", replicas=replicas)
-        return rows
+        return
     flush = {"log.flush.interval.messages": str(opts.flush_messages)}
     for rep in range(1, s.reps + 1):
         order = opts.systems if rep % 2 else list(reversed(opts.systems))
@@ -610,7 +642,6 @@ def run(opts: Options) -> list[dict[str, Any]]:
             order = opts.systems if rep % 2 else list(reversed(opts.systems))
             for system in order:
                 runner.session(system, rep, wire_rate_session(s), {}, "page cache", wire_rates)
-    return rows
 
 
 def sizes_for(quick: bool) -> Sizes:
