@@ -65,8 +65,11 @@ class Ballast:
         return self.folder / f"ballast-{n:05d}"
 
     def _read(self, path: Path, buf: bytearray) -> None:
+        """Reads ``path`` into the cache while the free memory is a chunk or more over the
+        reserve (one read is a chunk at most): reading further would make the kernel evict
+        other cached data, a broker's among it, for the ballast."""
         with open(path, "rb", buffering=0) as f:
-            while f.readinto(buf):
+            while self.room() >= CHUNK and f.readinto(buf):
                 pass
 
     def top_up(self) -> dict[str, Any]:
@@ -86,7 +89,8 @@ class Ballast:
             self._read(self._path(n), buf)
         made = 0
         # Bounded by the memory itself, should reading ever leave nothing cached.
-        while (want := self.room()) >= CHUNK and sum(self.sizes) < meminfo("MemTotal"):
+        memory = meminfo("MemTotal")
+        while (want := self.room()) >= CHUNK and sum(self.sizes) < memory:
             size = min(FILE_BYTES, want // CHUNK * CHUNK)
             if self.limit is not None:
                 size = min(size, (self.limit - sum(self.sizes)) // CHUNK * CHUNK)

@@ -68,3 +68,23 @@ def test_nothing_is_made_within_the_reserve(tmp_path: Path) -> None:
         assert ballast.room() == 0
         assert ballast.top_up() == {"bytes": 0, "made": 0, "seconds": 0.0, "mb_s": None}
         assert not ballast.folder.exists()
+
+
+@pytest.mark.skipif(shutil.which("fincore") is None, reason="needs util-linux's fincore")
+def test_reading_back_stops_at_the_reserve(tmp_path: Path) -> None:
+    with Ballast(tmp_path / "ballast", reserve=0, limit=4 * CHUNK) as ballast:
+        ballast.top_up()
+        files = sorted(ballast.folder.iterdir())
+        for f in files:
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+        # Free memory for two chunks only, as this ballast's own pages tell it: reading the
+        # whole file back would have the kernel evict other data for the other two.
+        room = 2 * CHUNK
+        ballast.room = lambda: max(0, room - sum(cached_bytes(f) for f in files))  # type: ignore[method-assign]
+        assert ballast.top_up()["made"] == 0
+        # Within a chunk of the room (the kernel may give a read less than a chunk).
+        assert room - CHUNK < sum(cached_bytes(f) for f in files) <= room
