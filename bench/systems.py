@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .ports import free_port
 from .security import PROTOCOLS, Security
 
 KAFKA_VERSION = "4.1.1"  # keep in step with bench/kafka/pom.xml
@@ -41,12 +42,6 @@ KAFKA_JVM_OPTS = [
     "-Djava.awt.headless=true",
     "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def kafka_lib(version: str = KAFKA_VERSION) -> Path:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bench.ports import free_port
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -41,13 +42,6 @@ KBROKER = [sys.executable, "-m", "kbroker.cli"]
 
 
 # -- processes and waiting --------------------------------------------------------
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (at the moment)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

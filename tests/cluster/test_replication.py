@@ -224,16 +224,39 @@ def bounce(c: Cluster, broker: int, topic: str, hard: bool) -> str:
     )
 
 
+# What a request sent to the partition's leader as a client's metadata named it may get
+# while that leader moves.
+LEADER_MOVED = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+}
+
+
 def high_watermarks(
     bootstrap: str, topic: str, partitions: int, conf: Mapping[str, Any] | None = None
 ) -> dict[int, int]:
-    """Partition -> high watermark (ListOffsets latest, answered by its leader)."""
+    """Partition -> high watermark (ListOffsets latest, answered by its leader).
+
+    librdkafka sends the ListOffsets to the leader its metadata names and does not retry a
+    NOT_LEADER answer: a leader that moved since (the automatic leader rebalance, 5 s
+    after a controller takes over) or a broker's metadata a moment behind makes one
+    attempt fail, so a retriable error is asked again, for at most 30 s."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", **(conf or {})})
+
+    def watermark(p: int) -> int:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                tp = TopicPartition(topic, p)
+                return int(c.get_watermark_offsets(tp, timeout=10, cached=False)[1])
+            except KafkaException as e:
+                if e.args[0].code() not in LEADER_MOVED or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
     try:
-        return {
-            p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
-            for p in range(partitions)
-        }
+        return {p: watermark(p) for p in range(partitions)}
     finally:
         c.close()
 
