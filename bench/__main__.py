@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import cluster, report, systems
+from . import cluster, pagecache, report, systems
 from .harness import Options, run, sizes_for
 from .security import PROTOCOLS
 from .workloads import Sizes
@@ -94,13 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--no-wire", action="store_true", help="leave out the wire.* rows (bench/wire.py)"
     )
-    ap.add_argument(
-        "--page-cache",
-        choices=["fill", "as-is"],
-        help="fill: before the disk baseline and each row, fill the free memory with cached "
-        "file pages, so that the brokers write into a full page cache (bench/pagecache.py); "
-        "as-is: leave memory as it is [fill; as-is with --quick]",
-    )
+    pagecache.add_option(ap, default=None)
     ap.add_argument(
         "--profile",
         action="store_true",

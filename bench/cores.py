@@ -35,7 +35,7 @@ from typing import Any
 
 from kbroker.tools.client import ClientError
 
-from . import cluster, loadgen, systems, wire
+from . import cluster, loadgen, pagecache, systems, wire
 from .stats import emit
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cores.jsonl"
@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--setups", default=",".join(SETUPS))
     ap.add_argument("--data-dir", type=Path, default=None)
     ap.add_argument("--results", type=Path, default=RESULTS)
+    pagecache.add_option(ap)
     args = ap.parse_args(argv)
     setups = [s.strip() for s in args.setups.split(",") if s.strip()]
     if not setups or set(setups) - set(SETUPS):
@@ -129,15 +130,20 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.seconds, args.reps, args.partitions, args.connections) <= 0:
         ap.error("--seconds, --reps, --partitions and --connections must be positive")
     args.results.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="kbroker-cores-", dir=args.data_dir) as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="kbroker-cores-", dir=args.data_dir) as tmp,
+        pagecache.filler(args.page_cache, Path(tmp) / "pagecache-ballast") as fill,
+    ):
         for rep in range(1, args.reps + 1):
             for setup in setups if rep % 2 else setups[::-1]:
                 try:
+                    filled = fill()
                     row = run_one(setup, args, Path(tmp) / f"{setup}-{rep}")
                 except (RuntimeError, OSError, wire.WireError, ClientError) as exc:
                     print(f"bench.cores: {setup}: {exc}", file=sys.stderr)
                     return 1
-                emit(args.results, {"rep": rep, **row, "time": time.strftime("%H:%M:%S")})
+                row = {"rep": rep, **row, **filled, "time": time.strftime("%H:%M:%S")}
+                emit(args.results, row)
     return 0
 
 

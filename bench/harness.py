@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import disk, loadgen, systems, transactions, wire
+from . import disk, loadgen, pagecache, systems, transactions, wire
 from .pagecache import Ballast, meminfo
 from .profile import perf_record
 from .security import Security
@@ -137,16 +137,7 @@ class Runner:
 
     def fill_page_cache(self) -> dict[str, Any]:
         """Tops the ballast up (untimed); the row's note of it."""
-        if self.ballast is None:
-            return {}
-        filled = self.ballast.top_up()
-        if filled["bytes"] or filled["made"]:
-            self.progress.say(
-                f"page cache: {filled['bytes'] >> 20:,} MiB of free memory filled "
-                f"({filled['made'] >> 20:,} MiB of new ballast) in {filled['seconds']} s "
-                f"({filled['mb_s']} MB/s)"
-            )
-        return {"pagecache_filled_mb": filled["bytes"] >> 20}
+        return pagecache.fill(self.ballast, self.progress.say)
 
     def wanted(self, w: Workload) -> bool:
         return self.opts.only is None or any(w.name.startswith(p) for p in self.opts.only)

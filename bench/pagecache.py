@@ -22,8 +22,12 @@ of them.
 
 from __future__ import annotations
 
+import argparse
 import shutil
+import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +124,46 @@ class Ballast:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def add_option(ap: argparse.ArgumentParser, default: str | None = "fill") -> None:
+    """A benchmark's ``--page-cache fill|as-is``."""
+    ap.add_argument(
+        "--page-cache",
+        choices=["fill", "as-is"],
+        default=default,
+        help="fill: before each row, fill the free memory with cached file pages, so that "
+        "the brokers write into a full page cache (bench/pagecache.py); as-is: leave memory "
+        f"as it is [{default or 'fill; as-is with --quick'}]",
+    )
+
+
+def _say(line: str) -> None:
+    print(f"[bench] {line}", file=sys.stderr, flush=True)
+
+
+def fill(ballast: Ballast | None, say: Callable[[str], None] = _say) -> dict[str, Any]:
+    """Tops ``ballast`` up (untimed: before a row) and says how much; the row's note of it
+    (nothing without a ballast)."""
+    if ballast is None:
+        return {}
+    filled = ballast.top_up()
+    if filled["bytes"] or filled["made"]:
+        say(
+            f"page cache: {filled['bytes'] >> 20:,} MiB of free memory filled "
+            f"({filled['made'] >> 20:,} MiB of new ballast) in {filled['seconds']} s "
+            f"({filled['mb_s']} MB/s)"
+        )
+    return {"pagecache_filled_mb": filled["bytes"] >> 20}
+
+
+@contextmanager
+def filler(choice: str, folder: Path) -> Iterator[Callable[[], dict[str, Any]]]:
+    """For ``--page-cache choice``: what to call before each row (`fill` of a ballast in
+    ``folder``, or nothing with as-is); the ballast goes at the end."""
+    ballast = Ballast(folder) if choice == "fill" else None
+    try:
+        yield lambda: fill(ballast)
+    finally:
+        if ballast is not None:
+            ballast.close()

@@ -59,7 +59,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import cluster, loadgen, systems
+from . import cluster, loadgen, pagecache, systems
 from .harness import cpu_split, latency_summary, loadavg
 
 MB = 1_000_000
@@ -136,6 +136,9 @@ class Options:
     results: Path = RESULTS
     run_id: str = ""
     mode: str = "full"
+    page_cache: str = "fill"  # bench/pagecache.py's choice
+    # Before each row: the page cache filled (from ``page_cache``, set once by run()).
+    fill_page_cache: Callable[[], dict[str, Any]] | None = None
 
 
 # -- replication health -----------------------------------------------------------------------
@@ -428,7 +431,9 @@ def session(
                 _say(f"{system}: {len(warm['warn'])} WARN+ log lines during the warm-up")
 
             def measure(row: Row, rate: float) -> dict[str, Any]:
+                filled = opts.fill_page_cache() if opts.fill_page_cache else {}
                 result = run_row(c, row, opts, rate, n_client)
+                result.update(filled)
                 noted = logs.read()
                 result.update(
                     rep=rep,
@@ -640,6 +645,21 @@ def run(opts: Options) -> list[dict[str, Any]]:
             _say("fixed rates: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in rates.items()))
         return rates
 
+    ballast = Path(tempfile.mkdtemp(prefix="kbroker-repl-ballast-", dir=opts.data_root))
+    try:
+        with pagecache.filler(opts.page_cache, ballast) as opts.fill_page_cache:
+            _sessions(opts, emit, fixed_rates)
+    finally:
+        shutil.rmtree(ballast, ignore_errors=True)
+    return rows
+
+
+def _sessions(
+    opts: Options,
+    emit: Callable[[dict[str, Any]], None],
+    fixed_rates: Callable[[], dict[str, float]],
+) -> None:
+    """Every session: each rep's at full speed, then (``rate_fraction``) at fixed rates."""
     reps = opts.sizes.reps
     shared: tuple[str, int] | None = None
     for rep in range(1, reps + 1):
@@ -657,8 +677,8 @@ def run(opts: Options) -> list[dict[str, Any]]:
             ):
                 emit(row)
     if opts.rate_fraction <= 0:
-        return rows
-    fixed_rates()
+        return
+    rates = fixed_rates()
     for rep in range(1, reps + 1):
         order = opts.systems if rep % 2 else list(reversed(opts.systems))
         for system in order:
@@ -666,7 +686,6 @@ def run(opts: Options) -> list[dict[str, Any]]:
                 continue
             for row in session(system, opts.rows, opts, rep, rates):
                 emit(row)
-    return rows
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -705,6 +724,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, help="where brokers keep data [a temporary folder]")
     ap.add_argument("--logs", type=Path, default=LOGS, help="broker logs, one folder per session")
     ap.add_argument("--results", type=Path, default=RESULTS, help="JSON lines appended here")
+    pagecache.add_option(ap, default=None)
     args = ap.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     if args.reps:
@@ -732,6 +752,7 @@ def main(argv: list[str] | None = None) -> int:
         run_id=time.strftime("%Y%m%d-%H%M%S"),
         mode="quick" if args.quick else "full",
         share_last=args.quick,
+        page_cache=args.page_cache or ("as-is" if args.quick else "fill"),
     )
     signal.signal(signal.SIGTERM, _terminate)
     # kazoo's retries while ZooKeeper starts are expected; its warnings are noise here.

@@ -32,7 +32,7 @@ from typing import Any
 
 from kbroker.tools.client import ClientError
 
-from . import loadgen, systems, wire
+from . import loadgen, pagecache, systems, wire
 from .cluster import KAFKA_ZK_VERSION
 from .stats import emit
 
@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds to serve again")
     ap.add_argument("--data-dir", type=Path, default=None, help="the disk under test [/tmp]")
     ap.add_argument("--results", type=Path, default=RESULTS)
+    pagecache.add_option(ap)
     args = ap.parse_args(argv)
     names = [s.strip() for s in args.systems.split(",") if s.strip()]
     if args.gib <= 0 or args.partitions <= 0 or args.reps <= 0:
@@ -124,13 +125,18 @@ def main(argv: list[str] | None = None) -> int:
     if "kafka" in names and not systems.kafka_available(args.kafka_version):
         systems.fetch_kafka(args.kafka_version)
     args.results.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="kbroker-restart-", dir=args.data_dir) as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="kbroker-restart-", dir=args.data_dir) as tmp,
+        pagecache.filler(args.page_cache, Path(tmp) / "pagecache-ballast") as fill,
+    ):
         root = Path(tmp)
         for rep in range(1, args.reps + 1):
             order = names if rep % 2 else names[::-1]
             for system in order:
                 try:
+                    filled = fill()
                     row = {"rep": rep, **run_one(system, args, root, root / f"{system}.log")}
+                    row.update(filled)
                 except (RuntimeError, wire.WireError, ClientError) as exc:
                     print(f"bench.restart: {system}: {exc}", file=sys.stderr)
                     return 1

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import pagecache
 from bench.stats import emit
 from bench.systems import kafka_available, launcher
 
@@ -118,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--results", type=Path, default=RESULTS, help="JSON lines appended here")
+    pagecache.add_option(parser)
     args = parser.parse_args(argv)
     if args.load_rate < 0:
         parser.error("--load-rate must be 0 (as fast as it goes) or more")
@@ -129,11 +131,16 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(("kafka", None))
         else:
             parser.error(f"--systems: {system!r} is not kbroker, or kafka with its jars fetched")
-    with tempfile.TemporaryDirectory(dir=args.data_dir) as root:
+    with (
+        tempfile.TemporaryDirectory(dir=args.data_dir) as root,
+        pagecache.filler(args.page_cache, Path(root) / "pagecache-ballast") as fill,
+    ):
         for rep in range(args.reps):
             for system, n in runs if rep % 2 == 0 else runs[::-1]:
+                filled = fill()
                 for row in run_one(Path(root), system, n, args):
-                    emit(args.results, {"rep": rep, **row, "time": time.strftime("%Y-%m-%d %H:%M")})
+                    now = time.strftime("%Y-%m-%d %H:%M")
+                    emit(args.results, {"rep": rep, **row, **filled, "time": now})
     return 0
 
 

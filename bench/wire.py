@@ -555,33 +555,52 @@ def produce(
 
 def end_offsets(info: TopicInfo, timeout: float) -> dict[int, tuple[int, int]]:
     """partition -> (log start offset, end offset), from ListOffsets (-2 earliest, -1 latest)
-    to each partition's leader."""
+    to each partition's leader. A leader that does not know it leads yet (a topic just
+    created: Metadata may name it before it has taken the partition up) is asked again,
+    within ``timeout``."""
     version = info.versions[ApiKey.LIST_OFFSETS]
     out: dict[int, list[int]] = {p: [0, 0] for p in info.partitions}
     P = ListOffsetsRequest.Topic.Partition
+    deadline = time.monotonic() + timeout
     for leader, partitions in info.by_leader().items():
         with BrokerClient(leader, timeout, CLIENT_ID) as client:
             for slot, ts in ((0, -2), (1, -1)):
-                req = ListOffsetsRequest(
-                    replica_id=-1,
-                    isolation_level=0,
-                    topics=[
-                        ListOffsetsRequest.Topic(
-                            name=info.name,
-                            partitions=[P(partition_index=p, timestamp=ts) for p in partitions],
-                        )
-                    ],
-                )
-                resp = client.request(ApiKey.LIST_OFFSETS, version, req)
-                for t in resp.topics:
-                    for p in t.partitions:
-                        if p.error_code != ErrorCode.NONE:
-                            raise WireError(
-                                f"ListOffsets {info.name}-{p.partition_index}: "
-                                f"{error_name(p.error_code)}"
+                left = list(partitions)
+                while left:
+                    req = ListOffsetsRequest(
+                        replica_id=-1,
+                        isolation_level=0,
+                        topics=[
+                            ListOffsetsRequest.Topic(
+                                name=info.name,
+                                partitions=[P(partition_index=p, timestamp=ts) for p in left],
                             )
-                        out[p.partition_index][slot] = p.offset
+                        ],
+                    )
+                    resp = client.request(ApiKey.LIST_OFFSETS, version, req)
+                    left = []
+                    for t in resp.topics:
+                        for p in t.partitions:
+                            code = p.error_code
+                            if code in _NOT_LEADER_YET and time.monotonic() < deadline:
+                                left.append(p.partition_index)
+                            elif code != ErrorCode.NONE:
+                                raise WireError(
+                                    f"ListOffsets {info.name}-{p.partition_index}: "
+                                    f"{error_name(code)}"
+                                )
+                            else:
+                                out[p.partition_index][slot] = p.offset
+                    if left:
+                        time.sleep(0.1)
     return {p: (a, b) for p, (a, b) in out.items()}
+
+
+_NOT_LEADER_YET = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+}
 
 
 @dataclass
