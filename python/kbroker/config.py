@@ -1556,13 +1556,42 @@ class TypedReads:
         return _typed(name, self.value(name), list)
 
 
-class TopicConfig(TypedReads, Mapping[str, Value]):
-    """Every topic-level setting of one topic (overrides over broker defaults), typed reads."""
+@dataclass(frozen=True, slots=True)
+class AppendSettings:
+    """The topic settings every append to it reads, read once per `TopicConfig`."""
 
-    __slots__ = ("_values",)
+    max_message_bytes: int
+    compacted: bool
+    # (before, after), or None: `TopicConfig.timestamp_bounds_ms`.
+    timestamp_bounds_ms: tuple[int, int] | None
+    compression_type: str
+    min_insync_replicas: int
+    log_append_time: bool
+
+
+class TopicConfig(TypedReads, Mapping[str, Value]):
+    """Every topic-level setting of one topic (overrides over broker defaults), typed reads.
+    Never changed once made (a change of settings makes a new one)."""
+
+    __slots__ = ("_append", "_values")
 
     def __init__(self, values: Mapping[str, Value]) -> None:
         self._values = dict(values)
+        self._append: AppendSettings | None = None
+
+    @property
+    def append(self) -> AppendSettings:
+        """What an append reads, from these settings (read at the first append)."""
+        if self._append is None:
+            self._append = AppendSettings(
+                self.get_int("max.message.bytes"),
+                self.compacted,
+                self.timestamp_bounds_ms,
+                self.get_str("compression.type"),
+                self.get_int("min.insync.replicas"),
+                self.get_str("message.timestamp.type") == "LogAppendTime",
+            )
+        return self._append
 
     def __getitem__(self, name: str) -> Value:
         return self._values[name]

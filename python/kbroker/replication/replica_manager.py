@@ -123,8 +123,20 @@ class AppendResult:
     record_errors: tuple[tuple[int, str], ...] = ()
 
 
+@dataclass(slots=True)
+class _Writing:
+    """A partition's append as leader whose write is under way: its answer is made from
+    ``written`` once that is done. ``counted``: (bytes, records) for the topic's metrics
+    (a client's data)."""
+
+    tp: TopicPartition
+    partition: Partition
+    written: asyncio.Future[ProduceResult]
+    counted: tuple[int, int] | None
+
+
 # A partition's answer to an append: now, or once its write is done.
-Written = AppendResult | asyncio.Future[AppendResult]
+Written = AppendResult | _Writing
 
 
 @dataclass(frozen=True, slots=True)
@@ -699,7 +711,7 @@ class ReplicaManager:
         self, written: dict[TopicPartition, Written], required_acks: int, timeout_ms: int
     ) -> asyncio.Future[dict[TopicPartition, AppendResult]]:
         """`_await_acks` once every partition's write is done."""
-        pending = [w for w in written.values() if isinstance(w, asyncio.Future)]
+        pending = [w.written for w in written.values() if isinstance(w, _Writing)]
         if not pending:
             return self._await_acks(
                 {tp: r for tp, r in written.items() if isinstance(r, AppendResult)},
@@ -711,20 +723,21 @@ class ReplicaManager:
         )
         left = len(pending)
 
-        def one_written(_: asyncio.Future[AppendResult]) -> None:
+        def one_written(_: asyncio.Future[ProduceResult]) -> None:
             nonlocal left
             left -= 1
             if left:
                 return
             results = {
-                tp: w if isinstance(w, AppendResult) else w.result() for tp, w in written.items()
+                tp: w if isinstance(w, AppendResult) else self._written_result(w)
+                for tp, w in written.items()
             }
             self._await_acks(results, required_acks, timeout_ms).add_done_callback(
                 lambda f: _pass_on(f, done)
             )
 
-        for w in pending:
-            w.add_done_callback(one_written)
+        for f in pending:
+            f.add_done_callback(one_written)
         return done
 
     def _await_acks(
@@ -760,15 +773,15 @@ class ReplicaManager:
         partition = self._partitions.get(tp)
         if partition is None:
             return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        config = self.topic_config(tp.topic)
-        max_bytes = config.get_int("max.message.bytes")
-        bounds = config.timestamp_bounds_ms
+        settings = self.topic_config(tp.topic).append
+        max_bytes = settings.max_message_bytes
+        bounds = settings.timestamp_bounds_ms
         window = None if bounds is None else (int(time.time() * 1000), *bounds)
         try:
             infos = validate_batches(
-                data, max_bytes, True, MAX_DECOMPRESSED_BYTES, config.compacted, window
+                data, max_bytes, True, MAX_DECOMPRESSED_BYTES, settings.compacted, window
             )
-            data = recompress_for_topic(data, infos, config.get_str("compression.type"), max_bytes)
+            data = recompress_for_topic(data, infos, settings.compression_type, max_bytes)
         except RecordErrorsError as exc:
             refused = record_errors(tp, exc.args[1], window)
             return AppendResult(
@@ -793,8 +806,8 @@ class ReplicaManager:
             data,
             infos,
             required_acks,
-            config.get_int("min.insync.replicas"),
-            config.get_str("message.timestamp.type") == "LogAppendTime",
+            settings.min_insync_replicas,
+            settings.log_append_time,
             origin,
             guard,
             self._verifier is not None and self._verification_enabled(),
@@ -810,14 +823,14 @@ class ReplicaManager:
         counted: tuple[int, int] | None = None,
     ) -> Written:
         """A partition's answer to an append as leader, now if its write is done, else once
-        it is. ``counted``: (bytes, records) for the topic's metrics (a client's data)."""
+        it is (`_await_acks_when_written` waits for it). ``counted``: (bytes, records) for
+        the topic's metrics (a client's data)."""
         if written.done():
             return self._append_result(tp, partition, written, counted)
-        answer: asyncio.Future[AppendResult] = written.get_loop().create_future()
-        written.add_done_callback(
-            lambda f: answer.set_result(self._append_result(tp, partition, f, counted))
-        )
-        return answer
+        return _Writing(tp, partition, written, counted)
+
+    def _written_result(self, w: _Writing) -> AppendResult:
+        return self._append_result(w.tp, w.partition, w.written, w.counted)
 
     def _append_result(
         self,
@@ -915,14 +928,14 @@ class ReplicaManager:
         partition = self._partitions.get(tp)
         if partition is None:
             return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        config = self.topic_config(tp.topic)
+        settings = self.topic_config(tp.topic).append
         written = partition.append_marker_as_leader(
             marker.producer_id,
             marker.producer_epoch,
             marker.coordinator_epoch,
             marker.committed,
-            config.get_int("min.insync.replicas"),
-            config.get_str("message.timestamp.type") == "LogAppendTime",
+            settings.min_insync_replicas,
+            settings.log_append_time,
         )
         return self._answer_when_written(tp, partition, written)
 
