@@ -645,12 +645,11 @@ def run(opts: Options) -> list[dict[str, Any]]:
             _say("fixed rates: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in rates.items()))
         return rates
 
-    ballast = Path(tempfile.mkdtemp(prefix="kbroker-repl-ballast-", dir=opts.data_root))
-    try:
-        with pagecache.filler(opts.page_cache, ballast) as opts.fill_page_cache:
-            _sessions(opts, emit, fixed_rates)
-    finally:
-        shutil.rmtree(ballast, ignore_errors=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="kbroker-repl-ballast-", dir=opts.data_root) as tmp,
+        pagecache.filler(opts.page_cache, Path(tmp) / "pagecache-ballast") as opts.fill_page_cache,
+    ):
+        _sessions(opts, emit, fixed_rates)
     return rows
 
 

@@ -45,6 +45,16 @@ def test_top_up_caches_sparse_files_to_its_limit_then_makes_no_more(tmp_path: Pa
     assert not folder.exists()
 
 
+def evict(files: list[Path]) -> None:
+    """Drops the files' clean cached pages, as the kernel does when other writes need them."""
+    for f in files:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 @pytest.mark.skipif(shutil.which("fincore") is None, reason="needs util-linux's fincore")
 def test_top_up_reads_back_the_pages_the_kernel_took(tmp_path: Path) -> None:
     with Ballast(tmp_path / "ballast", reserve=0, limit=2 * CHUNK) as ballast:
@@ -52,12 +62,7 @@ def test_top_up_reads_back_the_pages_the_kernel_took(tmp_path: Path) -> None:
         files = sorted(ballast.folder.iterdir())
         assert sum(cached_bytes(f) for f in files) == 2 * CHUNK
         # As the kernel does when a broker's writes need the memory: the clean pages go.
-        for f in files:
-            fd = os.open(f, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+        evict(files)
         assert sum(cached_bytes(f) for f in files) == 0
         assert ballast.top_up()["made"] == 0
         assert sum(cached_bytes(f) for f in files) == 2 * CHUNK
@@ -75,12 +80,7 @@ def test_reading_back_stops_at_the_reserve(tmp_path: Path) -> None:
     with Ballast(tmp_path / "ballast", reserve=0, limit=4 * CHUNK) as ballast:
         ballast.top_up()
         files = sorted(ballast.folder.iterdir())
-        for f in files:
-            fd = os.open(f, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+        evict(files)
         # Free memory for two chunks only, as this ballast's own pages tell it: reading the
         # whole file back would have the kernel evict other data for the other two.
         room = 2 * CHUNK

@@ -245,10 +245,10 @@ def high_watermarks(
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", **(conf or {})})
 
     def watermark(p: int) -> int:
+        tp = TopicPartition(topic, p)
         deadline = time.monotonic() + 30
         while True:
             try:
-                tp = TopicPartition(topic, p)
                 return int(c.get_watermark_offsets(tp, timeout=10, cached=False)[1])
             except KafkaException as e:
                 if e.args[0].code() not in LEADER_MOVED or time.monotonic() > deadline:
